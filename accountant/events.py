@@ -1,0 +1,131 @@
+"""Exact descriptions of the mechanisms a release ran: what the ledger stores for every charge.
+
+Stability contract (as dp_accounting's DpEvent): an event holds the parameters necessary and sufficient to
+account for it. Stored charges must stay re-accountable, so classes and fields are never removed and their
+meaning never changes; a new mechanism gets a new class. Wire form: {"kind": "...", <fields>}.
+
+All noise is added on an integer grid (sums are scaled to fixed point before DuckDB adds them), so
+`sensitivity` is an integer-grid distance and `scale`/`sigma` are in the same grid units.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+def _check_positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+    ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        raise ValueError(f"{name} must be finite and {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class LaplaceEvent:
+    """Discrete Laplace noise of `scale` on a vector of L1 `sensitivity`: pure ε = sensitivity / scale.
+
+    Event name: ``laplace``.
+    """
+
+    sensitivity: float
+    scale: float
+
+    def __post_init__(self) -> None:
+        _check_positive("sensitivity", self.sensitivity, allow_zero=True)
+        _check_positive("scale", self.scale)
+
+
+@dataclass(frozen=True, slots=True)
+class GaussianEvent:
+    """Discrete Gaussian noise of `sigma` on a vector of L2 `sensitivity`: ρ = sensitivity² / (2σ²) zCDP.
+
+    Event name: ``gaussian``.
+    """
+
+    sensitivity: float
+    sigma: float
+
+    def __post_init__(self) -> None:
+        _check_positive("sensitivity", self.sensitivity, allow_zero=True)
+        _check_positive("sigma", self.sigma)
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdEvent:
+    """Private partition selection (noisy distinct-unit count against a threshold): (ε, δ)-DP.
+
+    Event name: ``threshold``.
+    """
+
+    epsilon: float
+    delta: float
+
+    def __post_init__(self) -> None:
+        _check_positive("epsilon", self.epsilon)
+        if not (math.isfinite(self.delta) and 0 < self.delta < 1):
+            raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ComposedEvent:
+    """Mechanisms run on the same data, one after another: losses compose sequentially.
+
+    Event name: ``composed``.
+    """
+
+    events: tuple[Event, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelEvent:
+    """Mechanisms run on pairwise disjoint sets of privacy units: the loss is the maximum (DESIGN.md §3).
+
+    Event name: ``parallel``.
+    """
+
+    events: tuple[Event, ...]
+
+
+Event = LaplaceEvent | GaussianEvent | ThresholdEvent | ComposedEvent | ParallelEvent
+
+_KINDS: dict[str, type] = {
+    "laplace": LaplaceEvent,
+    "gaussian": GaussianEvent,
+    "threshold": ThresholdEvent,
+    "composed": ComposedEvent,
+    "parallel": ParallelEvent,
+}
+_NAMES = {cls: name for name, cls in _KINDS.items()}
+
+
+def to_json(event: Event) -> dict[str, Any]:
+    """The wire form of an event.
+
+    Example:
+        >>> to_json(ComposedEvent((LaplaceEvent(1.0, 10.0),)))
+        {'kind': 'composed', 'events': [{'kind': 'laplace', 'sensitivity': 1.0, 'scale': 10.0}]}
+    """
+    match event:
+        case ComposedEvent(events) | ParallelEvent(events):
+            return {"kind": _NAMES[type(event)], "events": [to_json(e) for e in events]}
+        case _:
+            fields = {name: getattr(event, name) for name in event.__dataclass_fields__}
+            return {"kind": _NAMES[type(event)], **fields}
+
+
+def from_json(data: dict[str, Any]) -> Event:
+    """Rebuild an event from its wire form; the inverse of `to_json`.
+
+    Example:
+        >>> from_json({"kind": "gaussian", "sensitivity": 2.0, "sigma": 4.0})
+        GaussianEvent(sensitivity=2.0, sigma=4.0)
+    """
+    kind = data.get("kind")
+    cls = _KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(f"unknown event kind {kind!r}")
+    if cls in (ComposedEvent, ParallelEvent):
+        return cls(tuple(from_json(e) for e in data["events"]))  # type: ignore[no-any-return]
+    fields = {name: float(data[name]) for name in cls.__dataclass_fields__}
+    return cls(**fields)  # type: ignore[no-any-return]

@@ -1,0 +1,78 @@
+"""The one status table and the one error handler: every failure becomes the same JSON body.
+
+    {"ok": false, "status": 400, "code": "unsupported", "error": "...", "detail": {...}, "charged": false}
+
+Clients branch on `code`. `charged` is true only when the request was admitted (its charge is committed)
+before it failed; such errors carry fixed messages, never engine text or data values (DESIGN.md §6).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from accountant.errors import AccountantError
+from proxy.auth import AuthError
+from proxy.engine import EngineError
+from proxy.query.errors import QueryError
+
+log = logging.getLogger(__name__)
+
+STATUS: dict[str, int] = {
+    "unauthenticated": 401,
+    "forbidden": 403,
+    "invalid_request": 400,
+    "sql_syntax": 400,
+    "unsupported": 400,
+    "policy": 400,
+    "invalid_parameter": 400,
+    "budget_exceeded": 403,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "execution_failed": 500,
+    "timeout": 504,
+    "internal": 500,
+}
+
+
+def error_body(status: int, code: str, message: str, detail: dict[str, object], charged: bool) -> dict[str, object]:
+    return {"ok": False, "status": status, "code": code, "error": message, "detail": detail, "charged": charged}
+
+
+def error_response(request: Request, exc: Exception) -> JSONResponse:
+    """Map any exception to the canonical body. Only here may a handler catch everything."""
+    charged = bool(getattr(request.state, "charged", False))
+    match exc:
+        case QueryError() | AuthError() | AccountantError() | EngineError():
+            code, message, detail = exc.code, str(exc), dict(exc.detail)
+        case RequestValidationError():
+            code, message = "invalid_request", "the request body is invalid"
+            detail = {"errors": [_validation_item(e) for e in exc.errors()]}
+        case StarletteHTTPException() if exc.status_code in (404, 405):
+            code = "not_found" if exc.status_code == 404 else "method_not_allowed"
+            message, detail = str(exc.detail), {}
+        case _:
+            log.exception("internal error", exc_info=exc)
+            code, message, detail = "internal", "internal error", {}
+    status = STATUS.get(code, 500)
+    if charged and status >= 500:
+        detail["charge_id"] = getattr(request.state, "charge_id", None)
+    return JSONResponse(error_body(status, code, message, detail, charged), status_code=status)
+
+
+def _validation_item(error: object) -> dict[str, object]:
+    assert isinstance(error, dict)
+    # the offending input is echoed back only as its location and message (it is the caller's own input)
+    return {"loc": [str(p) for p in error.get("loc", ())], "msg": str(error.get("msg", ""))}
+
+
+def install(app: FastAPI) -> None:
+    async def handle(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(request, exc)
+
+    for exc_type in (Exception, RequestValidationError, StarletteHTTPException):
+        app.add_exception_handler(exc_type, handle)

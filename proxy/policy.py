@@ -1,0 +1,464 @@
+"""The policy file (TOML) -> frozen Policy: datasets, their catalogs and privacy defaults, analysts, budgets.
+
+Every problem is reported, each prefixed with its location in the file ("datasets.demo.epsilon: ..."), so
+one `dpproxy check-policy` run lists all fixes. Unknown keys are errors: a typo must never silently drop a
+privacy setting. A Policy that exists is usable: every ε, δ, bound and name in it has been validated.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+import hmac
+import math
+import re
+import sys
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Literal, cast, get_args
+
+from accountant.filter import Budget
+from proxy.query.catalog import TYPE_KINDS, Catalog, ColumnSpec, Kind, Literal_, Mechanism, TableSchema
+
+Role = Literal["analyst", "admin"]
+
+MAX_QUERY_DELTA = 1e-3  # a per-query δ above this is not a meaningful privacy guarantee
+_KEY_HASH = re.compile(r"[0-9a-f]{64}")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # dataset and analyst names: used in URLs and logs
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # table and column names: plain SQL identifiers
+
+
+class PolicyFileError(Exception):
+    """The policy file is unreadable or invalid; `problems` lists every problem with its location."""
+
+    code: ClassVar[str] = "invalid_policy"
+
+    def __init__(self, problems: tuple[str, ...]) -> None:
+        super().__init__("invalid policy file:\n" + "\n".join(f"  {p}" for p in problems))
+        self.problems = problems
+
+
+def epsilon_problem(value: float) -> str | None:
+    """Why `value` is not a usable ε, or None. Subnormals are refused: they make scales overflow.
+
+    Example:
+        >>> epsilon_problem(0.5) is None, epsilon_problem(0.0), epsilon_problem(float("nan"))
+        (True, 'must be a finite number > 0, got 0.0', 'must be a finite number > 0, got nan')
+    """
+    if math.isfinite(value) and value >= sys.float_info.min:
+        return None
+    return f"must be a finite number > 0, got {value!r}"
+
+
+def delta_problem(value: float, below: float = 1.0) -> str | None:
+    """Why `value` is not a usable δ (0 <= δ < `below`), or None.
+
+    Example:
+        >>> delta_problem(1e-8) is None, delta_problem(1.0)
+        (True, 'must be a number with 0 <= δ < 1.0, got 1.0')
+    """
+    if math.isfinite(value) and 0.0 <= value < below:
+        return None
+    return f"must be a number with 0 <= δ < {below}, got {value!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetPolicy:
+    """One dataset: its DuckDB file, its catalog, and the noise defaults for its queries."""
+
+    name: str
+    path: Path
+    catalog: Catalog
+    mechanism: Mechanism = "laplace"
+    epsilon: float = 0.1  # default ε per query
+    delta: float = 1e-8  # default δ per query (Gaussian noise, private partition selection)
+    max_epsilon: float = 1.0  # the largest ε one query may ask for
+
+    def __post_init__(self) -> None:
+        problems = _dataset_number_problems(self.mechanism, self.epsilon, self.delta, self.max_epsilon)
+        if problems:
+            raise ValueError(f"dataset {self.name}: " + "; ".join(f"{k} {v}" for k, v in problems))
+
+
+@dataclass(frozen=True, slots=True)
+class AnalystPolicy:
+    """One API key holder: its role and a budget per dataset it may query."""
+
+    name: str
+    role: Role
+    key_sha256: str  # sha256 hex of the API key; the key itself is never stored
+    budgets: tuple[tuple[str, Budget], ...]  # (dataset name, budget)
+
+    def __post_init__(self) -> None:
+        if self.role not in get_args(Role):
+            raise ValueError(f"analyst {self.name}: role must be one of {get_args(Role)}, got {self.role!r}")
+        if not _KEY_HASH.fullmatch(self.key_sha256):
+            raise ValueError(f"analyst {self.name}: key_sha256 must be 64 lowercase hex digits")
+
+    def budget(self, dataset: str) -> Budget | None:
+        """The budget on `dataset`, or None when the analyst has no access to it."""
+        return next((budget for name, budget in self.budgets if name == dataset), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The whole policy file."""
+
+    datasets: tuple[DatasetPolicy, ...]
+    analysts: tuple[AnalystPolicy, ...]
+    ledger: Path  # the SQLite ledger
+
+    def __post_init__(self) -> None:
+        names = [d.name for d in self.datasets]
+        if len(set(names)) != len(names):
+            raise ValueError("dataset names must be unique")
+        if len({a.name for a in self.analysts}) != len(self.analysts):
+            raise ValueError("analyst names must be unique")
+        if len({a.key_sha256 for a in self.analysts}) != len(self.analysts):
+            raise ValueError("two analysts share an API key")  # authentication would be ambiguous
+        for analyst in self.analysts:
+            unknown = [name for name, _ in analyst.budgets if name not in names]
+            if unknown:
+                raise ValueError(f"analyst {analyst.name}: budget for unknown dataset {unknown[0]!r}")
+
+    def dataset(self, name: str) -> DatasetPolicy | None:
+        return next((d for d in self.datasets if d.name == name), None)
+
+    def analyst_by_key_hash(self, key_sha256: str) -> AnalystPolicy | None:
+        """The analyst whose key hashes to `key_sha256`; compares every entry in constant time."""
+        found = None
+        for analyst in self.analysts:
+            if hmac.compare_digest(analyst.key_sha256, key_sha256):
+                found = analyst
+        return found
+
+
+def load_policy(path: Path) -> Policy:
+    """Read and validate the policy file at `path`; relative paths in it resolve against its directory.
+
+    Raises:
+        PolicyFileError: listing every problem found, each prefixed with its location.
+    """
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise PolicyFileError((f"{path}: cannot read the policy file ({err.strerror})",)) from err
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise PolicyFileError((f"{path}: not valid TOML ({err})",)) from err
+    problems = _Problems()
+    policy = _policy(raw, path.resolve().parent, problems)
+    if problems.items or policy is None:
+        raise PolicyFileError(tuple(problems.items))
+    return policy
+
+
+def policy_problems(path: Path) -> tuple[str, ...]:
+    """Every problem in the policy file at `path`; () when it is valid (used by `dpproxy check-policy`)."""
+    try:
+        load_policy(path)
+    except PolicyFileError as err:
+        return err.problems
+    return ()
+
+
+class _Problems:
+    """Collects "<location>: <problem>" lines while the loader carries on past each one."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, location: str, problem: str) -> None:
+        self.items.append(f"{location}: {problem}")
+
+
+_Raw = Mapping[str, object]
+
+
+def _policy(raw: _Raw, base: Path, p: _Problems) -> Policy | None:
+    _check_keys(raw, "", ("ledger", "datasets", "analysts"), p)
+    ledger = base / (_str(raw, "ledger", "", p, default="ledger.sqlite") or "ledger.sqlite")
+    if not ledger.parent.is_dir():
+        p.add("ledger", f"directory {ledger.parent} does not exist")
+    declared = _named_tables(raw, "datasets", "", _NAME, p)
+    if not declared and isinstance(raw.get("datasets", {}), dict):
+        p.add("datasets", "declare at least one dataset")
+    datasets = tuple(d for name, t in declared if (d := _dataset(name, t, base, p)))
+    names = {name for name, _ in declared}  # budgets may name a dataset that has its own problems
+    analysts = tuple(
+        a for name, t in _named_tables(raw, "analysts", "", _NAME, p) if (a := _analyst(name, t, names, p))
+    )
+    owners: dict[str, str] = {}
+    for analyst in analysts:
+        if analyst.key_sha256 in owners:
+            p.add(f"analysts.{analyst.name}.key_sha256", f"same key as analysts.{owners[analyst.key_sha256]}")
+        owners.setdefault(analyst.key_sha256, analyst.name)
+    if p.items:
+        return None
+    return Policy(datasets, analysts, ledger)
+
+
+def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | None:
+    loc = f"datasets.{name}"
+    before = len(p.items)
+    keys = ("path", "mechanism", "epsilon", "delta", "max_epsilon", "tables")
+    _check_keys(raw, loc, keys, p)
+    file = _str(raw, "path", loc, p)
+    path = base / file if file is not None else None
+    if path is not None and not path.is_file():
+        p.add(f"{loc}.path", f"file {path} does not exist")
+    mechanism = _str(raw, "mechanism", loc, p, default="laplace")
+    if mechanism is not None and mechanism not in get_args(Mechanism):
+        p.add(f"{loc}.mechanism", f"must be one of {', '.join(get_args(Mechanism))}, got {mechanism!r}")
+        mechanism = None
+    epsilon = _float(raw, "epsilon", loc, p, default=0.1)
+    delta = _float(raw, "delta", loc, p, default=1e-8)
+    max_epsilon = _float(raw, "max_epsilon", loc, p, default=1.0)
+    if mechanism is not None and epsilon is not None and delta is not None and max_epsilon is not None:
+        for key, problem in _dataset_number_problems(mechanism, epsilon, delta, max_epsilon):
+            p.add(f"{loc}.{key}", problem)
+    declared = _named_tables(raw, "tables", loc, _IDENTIFIER, p)
+    if not declared and isinstance(raw.get("tables", {}), dict):
+        p.add(f"{loc}.tables", "declare at least one protected table")
+    tables = tuple(t for n, r in declared if (t := _table(n, r, loc, p)))
+    _check_case_duplicates(tuple(t.name for t in tables), f"{loc}.tables", p)
+    if len(p.items) > before or path is None or mechanism is None:
+        return None
+    assert epsilon is not None and delta is not None and max_epsilon is not None
+    return DatasetPolicy(name, path, Catalog(tables), cast(Mechanism, mechanism), epsilon, delta, max_epsilon)
+
+
+def _dataset_number_problems(
+    mechanism: str, epsilon: float, delta: float, max_epsilon: float
+) -> tuple[tuple[str, str], ...]:
+    problems = [
+        ("epsilon", epsilon_problem(epsilon)),
+        ("delta", delta_problem(delta, MAX_QUERY_DELTA)),
+        ("max_epsilon", epsilon_problem(max_epsilon)),
+    ]
+    if mechanism not in get_args(Mechanism):
+        problems.append(("mechanism", f"must be one of {get_args(Mechanism)}, got {mechanism!r}"))
+    if mechanism == "gaussian" and delta == 0.0:
+        problems.append(("delta", "must be > 0 for the gaussian mechanism"))
+    if not epsilon_problem(epsilon) and not epsilon_problem(max_epsilon) and max_epsilon < epsilon:
+        problems.append(("max_epsilon", f"must be >= epsilon ({epsilon!r}), got {max_epsilon!r}"))
+    return tuple((key, problem) for key, problem in problems if problem)
+
+
+def _table(name: str, raw: _Raw, dataset_loc: str, p: _Problems) -> TableSchema | None:
+    loc = f"{dataset_loc}.tables.{name}"
+    before = len(p.items)
+    _check_keys(raw, loc, ("privacy_unit", "max_groups", "max_rows", "columns"), p)
+    unit = _str(raw, "privacy_unit", loc, p)
+    max_groups = _int(raw, "max_groups", loc, p, default=1)
+    max_rows = _int(raw, "max_rows", loc, p, default=1)
+    for key, value in (("max_groups", max_groups), ("max_rows", max_rows)):
+        if value is not None and not 1 <= value <= 10_000:
+            p.add(f"{loc}.{key}", f"must be an integer in [1, 10000], got {value}")
+    named = _named_tables(raw, "columns", loc, _IDENTIFIER, p)
+    columns = tuple(c for n, r in named if (c := _column(n, r, loc, p)))
+    _check_case_duplicates(tuple(c.name for c in columns), f"{loc}.columns", p)
+    if unit is not None and "columns" in raw:
+        spec = next((c for c in columns if c.name.lower() == unit.lower()), None)
+        if not any(n.lower() == unit.lower() for n, _ in named):
+            p.add(f"{loc}.privacy_unit", f"{unit!r} is not a declared column")
+        elif spec is not None and spec.groupable:
+            p.add(f"{loc}.columns.{spec.name}.groupable", "the privacy unit must not be groupable")
+    if len(p.items) > before or unit is None or max_groups is None or max_rows is None:
+        return None
+    try:
+        return TableSchema(name, unit, columns, max_groups, max_rows)
+    except ValueError as err:
+        p.add(loc, str(err))
+        return None
+
+
+def _column(name: str, raw: _Raw, table_loc: str, p: _Problems) -> ColumnSpec | None:
+    loc = f"{table_loc}.columns.{name}"
+    before = len(p.items)
+    _check_keys(raw, loc, ("type", "bounds", "unit_level", "groupable", "public_domain"), p)
+    type_ = _str(raw, "type", loc, p)
+    if type_ is not None and type_.upper() not in TYPE_KINDS:
+        p.add(f"{loc}.type", f"unsupported type {type_!r}; use one of {', '.join(sorted(TYPE_KINDS))}")
+        type_ = None
+    unit_level = _bool(raw, "unit_level", loc, p, default=False)
+    groupable = _bool(raw, "groupable", loc, p, default=False)
+    bounds = _bounds(raw.get("bounds"), f"{loc}.bounds", p) if "bounds" in raw else None
+    domain = None
+    if "public_domain" in raw and type_ is not None:
+        domain = _public_domain(raw["public_domain"], TYPE_KINDS[type_.upper()], f"{loc}.public_domain", p)
+        if not groupable:
+            p.add(f"{loc}.public_domain", "only a groupable column can have a public domain")
+    if len(p.items) > before or type_ is None or unit_level is None or groupable is None:
+        return None
+    try:
+        return ColumnSpec(name, type_.upper(), bounds, unit_level, domain, groupable)
+    except ValueError as err:
+        p.add(loc, str(err))
+        return None
+
+
+def _bounds(value: object, loc: str, p: _Problems) -> tuple[float, float] | None:
+    ok = isinstance(value, list) and len(value) == 2 and all(_is_number(v) for v in value)
+    lo, hi = (float(cast(float, v)) for v in cast(list[object], value)) if ok else (math.nan, math.nan)
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+        p.add(loc, f"must be [lo, hi] with lo <= hi, both finite numbers, got {value!r}")
+        return None
+    return lo, hi
+
+
+def _public_domain(value: object, kind: Kind, loc: str, p: _Problems) -> tuple[Literal_, ...] | None:
+    if not isinstance(value, list) or not value:
+        p.add(loc, f"must be a non-empty array of {kind} values, got {value!r}")
+        return None
+    converted = tuple(_domain_value(v, kind) for v in value)
+    bad = [v for v, c in zip(value, converted, strict=True) if c is None]
+    if bad:
+        p.add(loc, f"values must all be {kind} values, got {', '.join(repr(v) for v in bad)}")
+        return None
+    return cast(tuple[Literal_, ...], converted)
+
+
+def _domain_value(value: object, kind: Kind) -> Literal_ | None:
+    """`value` as a literal of `kind` (dates become ISO strings), or None when it is not one."""
+    match kind:
+        case "integer" if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        case "float" if _is_number(value) and math.isfinite(float(cast(float, value))):
+            return float(cast(float, value))
+        case "string" if isinstance(value, str):
+            return value
+        case "boolean" if isinstance(value, bool):
+            return value
+        case "date" if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+            return value.isoformat()
+        case "date" if isinstance(value, str):
+            try:
+                return datetime.date.fromisoformat(value).isoformat()
+            except ValueError:
+                return None
+    return None
+
+
+def _analyst(name: str, raw: _Raw, datasets: set[str], p: _Problems) -> AnalystPolicy | None:
+    loc = f"analysts.{name}"
+    before = len(p.items)
+    _check_keys(raw, loc, ("role", "key_sha256", "budgets"), p)
+    role = _str(raw, "role", loc, p)
+    if role is not None and role not in get_args(Role):
+        p.add(f"{loc}.role", f"must be one of {', '.join(get_args(Role))}, got {role!r}")
+    key = _str(raw, "key_sha256", loc, p)
+    if key is not None and not _KEY_HASH.fullmatch(key):
+        p.add(f"{loc}.key_sha256", "must be the sha256 of the API key as 64 lowercase hex digits")
+    budgets: list[tuple[str, Budget]] = []
+    for dataset, budget_raw in _named_tables(raw, "budgets", loc, _NAME, p):
+        budget_loc = f"{loc}.budgets.{dataset}"
+        if dataset not in datasets:
+            p.add(budget_loc, f"unknown dataset {dataset!r}")
+        _check_keys(budget_raw, budget_loc, ("epsilon", "delta"), p)
+        epsilon = _float(budget_raw, "epsilon", budget_loc, p)
+        delta = _float(budget_raw, "delta", budget_loc, p)
+        for number, value, problem in (
+            ("epsilon", epsilon, epsilon_problem),
+            ("delta", delta, delta_problem),
+        ):
+            if value is not None and (message := problem(value)):
+                p.add(f"{budget_loc}.{number}", message)
+        if len(p.items) == before and epsilon is not None and delta is not None:
+            try:
+                budgets.append((dataset, Budget(epsilon, delta)))
+            except ValueError as err:
+                p.add(budget_loc, str(err))
+    if len(p.items) > before or role is None or key is None:
+        return None
+    return AnalystPolicy(name, cast(Role, role), key, tuple(budgets))
+
+
+# --- small typed readers: each reports its own problem and returns None on failure ---------------------
+
+
+def _named_tables(
+    raw: _Raw, key: str, loc: str, pattern: re.Pattern[str], p: _Problems | None
+) -> tuple[tuple[str, _Raw], ...]:
+    """The sub-tables of `raw[key]` as (name, table) pairs; reports bad names and non-tables to `p`."""
+    where = f"{loc}.{key}" if loc else key
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        if p is not None:
+            p.add(where, f"must be a table, got {_show(value)}")
+        return ()
+    found: list[tuple[str, _Raw]] = []
+    for name, item in value.items():
+        if not pattern.fullmatch(name):
+            if p is not None:
+                p.add(f"{where}.{name}", f"name must match {pattern.pattern}")
+        elif not isinstance(item, dict):
+            if p is not None:
+                p.add(f"{where}.{name}", f"must be a table, got {_show(item)}")
+        else:
+            found.append((name, item))
+    return tuple(found)
+
+
+def _check_keys(raw: _Raw, loc: str, allowed: tuple[str, ...], p: _Problems) -> None:
+    for key in raw:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"expected one of {', '.join(allowed)}"
+            p.add(f"{loc}.{key}" if loc else key, f"unknown key; {hint}")
+
+
+def _check_case_duplicates(names: tuple[str, ...], loc: str, p: _Problems) -> None:
+    # SQL names are case-insensitive: "Visits" and "visits" would be one table to a query.
+    seen: set[str] = set()
+    for name in names:
+        if name.lower() in seen:
+            p.add(f"{loc}.{name}", "declared twice (names are case-insensitive)")
+        seen.add(name.lower())
+
+
+def _take(
+    raw: _Raw, key: str, loc: str, p: _Problems, ok: Callable[[object], bool], what: str, default: object
+) -> object:
+    if key not in raw:
+        if default is _REQUIRED:
+            p.add(f"{loc}.{key}" if loc else key, "is required")
+            return None
+        return default
+    value = raw[key]
+    if not ok(value):
+        p.add(f"{loc}.{key}" if loc else key, f"must be {what}, got {_show(value)}")
+        return None
+    return value
+
+
+_REQUIRED = object()
+
+
+def _str(raw: _Raw, key: str, loc: str, p: _Problems, default: object = _REQUIRED) -> str | None:
+    ok: Callable[[object], bool] = lambda v: isinstance(v, str) and v != ""  # noqa: E731
+    return cast(str | None, _take(raw, key, loc, p, ok, "a non-empty string", default))
+
+
+def _float(raw: _Raw, key: str, loc: str, p: _Problems, default: object = _REQUIRED) -> float | None:
+    value = _take(raw, key, loc, p, _is_number, "a number", default)
+    return None if value is None else float(cast(float, value))
+
+
+def _int(raw: _Raw, key: str, loc: str, p: _Problems, default: object = _REQUIRED) -> int | None:
+    ok: Callable[[object], bool] = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    return cast(int | None, _take(raw, key, loc, p, ok, "an integer", default))
+
+
+def _bool(raw: _Raw, key: str, loc: str, p: _Problems, default: object = _REQUIRED) -> bool | None:
+    return cast(bool | None, _take(raw, key, loc, p, lambda v: isinstance(v, bool), "true or false", default))
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _show(value: object) -> str:
+    return f"{type(value).__name__} {value!r}"[:80]

@@ -1,0 +1,49 @@
+"""The SQL layer: plan(sql) = parse → analyse → price → rewrite, all pure. Rejections cost nothing."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from proxy.query.analyse import Analysis, analyse
+from proxy.query.catalog import Catalog, Mechanism
+from proxy.query.errors import UnsupportedQuery
+from proxy.query.parse import parse
+from proxy.query.price import Price, price
+from proxy.query.rewrite import rewrite
+
+
+@dataclass(frozen=True, slots=True)
+class QueryPlan:
+    source_sql: str
+    normalized_sql: str  # the analyst's query as sqlglot prints it: the identity of a repeat
+    analysis: Analysis
+    sql: str  # what DuckDB runs
+    price: Price
+
+    @property
+    def sql_sha256(self) -> str:
+        return hashlib.sha256(self.normalized_sql.encode()).hexdigest()
+
+
+def plan(
+    sql: str, catalog: Catalog, *, epsilon: float, delta: float, mechanism: Mechanism, salt: int = 0
+) -> QueryPlan:
+    """Check, price and rewrite one query without touching data or budget.
+
+    `salt` keys the per-unit choice of rows and groups; the pipeline draws a fresh one per query.
+
+    Example:
+        >>> from proxy.query.catalog import ColumnSpec, TableSchema
+        >>> t = TableSchema("orders", "cid", (ColumnSpec("cid", "BIGINT"),))
+        >>> p = plan("select count(*) from orders", Catalog((t,)), epsilon=0.5, delta=0.0, mechanism="laplace")
+        >>> p.normalized_sql, p.price.epsilon
+        ('SELECT COUNT(*) FROM orders', 0.5)
+    """
+    select = parse(sql)
+    try:
+        analysis = analyse(select, catalog)
+    except RecursionError as err:
+        raise UnsupportedQuery("the query is nested too deeply", construct="nesting") from err
+    priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism)
+    return QueryPlan(sql, select.sql(dialect="duckdb"), analysis, rewrite(analysis, salt), priced)

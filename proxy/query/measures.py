@@ -1,0 +1,117 @@
+"""Aggregates and the integer measures DuckDB computes for them, with per-group sensitivities.
+
+Every noised quantity is an integer: counts are, and sums are taken over values clamped and scaled to a
+fixed-point grid, so DuckDB adds integers exactly (no floating-point summation error, no overflow below
+2^63) and the noise is discrete (DESIGN.md §2, §5). Per-group sensitivities, add/remove adjacency, after
+the rewrite keeps at most `max_rows` rows per unit and group:
+    rows, values      max_rows                     (COUNT(*), COUNT(col))
+    units             1                            (COUNT(DISTINCT unit))
+    sum               max_rows · max(|lo|, |hi|)   (SUM, grid units)
+    centred_sum       max_rows · max(hi − c, c − lo), c = centre of [lo, hi]   (AVG's numerator)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from proxy.query.catalog import ColumnSpec, TableSchema
+
+AggregateKind = Literal["count", "count_column", "count_units", "sum", "avg"]
+MeasureKind = Literal["rows", "values", "units", "sum", "centred_sum"]
+
+GRID_BITS = 30  # a clamped value spans at most 2^30 grid steps: sums of 2^33 rows stay below 2^63
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    kind: AggregateKind
+    column: str | None
+
+    def label(self) -> str:
+        return {"count": "COUNT(*)", "count_units": f"COUNT(DISTINCT {self.column})"}.get(
+            self.kind, f"{self.kind.replace('_column', '').upper()}({self.column})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """An integer quantity per group; `lo`/`hi` are clamp bounds in grid units (value = grid · x)."""
+
+    kind: MeasureKind
+    column: str | None = None
+    grid: int = 1
+    lo: int = 0
+    hi: int = 0
+
+    @property
+    def centre(self) -> int:
+        return (self.lo + self.hi) // 2
+
+    def sensitivity(self, max_rows: int) -> int:
+        """Per-group sensitivity in grid units: how far one unit can move this measure in one group.
+
+        Example:
+            >>> Measure("sum", "amount", 1, -5, 20).sensitivity(3)
+            60
+            >>> Measure("centred_sum", "amount", 1, 0, 10).sensitivity(3)
+            15
+        """
+        match self.kind:
+            case "rows" | "values":
+                return max_rows
+            case "units":
+                return 1
+            case "sum":
+                return max_rows * max(abs(self.lo), abs(self.hi))
+            case "centred_sum":
+                return max_rows * max(self.hi - self.centre, self.centre - self.lo)
+
+
+def fixed_point(spec: ColumnSpec) -> tuple[int, int, int]:
+    """(grid, lo, hi) for a bounded column: integers with integral bounds keep grid 1.
+
+    The integer bounds are rounded inwards (ceil lo, floor hi), so clamped values never exceed the
+    declared bounds and the sensitivity derived from them is never below the truth.
+
+    Example:
+        >>> fixed_point(ColumnSpec("age", "INTEGER", bounds=(18, 90)))
+        (1, 18, 90)
+        >>> fixed_point(ColumnSpec("amount", "DOUBLE", bounds=(0.0, 500.0)))
+        (2097152, 0, 1048576000)
+    """
+    assert spec.bounds is not None
+    lo, hi = spec.bounds
+    if spec.kind == "integer" and float(lo).is_integer() and float(hi).is_integer():
+        return 1, int(lo), int(hi)
+    magnitude = max(abs(lo), abs(hi), 2.0**-20)
+    bits = min(50, max(0, GRID_BITS - math.ceil(math.log2(magnitude))))
+    grid = 2**bits
+    return grid, math.ceil(lo * grid), math.floor(hi * grid)
+
+
+def measures_of(aggregate: Aggregate, table: TableSchema) -> tuple[Measure, ...]:
+    """The measures one aggregate is computed from (AVG: a centred sum and a count)."""
+    match aggregate.kind:
+        case "count":
+            return (Measure("rows"),)
+        case "count_column":
+            return (Measure("values", aggregate.column),)
+        case "count_units":
+            return (Measure("units"),)
+    column = table.column(aggregate.column or "")
+    assert column is not None and column.bounds is not None
+    grid, lo, hi = fixed_point(column)
+    if aggregate.kind == "sum":
+        return (Measure("sum", column.name, grid, lo, hi),)
+    return (Measure("centred_sum", column.name, grid, lo, hi), Measure("values", column.name))
+
+
+def measures_for(aggregates: tuple[Aggregate, ...], table: TableSchema) -> tuple[Measure, ...]:
+    """All measures of a query, each once, in first-use order."""
+    seen: dict[Measure, None] = {}
+    for aggregate in aggregates:
+        for measure in measures_of(aggregate, table):
+            seen.setdefault(measure)
+    return tuple(seen)

@@ -1,0 +1,47 @@
+"""Text -> exactly one sqlglot SELECT tree (DuckDB dialect). One of the two places that catch sqlglot's
+exceptions; everything it raises becomes a QueryError so that no input can produce a 500."""
+
+from __future__ import annotations
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, SqlglotError
+
+from proxy.query.errors import SqlSyntaxError, UnsupportedQuery
+from proxy.query.guard import guard
+
+
+def parse(text: str) -> exp.Select:
+    """Parse one SELECT statement.
+
+    Example:
+        >>> parse("SELECT COUNT(*) FROM visits").sql()
+        'SELECT COUNT(*) FROM visits'
+    """
+    guard(text)
+    try:
+        statements = [s for s in sqlglot.parse(text, read="duckdb") if s is not None]
+    except ParseError as err:
+        first = err.errors[0] if err.errors else {}
+        raise SqlSyntaxError(
+            f"SQL syntax error: {first.get('description', 'cannot parse the query')}",
+            construct="syntax", line=first.get("line"), col=first.get("col"),
+        ) from err
+    except RecursionError as err:
+        raise UnsupportedQuery("the query is nested too deeply", construct="nesting") from err
+    except (SqlglotError, ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+        # sqlglot is a lenient transpiler, not a validator: odd input can surface as other errors.
+        raise SqlSyntaxError("SQL syntax error: cannot parse the query", construct="syntax") from err
+    if len(statements) != 1:
+        raise UnsupportedQuery(
+            f"send exactly one statement; found {len(statements)}",
+            construct="statements", count=len(statements),
+        )
+    statement = statements[0]
+    if not isinstance(statement, exp.Select):
+        construct = statement.key.upper()
+        raise UnsupportedQuery(
+            f"{construct} is not supported; only SELECT ... FROM <table> [WHERE] [GROUP BY] queries run",
+            construct=construct,
+        )
+    return statement

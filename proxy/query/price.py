@@ -1,0 +1,143 @@
+"""Choose the noise for every measure and build the exact event to charge (DESIGN.md §2–§4).
+
+The requested (ε, δ) is split evenly across the noisy parts of the release, each part rounded down so the
+parts never add up to more than was asked. Sensitivities over the whole release follow from the enforced
+contribution bounds: with L0 = max_groups, a measure of per-group sensitivity s has L1 = L0·s and
+L2 = √L0·s. L0 = 1 (disjoint groups) is parallel composition: the release costs what one group costs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from accountant import loss
+from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ParallelEvent, ThresholdEvent
+from mechanisms import gaussian, laplace, threshold
+from proxy.query.analyse import Analysis
+from proxy.query.catalog import Mechanism
+from proxy.query.errors import InvalidParameter
+
+Composition = Literal["parallel", "sequential"]
+
+
+@dataclass(frozen=True, slots=True)
+class NoiseSpec:
+    """The noise added to one measure: all values in grid units (value = grid · x)."""
+
+    measure: int  # index into Analysis.measures
+    mechanism: Mechanism
+    scale: float  # Laplace b or Gaussian σ
+    sensitivity: float  # L1 (Laplace) or L2 (Gaussian) over the whole release
+    grid: int
+    ci95: float  # half-width of the 95% interval of the noise
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Private partition selection: release a group iff distinct units + Laplace(scale) >= threshold."""
+
+    scale: float
+    threshold: int
+    epsilon: float
+    delta: float
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    mechanism: Mechanism
+    noise: tuple[NoiseSpec, ...]
+    selection: Selection | None
+    event: Event
+    epsilon: float  # the charge under basic composition
+    delta: float
+    gaussian_delta: float  # δ at which the Gaussian part is converted to (ε, δ)
+    composition: Composition
+
+
+def price(analysis: Analysis, *, epsilon: float, delta: float, mechanism: Mechanism) -> Price:
+    """Noise scales and the charge for `analysis` at the requested (ε, δ).
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("orders", "cid", (ColumnSpec("cid", "BIGINT"),
+        ...     ColumnSpec("region", "VARCHAR", groupable=True, public_domain=("N", "S"))), max_groups=2)
+        >>> a = analyse(parse("SELECT region, COUNT(*) FROM orders GROUP BY region"), Catalog((t,)))
+        >>> p = price(a, epsilon=1.0, delta=1e-6, mechanism="laplace")
+        >>> p.noise[0].sensitivity, p.noise[0].scale, p.epsilon, p.delta, p.composition
+        (2, 2.0, 1.0, 0.0, 'sequential')
+    """
+    _check(epsilon, delta, mechanism)
+    l0 = analysis.max_groups
+    max_rows = analysis.table.max_rows
+    private = analysis.partitions == "private"
+    if delta == 0 and (private or mechanism == "gaussian"):
+        why = "Gaussian noise" if mechanism == "gaussian" else "choosing which groups to release"
+        raise InvalidParameter(
+            f"this query needs delta > 0 for {why}; send a delta, or group by keys with a public domain",
+            parameter="delta",
+        )
+    parts = len(analysis.measures) + (1 if private else 0)
+    share = _down(epsilon / parts)
+
+    selection = None
+    children: list[Event] = []
+    if private:
+        selection_delta = delta / 2 if mechanism == "gaussian" else delta
+        scale = laplace.scale_for(l0, share)  # the distinct-unit counts have L1 sensitivity L0
+        cut = threshold.threshold_for(l0, scale, selection_delta)
+        selection = Selection(
+            scale, cut, laplace.epsilon(l0, scale), threshold.delta_of_threshold(l0, scale, cut)
+        )
+        children.append(ThresholdEvent(selection.epsilon, selection.delta))
+
+    noise: list[NoiseSpec] = []
+    gaussian_delta = 0.0
+    if mechanism == "laplace":
+        for j, measure in enumerate(analysis.measures):
+            sensitivity = l0 * measure.sensitivity(max_rows)  # Δ1 = L0 · per-group sensitivity (§2)
+            scale = laplace.scale_for(sensitivity, share) if sensitivity else 1.0
+            noise.append(NoiseSpec(j, "laplace", scale, sensitivity, measure.grid, laplace.ci_halfwidth(scale)))
+            children.append(LaplaceEvent(sensitivity, scale))
+    else:
+        gaussian_delta = _down(delta / 2) if private else delta
+        gaussian_epsilon = _down(epsilon - share) if private else epsilon
+        rho_each = _down(gaussian.rho_for(gaussian_epsilon, gaussian_delta) / len(analysis.measures))
+        for j, measure in enumerate(analysis.measures):
+            # Δ2 = √L0 · per-group sensitivity (§2), rounded up
+            sensitivity = math.nextafter(math.sqrt(l0) * measure.sensitivity(max_rows), math.inf)
+            sigma = gaussian.sigma_for(sensitivity, rho_each) if sensitivity else 1.0
+            noise.append(
+                NoiseSpec(j, "gaussian", sigma, sensitivity, measure.grid, gaussian.ci_halfwidth(sigma))
+            )
+            children.append(GaussianEvent(sensitivity, sigma))
+
+    per_partition = ComposedEvent(tuple(children))
+    disjoint_groups = bool(analysis.keys) and analysis.disjoint
+    # One group per unit: the release is the same mechanism on disjoint partitions, costing one (§3).
+    event: Event = ParallelEvent((per_partition,)) if disjoint_groups else per_partition
+    charged_epsilon, charged_delta = loss.epsilon_delta(event, gaussian_delta)
+    return Price(
+        mechanism=mechanism, noise=tuple(noise), selection=selection, event=event,
+        epsilon=charged_epsilon, delta=charged_delta, gaussian_delta=gaussian_delta,
+        composition="parallel" if disjoint_groups else "sequential",
+    )
+
+
+def _down(value: float) -> float:
+    """Round a budget share down, so that shares never add up to more than the whole."""
+    return math.nextafter(value, 0.0)
+
+
+def _check(epsilon: float, delta: float, mechanism: str) -> None:
+    if not (isinstance(epsilon, int | float) and math.isfinite(epsilon) and epsilon >= 1e-6):
+        raise InvalidParameter(f"epsilon must be a finite number >= 1e-6, got {epsilon!r}", parameter="epsilon")
+    if not (isinstance(delta, int | float) and math.isfinite(delta) and 0 <= delta < 1e-3):
+        raise InvalidParameter(f"delta must be in [0, 0.001), got {delta!r}", parameter="delta")
+    if delta != 0 and delta < 1e-300:
+        raise InvalidParameter(f"delta {delta!r} is too small to be meaningful", parameter="delta")
+    if mechanism not in ("laplace", "gaussian"):
+        raise InvalidParameter(f"mechanism must be 'laplace' or 'gaussian', got {mechanism!r}", parameter="mechanism")

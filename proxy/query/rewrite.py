@@ -1,0 +1,142 @@
+"""Generate the SQL that runs: contribution bounding, clamping and per-group measures, from the Analysis.
+
+The SQL is built from declared names and rebuilt literals only; the analyst's text never reaches DuckDB.
+Bounding is per unit (DESIGN.md §2, §7): each unit keeps `max_rows` rows per group and `max_groups` groups,
+chosen by a keyed hash of the unit's own rows under a fresh random `salt` per query. What a unit keeps
+depends only on its own rows, so removing a unit removes only its kept rows and every planned sensitivity
+holds for any data; the salt makes the choice a fresh pseudo-random sample each time.
+
+    __src    the rows of the protected table that pass WHERE (and the public domain), values clamped
+    __rows   at most max_rows random rows per (unit, group)                     L∞ bound
+    __cells  one row per (unit, group), at most max_groups random groups per unit   L0 bound
+    result   per group: distinct units, then one integer column per measure
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp, parse_one
+
+from proxy.query.analyse import Analysis
+from proxy.query.measures import Measure
+
+UNITS = "__units"
+
+
+def rewrite(analysis: Analysis, salt: int = 0) -> str:
+    """The bounded, clamped DuckDB query for `analysis`, as SQL text.
+
+    Result columns: the group keys, then `__units` (distinct units per group), then `__m0`, `__m1`, …
+    (one integer per measure, in `analysis.measures` order).
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("orders", "cid", (ColumnSpec("cid", "BIGINT"),
+        ...     ColumnSpec("qty", "INTEGER", bounds=(0, 10))), max_rows=2)
+        >>> print(rewrite(analyse(parse("SELECT SUM(qty) FROM orders WHERE qty > 1"), Catalog((t,))), 7))
+        WITH __src AS (SELECT "cid" AS __unit, CASE WHEN "qty" IS NULL THEN NULL ELSE LEAST(GREATEST(CAST(ROUND(LEAST(GREATEST(CAST("qty" AS DOUBLE), 0), 10) * 1) AS BIGINT), 0), 10) END AS __v0 FROM "orders" WHERE "qty" > 1), __rows AS (SELECT * FROM __src QUALIFY ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY RANDOM()) <= 2), __cells AS (SELECT __unit, SUM(__v0) AS __c0 FROM __rows GROUP BY __unit) SELECT COUNT(*) AS __units, SUM(__c0) AS __m0 FROM __cells
+    """
+    keys = [f"__k{i}" for i in range(len(analysis.keys))]
+    source = _source(analysis)
+    values = [f"__v{j}" for j, m in enumerate(analysis.measures) if m.kind in ("values", "sum", "centred_sum")]
+    row_rank = _keyed_rank(["__unit", *keys], [*keys, *values], salt)
+    rows = exp.select("*").from_("__src").qualify(
+        exp.LTE(this=row_rank, expression=exp.Literal.number(analysis.table.max_rows))
+    )
+    cells = exp.select("__unit", *keys, *(_cell_measure(m, j) for j, m in enumerate(analysis.measures)))
+    cells = cells.from_("__rows").group_by("__unit", *keys)
+    if keys:  # without GROUP BY each unit has exactly one cell: nothing to bound
+        cells = cells.qualify(
+            exp.LTE(this=_keyed_rank(["__unit"], keys, salt), expression=exp.Literal.number(analysis.max_groups))
+        )
+    result = exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), UNITS))
+    for j, _ in enumerate(analysis.measures):
+        result = result.select(exp.alias_(exp.Sum(this=exp.column(f"__c{j}")), f"__m{j}"), append=True)
+    result = result.from_("__cells")
+    if keys:
+        result = result.group_by(*keys)
+    query = result.with_("__src", as_=source).with_("__rows", as_=rows).with_("__cells", as_=cells)
+    return query.sql(dialect="duckdb")
+
+
+def _source(analysis: Analysis) -> exp.Select:
+    table = analysis.table
+    projections: list[exp.Expr] = [exp.alias_(_quoted(table.privacy_unit), "__unit")]
+    projections += [exp.alias_(_quoted(key), f"__k{i}") for i, key in enumerate(analysis.keys)]
+    projections += [p for j, m in enumerate(analysis.measures) if (p := _row_value(m, j)) is not None]
+    source = exp.select(*projections).from_(exp.table_(table.name, quoted=True))
+    conditions = [analysis.where] if analysis.where is not None else []
+    if analysis.partitions == "public":
+        # Rows outside the public domain are dropped before bounding: no unit spends its L0 on them.
+        conditions += [
+            exp.In(this=_quoted(key), expressions=[_literal(v) for v in domain])
+            for key, domain in zip(analysis.keys, analysis.domains, strict=True)
+        ]
+    if conditions:
+        source = source.where(exp.and_(*conditions))
+    return source
+
+
+def _row_value(measure: Measure, j: int) -> exp.Expr | None:
+    """The per-row input of a measure: a 0/1 flag for counts of a column, a clamped grid integer for sums."""
+    if measure.kind == "values":
+        flag = exp.cast(exp.Not(this=exp.Is(this=_quoted(measure.column), expression=exp.Null())), "INTEGER")
+        return exp.alias_(flag, f"__v{j}")
+    if measure.kind not in ("sum", "centred_sum"):
+        return None
+    assert measure.column is not None
+    column = _quoted(measure.column)
+    grid, lo, hi = measure.grid, measure.lo, measure.hi
+    # Clamp in DOUBLE first (NaN and ±inf land on a bound), scale to the grid, round, then clamp again in
+    # integers: the result lies in [lo, hi] for every input, so no cast can fail on the data.
+    as_double = exp.cast(column, "DOUBLE")
+    clamped = exp.func("LEAST", exp.func("GREATEST", as_double, _number(lo / grid)), _number(hi / grid))
+    scaled = exp.cast(exp.func("ROUND", exp.Mul(this=clamped, expression=_number(grid))), "BIGINT")
+    bounded = exp.func("LEAST", exp.func("GREATEST", scaled, _number(lo)), _number(hi))
+    # DuckDB's GREATEST/LEAST skip NULLs, so NULL is kept explicitly: a missing value contributes nothing.
+    value = exp.Case(
+        ifs=[exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()), true=exp.Null())], default=bounded
+    )
+    return exp.alias_(value, f"__v{j}")
+
+
+def _cell_measure(measure: Measure, j: int) -> exp.Expr:
+    match measure.kind:
+        case "rows":
+            value: exp.Expr = exp.Count(this=exp.Star())
+        case "units":
+            value = exp.Literal.number(1)  # summed over cells: one per unit in the group
+        case "values" | "sum":
+            value = exp.Sum(this=exp.column(f"__v{j}"))
+        case "centred_sum":
+            value = exp.Sum(this=exp.Sub(this=exp.column(f"__v{j}"), expression=_number(measure.centre)))
+    return exp.alias_(value, f"__c{j}")
+
+
+def _keyed_rank(partition: list[str], identity: list[str], salt: int) -> exp.Expr:
+    """Rank within each partition by hash(salt, unit, own columns): a per-unit pseudo-random order."""
+    window = ", ".join(partition)
+    hashed = ", ".join([str(int(salt)), "__unit", *identity])
+    return parse_one(f"ROW_NUMBER() OVER (PARTITION BY {window} ORDER BY HASH({hashed}))", read="duckdb")
+
+
+def _quoted(name: str | None) -> exp.Column:
+    assert name is not None
+    return exp.column(name, quoted=True)
+
+
+def _number(value: int | float) -> exp.Literal:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return exp.Literal.number(value)
+
+
+def _literal(value: object) -> exp.Expr:
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, int | float):
+        return _number(value)
+    if hasattr(value, "isoformat"):
+        return exp.cast(exp.Literal.string(value.isoformat()), "DATE")  # type: ignore[attr-defined]
+    return exp.Literal.string(str(value))

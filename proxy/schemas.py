@@ -1,0 +1,140 @@
+"""The HTTP contract: pydantic request and response models, nothing else."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from proxy.query.guard import MAX_LENGTH
+
+
+class QueryRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+    sql: str = Field(min_length=1, max_length=MAX_LENGTH, description="one SELECT statement")
+    dataset: str | None = Field(None, max_length=64, description="defaults to your only dataset")
+    epsilon: float | None = Field(None, gt=0, description="ε for this query; defaults to the dataset's")
+    delta: float | None = Field(None, ge=0, lt=1, description="δ for this query; defaults to the dataset's")
+    mechanism: Literal["laplace", "gaussian"] | None = None
+
+
+class NoiseOut(BaseModel):
+    column: str
+    mechanism: Literal["laplace", "gaussian"]
+    scale: float | None = Field(description="Laplace b or Gaussian σ, in the column's units; null if derived")
+    ci95: float | None = Field(description="half-width of the 95% noise interval; null if derived")
+
+
+class ChargeOut(BaseModel):
+    id: str | None
+    epsilon: float
+    delta: float
+    mechanism: Literal["laplace", "gaussian"]
+    composition: Literal["parallel", "sequential"]
+    events: dict[str, Any]
+
+
+class BudgetOut(BaseModel):
+    dataset: str
+    epsilon: float
+    delta: float
+    epsilon_spent: float
+    delta_spent: float
+    epsilon_remaining: float
+    delta_remaining: float
+
+
+class PartitionsOut(BaseModel):
+    kind: Literal["none", "public", "private"]
+    threshold: int | None = Field(None, description="distinct-unit threshold of private partition selection")
+
+
+class QueryResponse(BaseModel):
+    ok: Literal[True] = True
+    dataset: str
+    columns: list[str]
+    rows: list[list[Any]]
+    charge: ChargeOut
+    budget: BudgetOut
+    noise: list[NoiseOut]
+    partitions: PartitionsOut
+
+
+class PreviewResponse(BaseModel):
+    ok: Literal[True] = True
+    dataset: str
+    sql: str = Field(description="the bounded, clamped SQL that would run")
+    columns: list[str]
+    charge: ChargeOut
+    budget: BudgetOut = Field(description="the budget as it is now")
+    budget_after: BudgetOut = Field(description="the budget after this query")
+    admissible: bool
+    noise: list[NoiseOut]
+    partitions: PartitionsOut
+
+
+class BudgetsResponse(BaseModel):
+    ok: Literal[True] = True
+    analyst: str
+    budgets: list[BudgetOut]
+
+
+class LedgerEntry(BaseModel):
+    id: str
+    analyst: str
+    dataset: str
+    at: str
+    sql_sha256: str
+    epsilon: float
+    delta: float
+    composition: str
+    events: dict[str, Any]
+
+
+class LedgerResponse(BaseModel):
+    ok: Literal[True] = True
+    total: int
+    limit: int
+    offset: int
+    charges: list[LedgerEntry]
+
+
+class ColumnOut(BaseModel):
+    name: str
+    type: str
+    bounds: tuple[float, float] | None
+    unit_level: bool
+    groupable: bool
+    public_domain: list[Any] | None
+
+
+class TableOut(BaseModel):
+    name: str
+    privacy_unit: str
+    max_groups: int
+    max_rows: int
+    columns: list[ColumnOut]
+
+
+class DatasetOut(BaseModel):
+    name: str
+    mechanism: Literal["laplace", "gaussian"]
+    epsilon: float
+    delta: float
+    max_epsilon: float
+    tables: list[TableOut]
+
+
+class DatasetsResponse(BaseModel):
+    ok: Literal[True] = True
+    datasets: list[DatasetOut]
+
+
+class ErrorResponse(BaseModel):
+    ok: Literal[False] = False
+    status: int
+    code: str
+    error: str
+    detail: dict[str, Any]
+    charged: bool
