@@ -74,5 +74,8 @@ def install(app: FastAPI) -> None:
     async def handle(request: Request, exc: Exception) -> JSONResponse:
         return error_response(request, exc)
 
-    for exc_type in (Exception, RequestValidationError, StarletteHTTPException):
+    # Domain errors get their own registration: a handler for Exception alone runs in Starlette's
+    # ServerErrorMiddleware, which logs a traceback and closes the connection even for a 400.
+    for exc_type in (QueryError, AuthError, AccountantError, EngineError, RequestValidationError,
+                     StarletteHTTPException, Exception):
         app.add_exception_handler(exc_type, handle)

@@ -51,8 +51,8 @@ class Answer:
     spent: Spend
 
 
-def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy) -> Prepared:
-    """Authorise the dataset and plan the query: no data, no budget touched."""
+def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int) -> Prepared:
+    """Authorise the dataset and plan the query: no data, no budget touched. `salt` keys the bounding."""
     name, budget = dataset_for(analyst, req.dataset)
     dataset = policy.dataset(name)
     assert dataset is not None  # the policy loader checks that budgets name known datasets
@@ -64,13 +64,14 @@ def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy) -> Prepar
         )
     delta = dataset.delta if req.delta is None else req.delta
     mechanism = req.mechanism or dataset.mechanism
-    return Prepared(dataset, budget, plan(req.sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism))
+    planned = plan(req.sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism, salt=salt)
+    return Prepared(dataset, budget, planned)
 
 
 def answer(
     req: QueryRequest, analyst: AnalystPolicy, env: Env, on_admitted: Callable[[Charge], None]
 ) -> Answer:
-    prepared = prepare(req, analyst, env.policy)
+    prepared = prepare(req, analyst, env.policy, env.sampler.salt())
     price = prepared.plan.price
     charge = env.ledger.admit(
         analyst=analyst.name, dataset=prepared.dataset.name, sql_sha256=prepared.plan.sql_sha256,

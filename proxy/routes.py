@@ -18,8 +18,20 @@ from proxy.query.analyse import Analysis
 from proxy.query.expr import Agg
 from proxy.query.price import Price
 from proxy.schemas import (
-    BudgetOut, BudgetsResponse, ChargeOut, ColumnOut, DatasetOut, DatasetsResponse, ErrorResponse,
-    LedgerEntry, LedgerResponse, NoiseOut, PartitionsOut, PreviewResponse, QueryRequest, QueryResponse,
+    BudgetOut,
+    BudgetsResponse,
+    ChargeOut,
+    ColumnOut,
+    DatasetOut,
+    DatasetsResponse,
+    ErrorResponse,
+    LedgerEntry,
+    LedgerResponse,
+    NoiseOut,
+    PartitionsOut,
+    PreviewResponse,
+    QueryRequest,
+    QueryResponse,
     TableOut,
 )
 
@@ -70,10 +82,10 @@ def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: EnvDep
 @router.post("/v1/query/preview", response_model=PreviewResponse, tags=["query"])
 def preview(body: QueryRequest, analyst: AnalystDep, env: EnvDep) -> PreviewResponse:
     """The plan of a query (rewritten SQL, charge, noise) without charging or touching data."""
-    prepared = prepare(body, analyst, env.policy)
+    prepared = prepare(body, analyst, env.policy, env.sampler.salt())
     price = prepared.plan.price
     spent = env.ledger.spent(analyst.name, prepared.dataset.name)
-    after = Spend(spent.epsilon + price.epsilon, spent.delta + price.delta)
+    after = budget_filter.total([(spent.epsilon, spent.delta), (price.epsilon, price.delta)])  # rounded up
     return PreviewResponse(
         dataset=prepared.dataset.name,
         sql=prepared.plan.sql,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from tests.catalogs import CATALOG
 def _rejected_cases() -> list[tuple[str, str, str]]:
     lines = (Path(__file__).parent / "fixtures" / "rejected.sql").read_text().splitlines()
     cases = []
-    for header, query in zip(lines, lines[1:], strict=False):
+    for header, query in itertools.pairwise(lines):
         if header.startswith("-- code:"):
             code, _, construct = header.removeprefix("-- code:").partition("construct:")
             cases.append((query, code.strip(), construct.strip()))

@@ -308,9 +308,9 @@ def _aggregate(node: exp.Count | exp.Sum | exp.Avg, scope: _Scope) -> Aggregate:
             return Aggregate("count", None)
         if isinstance(argument, exp.Distinct):
             inner = argument.expressions
-            if len(inner) == 1 and isinstance(inner[0], exp.Column):
-                if scope.column(inner[0]).name == table.privacy_unit:
-                    return Aggregate("count_units", table.privacy_unit)
+            is_column = len(inner) == 1 and isinstance(inner[0], exp.Column)
+            if is_column and scope.column(inner[0]).name == table.privacy_unit:
+                return Aggregate("count_units", table.privacy_unit)
             raise UnsupportedQuery(
                 f"COUNT(DISTINCT ...) is supported only on the privacy unit {table.privacy_unit!r}",
                 construct="COUNT(DISTINCT)", hint=_AGGREGATE_HINT,
@@ -530,10 +530,10 @@ def _arg_construct(name: str) -> str:
 
 def _unsupported_clause(name: str, value: object) -> UnsupportedQuery:
     construct = _arg_construct(name)
+    if name == "joins":
+        return UnsupportedQuery(_HINTS[exp.Join], construct=construct)
     hint = _HINTS.get(type(value), "supported: SELECT keys, aggregates FROM table [WHERE] [GROUP BY] "
                                    "[HAVING] [ORDER BY] [LIMIT]")
-    if name == "joins":
-        hint = _HINTS[exp.Join]
     return UnsupportedQuery(f"{construct} is not supported; {hint}", construct=construct)
 
 

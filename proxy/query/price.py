@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Literal
 
 from accountant import loss
@@ -81,7 +82,7 @@ def price(analysis: Analysis, *, epsilon: float, delta: float, mechanism: Mechan
             parameter="delta",
         )
     parts = len(analysis.measures) + (1 if private else 0)
-    share = _down(epsilon / parts)
+    share = _share(epsilon, parts)
 
     selection = None
     children: list[Event] = []
@@ -103,9 +104,9 @@ def price(analysis: Analysis, *, epsilon: float, delta: float, mechanism: Mechan
             noise.append(NoiseSpec(j, "laplace", scale, sensitivity, measure.grid, laplace.ci_halfwidth(scale)))
             children.append(LaplaceEvent(sensitivity, scale))
     else:
-        gaussian_delta = _down(delta / 2) if private else delta
+        gaussian_delta = _share(delta, 2) if private else delta
         gaussian_epsilon = _down(epsilon - share) if private else epsilon
-        rho_each = _down(gaussian.rho_for(gaussian_epsilon, gaussian_delta) / len(analysis.measures))
+        rho_each = _share(gaussian.rho_for(gaussian_epsilon, gaussian_delta), len(analysis.measures))
         for j, measure in enumerate(analysis.measures):
             # Δ2 = √L0 · per-group sensitivity (§2), rounded up
             sensitivity = math.nextafter(math.sqrt(l0) * measure.sensitivity(max_rows), math.inf)
@@ -127,8 +128,21 @@ def price(analysis: Analysis, *, epsilon: float, delta: float, mechanism: Mechan
     )
 
 
+def _share(whole: float, parts: int) -> float:
+    """The largest float x with parts · x <= whole exactly: shares never add up to more than the whole.
+
+    Example:
+        >>> _share(0.5, 1), _share(1.0, 2), 3 * Fraction(_share(0.1, 3)) <= Fraction(0.1)
+        (0.5, 0.5, True)
+    """
+    share = whole / parts
+    while parts * Fraction(share) > Fraction(whole):
+        share = math.nextafter(share, 0.0)
+    return share
+
+
 def _down(value: float) -> float:
-    """Round a budget share down, so that shares never add up to more than the whole."""
+    """One float below `value`: a remainder that must not round up past the whole."""
     return math.nextafter(value, 0.0)
 
 

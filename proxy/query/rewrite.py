@@ -28,14 +28,14 @@ def rewrite(analysis: Analysis, salt: int = 0) -> str:
     Result columns: the group keys, then `__units` (distinct units per group), then `__m0`, `__m1`, …
     (one integer per measure, in `analysis.measures` order).
 
-    Example:
+    Example (the generated SQL is one long line):
         >>> from proxy.query.parse import parse
         >>> from proxy.query.analyse import analyse
         >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
         >>> t = TableSchema("orders", "cid", (ColumnSpec("cid", "BIGINT"),
         ...     ColumnSpec("qty", "INTEGER", bounds=(0, 10))), max_rows=2)
         >>> print(rewrite(analyse(parse("SELECT SUM(qty) FROM orders WHERE qty > 1"), Catalog((t,))), 7))
-        WITH __src AS (SELECT "cid" AS __unit, CASE WHEN "qty" IS NULL THEN NULL ELSE LEAST(GREATEST(CAST(ROUND(LEAST(GREATEST(CAST("qty" AS DOUBLE), 0), 10) * 1) AS BIGINT), 0), 10) END AS __v0 FROM "orders" WHERE "qty" > 1), __rows AS (SELECT * FROM __src QUALIFY ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY RANDOM()) <= 2), __cells AS (SELECT __unit, SUM(__v0) AS __c0 FROM __rows GROUP BY __unit) SELECT COUNT(*) AS __units, SUM(__c0) AS __m0 FROM __cells
+        WITH __src AS (SELECT "cid" AS __unit, CASE WHEN "qty" IS NULL THEN NULL ELSE LEAST(GREATEST(CAST(ROUND(LEAST(GREATEST(CAST("qty" AS DOUBLE), 0), 10) * 1) AS BIGINT), 0), 10) END AS __v0 FROM "orders" WHERE "qty" > 1), __rows AS (SELECT * FROM __src QUALIFY ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY HASH(7, __unit, __v0)) <= 2), __cells AS (SELECT __unit, SUM(__v0) AS __c0 FROM __rows GROUP BY __unit) SELECT COUNT(*) AS __units, SUM(__c0) AS __m0 FROM __cells
     """
     keys = [f"__k{i}" for i in range(len(analysis.keys))]
     source = _source(analysis)

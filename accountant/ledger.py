@@ -1,0 +1,443 @@
+"""The ledger of charges: the one place budget state lives, and the only read-modify-write (STYLE.md B6).
+
+`admit` checks a charge against the analyst's remaining budget and records it in one atomic step, before
+any result exists; there are no refunds. `SqliteLedger` makes that step one `BEGIN IMMEDIATE` transaction,
+so threads and processes sharing a file can never overspend. Charges store the exact `Event` (as JSON),
+so spend can be re-accounted later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from accountant.errors import BudgetExceeded
+from accountant.events import Event, from_json, to_json
+from accountant.filter import Budget, Spend, admits, remaining, total
+
+Clock = Callable[[], datetime]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+SCHEMA_VERSION = 1
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """One admitted release: who, on what, when, the exact mechanism, and the (ε, δ) charged for it.
+
+    `composition` names the rule the (ε, δ) was computed under (e.g. "basic").
+    """
+
+    id: str
+    analyst: str
+    dataset: str
+    at: datetime
+    sql_sha256: str
+    event: Event
+    epsilon: float
+    delta: float
+    composition: str
+
+    def __post_init__(self) -> None:
+        if self.at.utcoffset() != timedelta(0):
+            raise ValueError(f"charge time must be timezone-aware UTC, got {self.at!r}")
+
+
+class Ledger(Protocol):
+    """Storage of charges; `admit` is atomic check-then-insert."""
+
+    def admit(
+        self,
+        *,
+        analyst: str,
+        dataset: str,
+        sql_sha256: str,
+        event: Event,
+        epsilon: float,
+        delta: float,
+        composition: str,
+        budget: Budget,
+    ) -> Charge:
+        """Record the charge if it fits the budget, else raise `BudgetExceeded` and write nothing."""
+        ...
+
+    def spent(self, analyst: str, dataset: str) -> Spend:
+        """Σε and Σδ charged to the analyst on the dataset (rounded up)."""
+        ...
+
+    def charges(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[Charge, ...]:
+        """Charges matching the filters (since <= at < until), newest first, paginated."""
+        ...
+
+    def count(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> int:
+        """How many charges match the filters."""
+        ...
+
+    def close(self) -> None:
+        """Release the storage."""
+        ...
+
+
+# --- shared by both ledgers -------------------------------------------------------------------------
+
+
+def _fmt(value: float) -> str:
+    text = f"{value:.6g}"
+    return text + ".0" if text.lstrip("-").isdigit() else text
+
+
+def _check_request(epsilon: float, delta: float, budget: Budget) -> None:
+    for name, value in (("epsilon", epsilon), ("delta", delta)):
+        if not isinstance(value, int | float) or not (0 <= value < float("inf")):
+            raise ValueError(f"charge {name} must be finite and >= 0, got {value!r}")
+    if delta >= 1:
+        raise ValueError(f"charge delta must be < 1, got {delta!r}")
+    if not isinstance(budget, Budget):
+        raise TypeError(f"budget must be a Budget, got {budget!r}")
+
+
+def _refusal(spent: Spend, epsilon: float, delta: float, budget: Budget) -> BudgetExceeded:
+    left = remaining(spent, budget)
+    if admits(spent, epsilon, 0.0, budget):  # ε fits, so δ is what ran out
+        message = f"query needs δ={_fmt(delta)} but {_fmt(left.delta)} of your δ={_fmt(budget.delta)} remains"
+    else:
+        message = (
+            f"query needs ε={_fmt(epsilon)} but {_fmt(left.epsilon)} of your ε={_fmt(budget.epsilon)} remains"
+        )
+    return BudgetExceeded(
+        message,
+        epsilon_remaining=left.epsilon,
+        delta_remaining=left.delta,
+        epsilon_requested=epsilon,
+        delta_requested=delta,
+    )
+
+
+def _check_window(since: datetime | None, until: datetime | None, limit: int, offset: int) -> None:
+    for name, moment in (("since", since), ("until", until)):
+        if moment is not None and moment.utcoffset() is None:
+            raise ValueError(f"{name} must be timezone-aware, got {moment!r}")
+    for name, number in (("limit", limit), ("offset", offset)):
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {number!r}")
+
+
+# --- the one admit, shared ------------------------------------------------------------------------
+
+
+class _Admitting:
+    """Check-then-commit through the same code for every ledger: `_write` makes it one atomic step."""
+
+    _clock: Clock
+
+    def _write(self) -> AbstractContextManager[object]:
+        raise NotImplementedError
+
+    def _spent(self, analyst: str, dataset: str) -> Spend:
+        raise NotImplementedError
+
+    def _insert(self, charge: Charge) -> None:
+        raise NotImplementedError
+
+    def admit(
+        self,
+        *,
+        analyst: str,
+        dataset: str,
+        sql_sha256: str,
+        event: Event,
+        epsilon: float,
+        delta: float,
+        composition: str,
+        budget: Budget,
+    ) -> Charge:
+        """Record the charge if it fits the budget, else raise `BudgetExceeded` and write nothing."""
+        _check_request(epsilon, delta, budget)
+        with self._write():
+            spent = self._spent(analyst, dataset)
+            if not admits(spent, epsilon, delta, budget):
+                raise _refusal(spent, epsilon, delta, budget)
+            charge = Charge(
+                id=uuid.uuid4().hex,
+                analyst=analyst,
+                dataset=dataset,
+                at=self._clock().astimezone(UTC),
+                sql_sha256=sql_sha256,
+                event=event,
+                epsilon=float(epsilon),
+                delta=float(delta),
+                composition=composition,
+            )
+            self._insert(charge)
+            return charge
+
+
+# --- in memory --------------------------------------------------------------------------------------
+
+
+class MemoryLedger(_Admitting):
+    """A ledger in process memory, for tests and single-process demos; one lock makes admit atomic."""
+
+    def __init__(self, *, clock: Clock = _utcnow) -> None:
+        self._lock = threading.Lock()
+        self._rows: list[Charge] = []  # in insertion order
+        self._clock = clock
+
+    def _write(self) -> AbstractContextManager[object]:
+        return self._lock
+
+    def _insert(self, charge: Charge) -> None:
+        self._rows.append(charge)
+
+    def _spent(self, analyst: str, dataset: str) -> Spend:
+        return total(
+            (c.epsilon, c.delta) for c in self._rows if c.analyst == analyst and c.dataset == dataset
+        )
+
+    def spent(self, analyst: str, dataset: str) -> Spend:
+        with self._lock:
+            return self._spent(analyst, dataset)
+
+    def _select(
+        self,
+        analyst: str | None,
+        dataset: str | None,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> list[Charge]:
+        with self._lock:
+            rows = list(enumerate(self._rows))
+        picked = [
+            (seq, c)
+            for seq, c in rows
+            if (analyst is None or c.analyst == analyst)
+            and (dataset is None or c.dataset == dataset)
+            and (since is None or c.at >= since)
+            and (until is None or c.at < until)
+        ]
+        picked.sort(key=lambda row: (row[1].at, row[0]), reverse=True)
+        return [c for _, c in picked]
+
+    def charges(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[Charge, ...]:
+        _check_window(since, until, limit, offset)
+        return tuple(self._select(analyst, dataset, since, until)[offset : offset + limit])
+
+    def count(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> int:
+        _check_window(since, until, 0, 0)
+        return len(self._select(analyst, dataset, since, until))
+
+    def close(self) -> None:
+        pass
+
+
+# --- SQLite -----------------------------------------------------------------------------------------
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS charges (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        analyst TEXT NOT NULL,
+        dataset TEXT NOT NULL,
+        at_us INTEGER NOT NULL,
+        sql_sha256 TEXT NOT NULL,
+        event TEXT NOT NULL,
+        epsilon REAL NOT NULL,
+        delta REAL NOT NULL,
+        composition TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS charges_by_owner ON charges (analyst, dataset)",
+    "CREATE INDEX IF NOT EXISTS charges_by_time ON charges (at_us, seq)",
+)
+_COLUMNS = "id, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition"
+
+
+def _to_us(moment: datetime) -> int:
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def _from_row(row: tuple[str, str, str, int, str, str, float, float, str]) -> Charge:
+    id_, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition = row
+    return Charge(
+        id=id_,
+        analyst=analyst,
+        dataset=dataset,
+        at=_EPOCH + at_us * _MICROSECOND,
+        sql_sha256=sql_sha256,
+        event=from_json(json.loads(event)),
+        epsilon=epsilon,
+        delta=delta,
+        composition=composition,
+    )
+
+
+def _where(
+    analyst: str | None, dataset: str | None, since: datetime | None, until: datetime | None
+) -> tuple[str, tuple[object, ...]]:
+    conditions = (
+        ("analyst = ?", analyst),
+        ("dataset = ?", dataset),
+        ("at_us >= ?", None if since is None else _to_us(since)),
+        ("at_us < ?", None if until is None else _to_us(until)),
+    )
+    used = [(sql, value) for sql, value in conditions if value is not None]
+    clause = " AND ".join(sql for sql, _ in used) or "1"
+    return clause, tuple(value for _, value in used)
+
+
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """`BEGIN IMMEDIATE` … `COMMIT`; on any exception (a refusal included) or a failed COMMIT, roll back."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+
+class SqliteLedger(_Admitting):
+    """A durable ledger in one SQLite file (WAL, synchronous=FULL); safe across threads and processes.
+
+    One connection per ledger object, guarded by a lock; `admit` runs in `BEGIN IMMEDIATE`, which takes
+    the database's write lock before reading the spend, so concurrent admits on the same file serialise.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, clock: Clock = _utcnow, timeout_s: float = 30.0
+    ) -> None:
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = FULL")
+            self._create_schema()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _create_schema(self) -> None:
+        with _immediate(self._conn):
+            for statement in _SCHEMA:
+                self._conn.execute(statement)
+            versions = self._conn.execute("SELECT version FROM schema_version").fetchall()
+            if not versions:
+                self._conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+            elif versions != [(SCHEMA_VERSION,)]:
+                found = ", ".join(str(v) for (v,) in versions)
+                raise RuntimeError(f"ledger schema version {found} is not {SCHEMA_VERSION}; upgrade dp-proxy")
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        # BEGIN IMMEDIATE takes SQLite's write lock before the spend is read: admits on one file serialise
+        with self._lock, _immediate(self._conn):
+            yield
+
+    def _insert(self, charge: Charge) -> None:
+        self._conn.execute(
+            f"INSERT INTO charges ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                charge.id,
+                charge.analyst,
+                charge.dataset,
+                _to_us(charge.at),
+                charge.sql_sha256,
+                json.dumps(to_json(charge.event), allow_nan=False, separators=(",", ":")),
+                charge.epsilon,
+                charge.delta,
+                charge.composition,
+            ),
+        )
+
+    def _spent(self, analyst: str, dataset: str) -> Spend:
+        rows: Iterable[tuple[float, float]] = self._conn.execute(
+            "SELECT epsilon, delta FROM charges WHERE analyst = ? AND dataset = ?", (analyst, dataset)
+        )
+        return total(rows)  # summed exactly in Python: SQL SUM() rounds arbitrarily
+
+    def spent(self, analyst: str, dataset: str) -> Spend:
+        with self._lock:
+            return self._spent(analyst, dataset)
+
+    def charges(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[Charge, ...]:
+        _check_window(since, until, limit, offset)
+        clause, params = _where(analyst, dataset, since, until)
+        sql = f"SELECT {_COLUMNS} FROM charges WHERE {clause} ORDER BY at_us DESC, seq DESC LIMIT ? OFFSET ?"
+        with self._lock:
+            rows = self._conn.execute(sql, (*params, limit, offset)).fetchall()
+        return tuple(_from_row(row) for row in rows)
+
+    def count(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> int:
+        _check_window(since, until, 0, 0)
+        clause, params = _where(analyst, dataset, since, until)
+        with self._lock:
+            (number,) = self._conn.execute(f"SELECT COUNT(*) FROM charges WHERE {clause}", params).fetchone()
+        return int(number)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

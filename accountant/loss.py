@@ -1,0 +1,130 @@
+"""The privacy map of every event: what an `Event` costs, as (ε, δ) or as ρ-zCDP.
+
+One `match` over the closed union of `events.py`; anything else raises `UnsupportedEvent`. Every number is
+rounded up. The children of a `ComposedEvent` are mechanisms whose parameters the plan fixed before
+execution, run on the same data: their losses compose sequentially.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from fractions import Fraction
+
+from accountant.errors import UnsupportedEvent
+from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ParallelEvent, ThresholdEvent
+from mechanisms import gaussian, laplace
+
+
+def _sum_up(values: Iterable[float]) -> float:
+    """math.fsum, raised to the next float when it rounded below the exact sum."""
+    values = tuple(values)
+    total = math.fsum(values)
+    if Fraction(total) < sum(map(Fraction, values), Fraction(0)):
+        total = math.nextafter(total, math.inf)
+    return total
+
+
+def _unsupported(event: object) -> UnsupportedEvent:
+    return UnsupportedEvent(
+        f"unsupported event {event!r}: expected LaplaceEvent, GaussianEvent, ThresholdEvent, "
+        "ComposedEvent or ParallelEvent",
+        event=type(event).__name__,
+    )
+
+
+_Parts = tuple[tuple[float, ...], tuple[tuple[float, float], ...]]
+
+
+def _sequential(event: Event, gaussian_delta: float) -> _Parts:
+    """The ρ of every Gaussian reachable through `ComposedEvent`s, and the (ε, δ) of everything else."""
+    match event:
+        case GaussianEvent(sensitivity, sigma):
+            # discrete Gaussian: Δ2²/(2σ²)-zCDP (CKS20), kept in zCDP to compose exactly
+            return (gaussian.rho(sensitivity, sigma),), ()
+        case LaplaceEvent(sensitivity, scale):
+            return (), ((laplace.epsilon(sensitivity, scale), 0.0),)  # pure ε = Δ1/b (CKS20 §5.2)
+        case ThresholdEvent(epsilon, delta):
+            return (), ((epsilon, delta),)
+        case ComposedEvent(events):
+            parts = [_sequential(child, gaussian_delta) for child in events]
+            return (
+                tuple(r for rhos, _ in parts for r in rhos),
+                tuple(c for _, charges in parts for c in charges),
+            )
+        case ParallelEvent(events):
+            return (), (_parallel(events, gaussian_delta),)
+        case _:
+            raise _unsupported(event)
+
+
+def _parallel(events: tuple[Event, ...], gaussian_delta: float) -> tuple[float, float]:
+    # disjoint sets of privacy units: (max εᵢ, max δᵢ) under add/remove adjacency (DESIGN.md §3)
+    costs = [epsilon_delta(child, gaussian_delta) for child in events]
+    return max((e for e, _ in costs), default=0.0), max((d for _, d in costs), default=0.0)
+
+
+def epsilon_delta(event: Event, gaussian_delta: float) -> tuple[float, float]:
+    """The (ε, δ) the event satisfies under sequential composition, rounded up.
+
+    Gaussian events reachable through `ComposedEvent`s are summed in zCDP (ρ adds under composition,
+    Bun–Steinke 2016) and converted once to (ε, `gaussian_delta`) with CKS20 §2.3. Laplace events add
+    their pure ε, threshold events their (ε, δ), and each `ParallelEvent` adds the maximum ε and maximum δ
+    of its children, each child accounted on its own. Basic composition adds all of these (Dwork–Roth
+    Thm. 3.16). `gaussian_delta` may be 0 only for events without Gaussian noise.
+
+    Example:
+        >>> epsilon_delta(LaplaceEvent(1, 10.0), 1e-6)
+        (0.1, 0.0)
+        >>> composed = ComposedEvent((LaplaceEvent(1, 10.0), ThresholdEvent(0.1, 1e-8)))
+        >>> epsilon_delta(composed, 1e-6)
+        (0.2, 1e-08)
+        >>> e, d = epsilon_delta(GaussianEvent(1, 4.0), 1e-6)
+        >>> round(e, 3), d
+        (1.143, 1e-06)
+    """
+    if not (math.isfinite(gaussian_delta) and 0 <= gaussian_delta < 1):
+        raise ValueError(f"gaussian_delta must be in [0, 1), got {gaussian_delta!r}")
+    rhos, charges = _sequential(event, gaussian_delta)
+    rho_total = _sum_up(rhos)
+    if rho_total > 0:
+        if gaussian_delta == 0:  # zCDP implies no pure ε: a Gaussian always needs some δ
+            raise ValueError("an event with Gaussian noise needs gaussian_delta > 0")
+        charges += ((gaussian.epsilon_from_rho(rho_total, gaussian_delta), gaussian_delta),)
+    return _sum_up(e for e, _ in charges), _sum_up(d for _, d in charges)
+
+
+def rho(event: Event) -> float:
+    """The ρ-zCDP of an event made of Gaussian and Laplace events only, rounded up.
+
+    Gaussian: Δ2²/(2σ²) (CKS20). Laplace: pure ε implies ε²/2-zCDP (Bun–Steinke 2016, Prop. 1.4).
+    Sequential composition adds ρ; parallel composition over disjoint units takes the maximum, as the
+    Rényi divergence of the whole is that of the one part a unit's data lies in. Threshold events are
+    (ε, δ)-DP with δ > 0, which implies no zCDP bound.
+
+    Example:
+        >>> rho(ComposedEvent((GaussianEvent(1, 2.0), LaplaceEvent(1, 2.0))))
+        0.25
+        >>> rho(ParallelEvent((GaussianEvent(1, 2.0), GaussianEvent(2, 2.0))))
+        0.5
+    """
+    match event:
+        case GaussianEvent(sensitivity, sigma):
+            return gaussian.rho(sensitivity, sigma)
+        case LaplaceEvent(sensitivity, scale):
+            epsilon = laplace.epsilon(sensitivity, scale)
+            exact = Fraction(epsilon) ** 2 / 2
+            value = float(exact)
+            return value if Fraction(value) >= exact else math.nextafter(value, math.inf)
+        case ThresholdEvent():
+            raise UnsupportedEvent(
+                "a threshold (partition selection) event is (ε, δ)-DP and has no zCDP bound; "
+                "account for it with epsilon_delta",
+                event="ThresholdEvent",
+            )
+        case ComposedEvent(events):
+            return _sum_up(rho(child) for child in events)
+        case ParallelEvent(events):
+            return max((rho(child) for child in events), default=0.0)
+        case _:
+            raise _unsupported(event)

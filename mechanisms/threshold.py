@@ -1,0 +1,69 @@
+"""Private partition selection: release a group iff its distinct-unit count plus discrete Laplace noise
+reaches a threshold T. Its cost is (ε, δ) with ε = max_groups / scale (`laplace.epsilon`) and δ below.
+
+Why δ: a unit touches at most `max_groups` groups. A group that exists only because of that unit has
+count 1, so it appears with probability P[1 + Z >= T] = P[Z >= T − 1] and never without the unit; each
+such group is a (0, P[Z >= T − 1])-DP release, each shared group a (1/scale, 0)-DP one (counts move by 1),
+and basic composition over the at most `max_groups` touched groups gives δ = max_groups · P[Z >= T − 1].
+For discrete Laplace noise and n >= 0: P[Z >= n] = Σ_{k>=n} (1−q)/(1+q) q^k = q^n/(1+q), q = e^(−1/scale).
+"""
+
+from __future__ import annotations
+
+import math
+
+_EPS = 2.0**-52
+
+
+def _check(max_groups: int, scale: float) -> None:
+    if isinstance(max_groups, bool) or not isinstance(max_groups, int) or max_groups < 1:
+        raise ValueError(f"max_groups must be an integer >= 1, got {max_groups!r}")
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be finite and > 0, got {scale!r}")
+
+
+def delta_of_threshold(max_groups: int, scale: float, threshold: int) -> float:
+    """δ = max_groups · e^(−(T−1)/scale) / (1 + e^(−1/scale)), rounded up (capped at 1).
+
+    Computed as exp(−x) with x = (T−1)/scale + ln(1 + e^(−1/scale)); x carries a few ulps of relative
+    error, so the result is raised by a relative 8·ulp·(x + 2) before rounding up.
+
+    Example:
+        >>> delta_of_threshold(1, 1.0, 2) <= math.exp(-1) / (1 + math.exp(-1)) * (1 + 1e-12)
+        True
+        >>> f"{delta_of_threshold(4, 2.0, 40):.6e}"
+        '8.461134e-09'
+    """
+    _check(max_groups, scale)
+    if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
+        raise ValueError(f"threshold must be an integer >= 1, got {threshold!r}")
+    x = (threshold - 1) / scale + math.log1p(math.exp(-1.0 / scale))
+    value = max_groups * math.exp(-x) * (1 + 8 * _EPS * (x + 2))
+    return min(1.0, math.nextafter(value, math.inf))
+
+
+def threshold_for(max_groups: int, scale: float, delta: float) -> int:
+    """The smallest integer T >= 2 with `delta_of_threshold(max_groups, scale, T) <= delta`.
+
+    Example:
+        >>> threshold_for(4, 2.0, 1e-8)
+        40
+        >>> delta_of_threshold(4, 2.0, 39) > 1e-8
+        True
+    """
+    _check(max_groups, scale)
+    if not (math.isfinite(delta) and 0 < delta < 1):
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+
+    def ok(threshold: int) -> bool:
+        return delta_of_threshold(max_groups, scale, threshold) <= delta
+
+    # closed-form guess, then an integer search (stepping by 1 would crawl for large scales)
+    guess = 1 + scale * (math.log(max_groups) - math.log(delta) - math.log1p(math.exp(-1.0 / scale)))
+    lo, hi = 1, max(2, math.ceil(guess))  # T = 1 never qualifies: T >= 2 by contract
+    while not ok(hi):
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
