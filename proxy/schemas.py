@@ -16,7 +16,9 @@ class QueryRequest(BaseModel):
     dataset: str | None = Field(None, max_length=64, description="defaults to your only dataset")
     # strict: JSON true or "0.1" must not turn into a privacy parameter
     epsilon: float | None = Field(None, gt=0, strict=True, description="ε for this query; defaults to the dataset's")
-    delta: float | None = Field(None, ge=0, lt=1, strict=True, description="δ for this query; defaults to the dataset's")
+    delta: float | None = Field(
+        None, ge=0, lt=1, strict=True, description="δ for this query; defaults to the dataset's"
+    )
     mechanism: Literal["laplace", "gaussian"] | None = None
 
 
