@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
