@@ -56,6 +56,17 @@ class Charge:
             raise ValueError(f"charge time must be timezone-aware UTC, got {self.at!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class StoredRelease:
+    """An answer as it was sent, kept with its charge: repeats return it and can never average noise away."""
+
+    analyst: str
+    dataset: str
+    request_sha256: str  # identity of the request: normalised SQL and effective parameters
+    charge_id: str
+    body: bytes
+
+
 class Ledger(Protocol):
     """Storage of charges; `admit` is atomic check-then-insert."""
 
@@ -100,6 +111,14 @@ class Ledger(Protocol):
         until: datetime | None = None,
     ) -> int:
         """How many charges match the filters."""
+        ...
+
+    def stored_release(self, analyst: str, dataset: str, request_sha256: str) -> StoredRelease | None:
+        """The release first answered to this analyst for this exact request, if any."""
+        ...
+
+    def store_release(self, release: StoredRelease) -> None:
+        """Keep a release so that an identical request gets the same answer at no charge (first one wins)."""
         ...
 
     def close(self) -> None:
@@ -210,6 +229,7 @@ class MemoryLedger(_Admitting):
     def __init__(self, *, clock: Clock = _utcnow) -> None:
         self._lock = threading.Lock()
         self._rows: list[Charge] = []  # in insertion order
+        self._releases: dict[tuple[str, str, str], StoredRelease] = {}
         self._clock = clock
 
     def _write(self) -> AbstractContextManager[object]:
@@ -271,6 +291,14 @@ class MemoryLedger(_Admitting):
         _check_window(since, until, 0, 0)
         return len(self._select(analyst, dataset, since, until))
 
+    def stored_release(self, analyst: str, dataset: str, request_sha256: str) -> StoredRelease | None:
+        with self._lock:
+            return self._releases.get((analyst, dataset, request_sha256))
+
+    def store_release(self, release: StoredRelease) -> None:
+        with self._lock:
+            self._releases.setdefault((release.analyst, release.dataset, release.request_sha256), release)
+
     def close(self) -> None:
         pass
 
@@ -292,6 +320,14 @@ _SCHEMA = (
         composition TEXT NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS charges_by_owner ON charges (analyst, dataset)",
+    """CREATE TABLE IF NOT EXISTS releases (
+        analyst TEXT NOT NULL,
+        dataset TEXT NOT NULL,
+        request_sha256 TEXT NOT NULL,
+        charge_id TEXT NOT NULL REFERENCES charges (id),
+        body BLOB NOT NULL,
+        PRIMARY KEY (analyst, dataset, request_sha256)
+    )""",
     "CREATE INDEX IF NOT EXISTS charges_by_time ON charges (at_us, seq)",
 )
 _COLUMNS = "id, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition"
@@ -437,6 +473,22 @@ class SqliteLedger(_Admitting):
         with self._lock:
             (number,) = self._conn.execute(f"SELECT COUNT(*) FROM charges WHERE {clause}", params).fetchone()
         return int(number)
+
+    def stored_release(self, analyst: str, dataset: str, request_sha256: str) -> StoredRelease | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT charge_id, body FROM releases WHERE analyst = ? AND dataset = ? AND request_sha256 = ?",
+                (analyst, dataset, request_sha256),
+            ).fetchone()
+        return None if row is None else StoredRelease(analyst, dataset, request_sha256, row[0], bytes(row[1]))
+
+    def store_release(self, release: StoredRelease) -> None:
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR IGNORE INTO releases (analyst, dataset, request_sha256, charge_id, body)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (release.analyst, release.dataset, release.request_sha256, release.charge_id, release.body),
+            )
 
     def close(self) -> None:
         with self._lock:

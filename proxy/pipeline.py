@@ -1,16 +1,20 @@
 """The request path (DESIGN.md §1): plan (pure, free to reject) → admit (atomic charge) → run → release.
 
 A charge is committed before any result exists and is never refunded: if the engine fails afterwards, the
-charge stays and the error says so (`charged: true`).
+charge stays and the error says so (`charged: true`). An identical request (same analyst, dataset,
+normalised SQL and effective parameters) gets the stored release back, byte for byte, at no charge, so
+repeating a query can never average its noise away (DESIGN.md §5).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from accountant.filter import Budget, Spend
-from accountant.ledger import Charge, Ledger
+from accountant.ledger import Charge, Ledger, StoredRelease
 from mechanisms.sampling import Sampler
 from proxy.auth import dataset_for
 from proxy.engine import Engine
@@ -41,6 +45,14 @@ class Prepared:
     dataset: DatasetPolicy
     budget: Budget
     plan: QueryPlan
+    request_sha256: str  # the identity of a repeat
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    body: bytes  # the JSON answer exactly as first sent
+    charge_id: str
+    repeat: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +77,34 @@ def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int
     delta = dataset.delta if req.delta is None else req.delta
     mechanism = req.mechanism or dataset.mechanism
     planned = plan(req.sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism, salt=salt)
-    return Prepared(dataset, budget, planned)
+    identity = json.dumps([name, planned.normalized_sql, epsilon, delta, mechanism])
+    return Prepared(dataset, budget, planned, hashlib.sha256(identity.encode()).hexdigest())
+
+
+def reply(
+    req: QueryRequest,
+    analyst: AnalystPolicy,
+    env: Env,
+    on_admitted: Callable[[Charge], None],
+    render: Callable[[Answer], bytes],
+) -> Reply:
+    """The answer to `req`: the stored release of an identical earlier request, else a new charged one."""
+    prepared = prepare(req, analyst, env.policy, env.sampler.salt())
+    stored = env.ledger.stored_release(analyst.name, prepared.dataset.name, prepared.request_sha256)
+    if stored is not None:
+        return Reply(stored.body, stored.charge_id, repeat=True)
+    result = answer(prepared, analyst, env, on_admitted)
+    body = render(result)
+    env.ledger.store_release(
+        StoredRelease(analyst.name, prepared.dataset.name, prepared.request_sha256, result.charge.id, body)
+    )
+    return Reply(body, result.charge.id, repeat=False)
 
 
 def answer(
-    req: QueryRequest, analyst: AnalystPolicy, env: Env, on_admitted: Callable[[Charge], None]
+    prepared: Prepared, analyst: AnalystPolicy, env: Env, on_admitted: Callable[[Charge], None]
 ) -> Answer:
-    prepared = prepare(req, analyst, env.policy, env.sampler.salt())
+    """Admit, run and release one prepared query."""
     price = prepared.plan.price
     charge = env.ledger.admit(
         analyst=analyst.name, dataset=prepared.dataset.name, sql_sha256=prepared.plan.sql_sha256,

@@ -5,14 +5,14 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
 from accountant import filter as budget_filter
 from accountant.events import to_json
 from accountant.filter import Budget, Spend
 from accountant.ledger import Charge
 from proxy import auth
-from proxy.pipeline import Env, Prepared, answer, prepare
+from proxy.pipeline import Answer, Env, Prepared, prepare, reply
 from proxy.policy import AnalystPolicy
 from proxy.query.analyse import Analysis
 from proxy.query.expr import Agg
@@ -58,15 +58,32 @@ def healthz() -> dict[str, bool]:
     return {"ok": True}
 
 
-@router.post("/v1/query", response_model=QueryResponse, tags=["query"])
-def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: EnvDep) -> QueryResponse:
-    """Answer one SQL query with a differentially private release, charging the budget first."""
+@router.post(
+    "/v1/query",
+    response_model=QueryResponse,
+    tags=["query"],
+    responses={200: {"headers": {
+        "X-DP-Repeat": {"description": "true when this is the stored answer of an identical earlier request "
+                                       "(nothing charged)", "schema": {"type": "string"}},
+        "X-DP-Charge-Id": {"description": "the charge that paid for this answer", "schema": {"type": "string"}},
+    }}},
+)
+def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: EnvDep) -> Response:
+    """Answer one SQL query with a differentially private release, charging the budget first.
+
+    Repeating an identical request returns the first answer byte for byte, without a new charge
+    (header `X-DP-Repeat: true`): repeats cannot average the noise away."""
 
     def admitted(charge: Charge) -> None:
         request.state.charged = True
         request.state.charge_id = charge.id
 
-    result = answer(body, analyst, env, admitted)
+    result = reply(body, analyst, env, admitted, _render)
+    headers = {"X-DP-Repeat": str(result.repeat).lower(), "X-DP-Charge-Id": result.charge_id}
+    return Response(result.body, media_type="application/json", headers=headers)
+
+
+def _render(result: Answer) -> bytes:
     prepared = result.prepared
     return QueryResponse(
         dataset=prepared.dataset.name,
@@ -76,7 +93,7 @@ def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: EnvDep
         budget=_budget(prepared.dataset.name, prepared.budget, result.spent),
         noise=_noise(prepared.plan.analysis, prepared.plan.price),
         partitions=_partitions(prepared),
-    )
+    ).model_dump_json().encode()
 
 
 @router.post("/v1/query/preview", response_model=PreviewResponse, tags=["query"])

@@ -34,10 +34,11 @@ def fire(server: Server, key: str, n: int) -> list[tuple[int, dict[str, Any]]]:
     """POST the query from n threads released at once; (status, body) of each."""
     start = threading.Barrier(n)
 
-    def one(_: int) -> tuple[int, dict[str, Any]]:
+    def one(i: int) -> tuple[int, dict[str, Any]]:
+        sql = SQL.replace(" AS n ", f" AS n{i} ")  # distinct requests: an identical one would be a free repeat
         with server.client(key) as client:
             start.wait(timeout=60)
-            response = client.post("/v1/query", json={"sql": SQL, "epsilon": QUERY_EPSILON})
+            response = client.post("/v1/query", json={"sql": sql, "epsilon": QUERY_EPSILON})
             return response.status_code, response.json()
 
     with ThreadPoolExecutor(max_workers=n) as pool:

@@ -37,7 +37,7 @@ def test_charge_survives_kill9_and_restart(fresh_server: StartFresh, demo: DemoF
         }
 
         # the restarted server keeps accounting on top of the recovered spend
-        again = analyst.post("/v1/query", json={"sql": SQL, "epsilon": 0.3})
+        again = analyst.post("/v1/query", json={"sql": SQL + " ORDER BY n", "epsilon": 0.3})
         assert again.status_code == 200, again.text
         second = again.json()["charge"]["epsilon"]
         assert spend(analyst)["epsilon_spent"] == sum_up([charge["epsilon"], second])

@@ -190,7 +190,9 @@ def test_budget_exceeded_is_403_with_the_remaining_budget(fresh_server: StartFre
         assert preview["admissible"] is False
         requested = preview["charge"]["epsilon"]
 
-        body = assert_error(analyst.post("/v1/query", json=q(epsilon=0.1)), 403, "budget_exceeded")
+        # a different query (an identical one would be a free repeat of the first answer)
+        other = {"sql": "SELECT COUNT(*) AS m FROM visits", "epsilon": 0.1}
+        body = assert_error(analyst.post("/v1/query", json=other), 403, "budget_exceeded")
         assert body["error"] == "query needs ε=0.1 but 0.05 of your ε=0.15 remains"
         assert body["detail"] == {
             "epsilon_remaining": difference_down(0.15, charge["epsilon"]),
