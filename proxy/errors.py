@@ -55,6 +55,9 @@ def error_response(request: Request, exc: Exception) -> JSONResponse:
         case StarletteHTTPException() if exc.status_code in (404, 405):
             code = "not_found" if exc.status_code == 404 else "method_not_allowed"
             message, detail = str(exc.detail), {}
+        case StarletteHTTPException() if 400 <= exc.status_code < 500:
+            # e.g. FastAPI's "There was an error parsing the body" for a body that is not UTF-8 JSON
+            code, message, detail = "invalid_request", str(exc.detail), {}
         case _:
             log.exception("internal error", exc_info=exc)
             code, message, detail = "internal", "internal error", {}

@@ -6,22 +6,27 @@ import datetime as dt
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from pydantic import AfterValidator
 
 from accountant import filter as budget_filter
+from accountant import loss, report
+from accountant.errors import UnsupportedEvent
 from accountant.events import to_json
-from accountant.filter import Budget, Spend
+from accountant.filter import Accounting, Budget, Entry
 from accountant.ledger import Charge
 from proxy import auth
 from proxy.pipeline import Answer, Env, Prepared, prepare, reply
-from proxy.policy import AnalystPolicy
+from proxy.policy import AnalystPolicy, DatasetPolicy
 from proxy.query.analyse import Analysis
 from proxy.query.expr import Agg
 from proxy.query.price import Price
 from proxy.schemas import (
+    AccountOut,
     BudgetOut,
     BudgetsResponse,
     ChargeOut,
     ColumnOut,
+    CostOut,
     DatasetOut,
     DatasetsResponse,
     ErrorResponse,
@@ -32,8 +37,26 @@ from proxy.schemas import (
     PreviewResponse,
     QueryRequest,
     QueryResponse,
+    ReportedOut,
+    SharedBudgetOut,
     TableOut,
 )
+
+# a date-time only: Unix timestamps and bare dates are not what the contract documents
+_DATE_TIME = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})?$"
+
+def _valid_moment(text: str | None) -> str | None:
+    _moment(text)  # raises ValueError for impossible dates such as 0000-00-00: a 400, not a 500
+    return text
+
+
+def _moment(text: str | None) -> dt.datetime | None:
+    """An ISO 8601 date-time (already matched by _DATE_TIME), as an aware UTC datetime."""
+    if text is None:
+        return None
+    moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
+
 
 router = APIRouter(responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 500, 504)})
 
@@ -78,19 +101,19 @@ def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: EnvDep
         request.state.charged = True
         request.state.charge_id = charge.id
 
-    result = reply(body, analyst, env, admitted, _render)
+    result = reply(body, analyst, env, admitted, lambda answer: _render(answer, env))
     headers = {"X-DP-Repeat": str(result.repeat).lower(), "X-DP-Charge-Id": result.charge_id}
     return Response(result.body, media_type="application/json", headers=headers)
 
 
-def _render(result: Answer) -> bytes:
+def _render(result: Answer, env: Env) -> bytes:
     prepared = result.prepared
     return QueryResponse(
         dataset=prepared.dataset.name,
         columns=list(result.release.columns),
         rows=[[_json_value(v) for v in row] for row in result.release.rows],
-        charge=_charge(prepared.plan.price, result.charge.id),
-        budget=_budget(prepared.dataset.name, prepared.budget, result.spent),
+        charge=_charge(prepared.plan.price, result.charge.id, prepared.dataset.accounting),
+        budget=_budget_now(env, result.charge.analyst, prepared.dataset, prepared.budget),
         noise=_noise(prepared.plan.analysis, prepared.plan.price),
         partitions=_partitions(prepared),
     ).model_dump_json().encode()
@@ -98,19 +121,23 @@ def _render(result: Answer) -> bytes:
 
 @router.post("/v1/query/preview", response_model=PreviewResponse, tags=["query"])
 def preview(body: QueryRequest, analyst: AnalystDep, env: EnvDep) -> PreviewResponse:
-    """The plan of a query (rewritten SQL, charge, noise) without charging or touching data."""
+    """The plan of a query (rewritten SQL, charge under each accounting, noise, and the budget before and
+    after it) without charging or touching data. `admissible` applies the dataset's admit rule."""
     prepared = prepare(body, analyst, env.policy, env.sampler.salt())
-    price = prepared.plan.price
-    spent = env.ledger.spent(analyst.name, prepared.dataset.name)
-    after = budget_filter.total([(spent.epsilon, spent.delta), (price.epsilon, price.delta)])  # rounded up
+    price, dataset = prepared.plan.price, prepared.dataset
+    mine = env.ledger.entries(dataset=dataset.name, analyst=analyst.name)
+    everyone = env.ledger.entries(dataset=dataset.name) if dataset.budget is not None else ()
+    entry = Entry(price.event, price.epsilon, price.delta)
+    refused = _refusal(mine, everyone, entry, prepared.budget, dataset)
     return PreviewResponse(
-        dataset=prepared.dataset.name,
+        dataset=dataset.name,
         sql=prepared.plan.sql,
         columns=[o.name for o in prepared.plan.analysis.outputs],
-        charge=_charge(price, None),
-        budget=_budget(prepared.dataset.name, prepared.budget, spent),
-        budget_after=_budget(prepared.dataset.name, prepared.budget, after),
-        admissible=budget_filter.admits(spent, price.epsilon, price.delta, prepared.budget),
+        charge=_charge(price, None, dataset.accounting),
+        budget=_budget(dataset, prepared.budget, mine, everyone),
+        budget_after=_budget(dataset, prepared.budget, (*mine, entry), (*everyone, entry) if everyone else ()),
+        admissible=refused is None,
+        refusal=None if refused is None else str(refused),
         noise=_noise(prepared.plan.analysis, price),
         partitions=_partitions(prepared),
     )
@@ -119,10 +146,12 @@ def preview(body: QueryRequest, analyst: AnalystDep, env: EnvDep) -> PreviewResp
 @router.get("/v1/budget", response_model=BudgetsResponse, tags=["budget"])
 def budget(analyst: AnalystDep, env: EnvDep) -> BudgetsResponse:
     """Your budget on every dataset you may query."""
-    return BudgetsResponse(
-        analyst=analyst.name,
-        budgets=[_budget(name, b, env.ledger.spent(analyst.name, name)) for name, b in analyst.budgets],
-    )
+    budgets = []
+    for name, allowed in analyst.budgets:
+        dataset = env.policy.dataset(name)
+        assert dataset is not None  # the policy loader checks that budgets name known datasets
+        budgets.append(_budget_now(env, analyst.name, dataset, allowed))
+    return BudgetsResponse(analyst=analyst.name, budgets=budgets)
 
 
 @router.get("/v1/ledger", response_model=LedgerResponse, tags=["budget"])
@@ -131,15 +160,16 @@ def ledger(
     env: EnvDep,
     of: Annotated[str | None, Query(alias="analyst", max_length=64)] = None,
     dataset: Annotated[str | None, Query(max_length=64)] = None,
-    since: dt.datetime | None = None,
-    until: dt.datetime | None = None,
+    since: Annotated[str | None, Query(pattern=_DATE_TIME, description="ISO 8601 date-time (UTC if no offset)"),
+                     AfterValidator(_valid_moment)] = None,
+    until: Annotated[str | None, Query(pattern=_DATE_TIME, description="ISO 8601 date-time, exclusive"),
+                     AfterValidator(_valid_moment)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
 ) -> LedgerResponse:
     """Every charge, newest first (admins only)."""
     auth.require_admin(analyst)
-    since, until = _utc(since), _utc(until)
-    filters: dict[str, Any] = {"analyst": of, "dataset": dataset, "since": since, "until": until}
+    filters: dict[str, Any] = {"analyst": of, "dataset": dataset, "since": _moment(since), "until": _moment(until)}
     charges = env.ledger.charges(**filters, limit=limit, offset=offset)
     return LedgerResponse(
         total=env.ledger.count(**filters), limit=limit, offset=offset,
@@ -179,18 +209,94 @@ def datasets(analyst: AnalystDep, env: EnvDep) -> DatasetsResponse:
     return DatasetsResponse(datasets=out)
 
 
-def _charge(price: Price, charge_id: str | None) -> ChargeOut:
+def _charge(price: Price, charge_id: str | None, accounting: Accounting) -> ChargeOut:
     return ChargeOut(
         id=charge_id, epsilon=price.epsilon, delta=price.delta, mechanism=price.mechanism,
-        composition=price.composition, events=to_json(price.event),
+        composition=price.composition, events=to_json(price.event), accounting=accounting.rule,
+        costs=_costs(price),
     )
 
 
-def _budget(dataset: str, total: Budget, spent: Spend) -> BudgetOut:
-    left = budget_filter.remaining(spent, total)
+def _costs(price: Price) -> list[CostOut]:
+    """The charge under basic composition, zCDP and (without Gaussian noise) GDP."""
+    costs = [CostOut(accounting="basic", epsilon=price.epsilon, delta=price.delta)]
+    rho, selection = loss.approximate_rho(price.event)
+    costs.append(CostOut(accounting="zcdp", rho=rho, delta=selection))
+    try:
+        mu, selection = loss.approximate_mu(price.event)
+    except UnsupportedEvent:  # the discrete Gaussian has no proven μ-GDP bound
+        return costs
+    costs.append(CostOut(accounting="gdp", mu=mu, delta=selection))
+    return costs
+
+
+def _budget_now(env: Env, analyst: str, dataset: DatasetPolicy, allowed: Budget) -> BudgetOut:
+    mine = env.ledger.entries(dataset=dataset.name, analyst=analyst)
+    everyone = env.ledger.entries(dataset=dataset.name) if dataset.budget is not None else ()
+    return _budget(dataset, allowed, mine, everyone)
+
+
+def _refusal(
+    mine: tuple[Entry, ...], everyone: tuple[Entry, ...], entry: Entry, allowed: Budget, dataset: DatasetPolicy
+) -> Exception | None:
+    """What `Ledger.admit` would raise for `entry` now (the same pure check), or None if it would admit."""
+    rule = dataset.accounting.rule
+    try:
+        refused = report.refusal(budget_filter.usage(mine, rule), entry, allowed, dataset.accounting)
+        if refused is None and dataset.budget is not None:
+            used = budget_filter.usage(everyone, rule)
+            refused = report.refusal(used, entry, dataset.budget, dataset.accounting, scope="dataset")
+    except UnsupportedEvent as err:  # the history itself holds an event the rule cannot account for
+        return err
+    return refused
+
+
+def _accounts(entries: tuple[Entry, ...], allowed: Budget, accounting: Accounting) -> list[AccountOut]:
+    """The history under basic composition and under the rule in force (if another)."""
+    out = []
+    for rule in dict.fromkeys(("basic", accounting.rule)):
+        try:
+            used = budget_filter.usage(entries, rule)
+        except UnsupportedEvent:
+            continue  # e.g. a discrete Gaussian charged before the dataset moved to gdp: nothing is admitted
+        a = report.account(used, allowed, Accounting(rule, accounting.selection_share))
+        out.append(AccountOut(
+            accounting=a.rule, epsilon_spent=a.epsilon_spent, delta_spent=a.delta_spent,
+            epsilon_remaining=a.epsilon_remaining, delta_remaining=a.delta_remaining, spent=a.spent,
+            capacity=a.capacity, selection_delta_spent=a.selection_delta_spent,
+            selection_delta_capacity=a.selection_delta_capacity,
+        ))
+    return out
+
+
+def _budget(
+    dataset: DatasetPolicy, allowed: Budget, mine: tuple[Entry, ...], everyone: tuple[Entry, ...]
+) -> BudgetOut:
+    """A budget and its history: basic Σε/Σδ spent, and what the rule in force leaves (ε at the budget's δ)."""
+    accounting = dataset.accounting
+    accounts = _accounts(mine, allowed, accounting)
+    basic = accounts[0]
+    in_force = next((a for a in accounts if a.accounting == accounting.rule), None)
+    reported = None
+    if allowed.delta > 0:
+        epsilon, rule = report.tightest(mine, allowed.delta)
+        if epsilon < float("inf"):
+            reported = ReportedOut(epsilon=epsilon, delta=allowed.delta, accounting=rule)
+    shared = None
+    if dataset.budget is not None:
+        totals = _accounts(everyone, dataset.budget, accounting)
+        total_in_force = next((a for a in totals if a.accounting == accounting.rule), None)
+        shared = SharedBudgetOut(
+            epsilon=dataset.budget.epsilon, delta=dataset.budget.delta, accounts=totals,
+            epsilon_remaining=0.0 if total_in_force is None else total_in_force.epsilon_remaining,
+            delta_remaining=0.0 if total_in_force is None else total_in_force.delta_remaining,
+        )
     return BudgetOut(
-        dataset=dataset, epsilon=total.epsilon, delta=total.delta, epsilon_spent=spent.epsilon,
-        delta_spent=spent.delta, epsilon_remaining=left.epsilon, delta_remaining=left.delta,
+        dataset=dataset.name, epsilon=allowed.epsilon, delta=allowed.delta,
+        epsilon_spent=basic.epsilon_spent, delta_spent=basic.delta_spent,
+        epsilon_remaining=0.0 if in_force is None else in_force.epsilon_remaining,
+        delta_remaining=0.0 if in_force is None else in_force.delta_remaining,
+        accounting=accounting.rule, accounts=accounts, reported=reported, shared=shared,
     )
 
 
@@ -235,8 +341,3 @@ def _json_value(value: object) -> object:
         return value.isoformat()
     return value
 
-
-def _utc(moment: dt.datetime | None) -> dt.datetime | None:
-    if moment is None or moment.tzinfo is not None:
-        return moment
-    return moment.replace(tzinfo=dt.UTC)

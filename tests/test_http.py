@@ -19,9 +19,11 @@ from proxy.demo import CATEGORIES, REGIONS, DemoFiles
 from tests.conftest import StartFresh, difference_down, spend, sum_up
 
 QUERY_KEYS = {"ok", "dataset", "columns", "rows", "charge", "budget", "noise", "partitions"}
-CHARGE_KEYS = {"id", "epsilon", "delta", "mechanism", "composition", "events"}
+# accounting/costs/accounts/reported/shared: added with tighter accounting (docs/privacy.md §5)
+CHARGE_KEYS = {"id", "epsilon", "delta", "mechanism", "composition", "events", "accounting", "costs"}
 BUDGET_KEYS = {
     "dataset", "epsilon", "delta", "epsilon_spent", "delta_spent", "epsilon_remaining", "delta_remaining",
+    "accounting", "accounts", "reported", "shared",
 }
 NOISE_KEYS = {"column", "mechanism", "scale", "ci95"}
 
@@ -196,7 +198,7 @@ def test_preview_returns_the_plan_and_spends_nothing(analyst: httpx.Client) -> N
     assert spend(analyst) == before
 
     assert set(preview) == {
-        "ok", "dataset", "sql", "columns", "charge", "budget", "budget_after", "admissible", "noise",
+        "ok", "dataset", "sql", "columns", "charge", "budget", "budget_after", "admissible", "refusal", "noise",
         "partitions",
     }
     assert preview["charge"]["id"] is None

@@ -5,12 +5,26 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from sqlglot import exp
+
 from proxy.query.analyse import Analysis, analyse
 from proxy.query.catalog import Catalog, Mechanism
 from proxy.query.errors import UnsupportedQuery
 from proxy.query.parse import parse
 from proxy.query.price import Price, price
 from proxy.query.rewrite import rewrite
+
+MAX_TREE_DEPTH = 100  # every later step recurses over the tree: bound it once, here
+
+
+def _depth(root: exp.Expr) -> int:
+    """The depth of the syntax tree, computed without recursion (1 + 1 + … nests without parentheses)."""
+    deepest, stack = 0, [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in node.iter_expressions())
+    return deepest
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,9 +55,11 @@ def plan(
         ('SELECT COUNT(*) FROM orders', 0.5)
     """
     select = parse(sql)
-    try:
-        analysis = analyse(select, catalog)
-    except RecursionError as err:
-        raise UnsupportedQuery("the query is nested too deeply", construct="nesting") from err
+    if _depth(select) > MAX_TREE_DEPTH:
+        raise UnsupportedQuery(
+            f"the query's expressions nest deeper than {MAX_TREE_DEPTH} levels", construct="nesting",
+            limit=MAX_TREE_DEPTH,
+        )
+    analysis = analyse(select, catalog)
     priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism)
     return QueryPlan(sql, select.sql(dialect="duckdb"), analysis, rewrite(analysis, salt), priced)

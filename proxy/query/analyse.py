@@ -20,6 +20,8 @@ from proxy.query.catalog import Catalog, ColumnSpec, Literal_, TableSchema
 from proxy.query.errors import PolicyError, UnsupportedQuery
 from proxy.query.expr import Agg, Const, Expr, Key, Op
 from proxy.query.measures import Aggregate, Measure, measures_for
+from proxy.query.scope import Scope, canonical_columns, cell_space
+from proxy.query.scope import scope as scope_of
 
 MAX_PUBLIC_CELLS = 100_000
 MAX_LIMIT = 100_000
@@ -69,6 +71,8 @@ class Analysis:
     max_groups: int  # the L0 bound the rewrite enforces
     partitions: Partitions
     domains: tuple[tuple[Literal_, ...], ...]  # per key, when partitions == "public"
+    scope: Scope  # the cells of the unit-attribute space the query can touch
+    canonical: tuple[str, ...] = ()  # unit-level columns read as each unit's canonical value
 
     @property
     def disjoint(self) -> bool:
@@ -125,10 +129,12 @@ def analyse(select: exp.Select, catalog: Catalog) -> Analysis:
         partitions = "private"
     public_domains = tuple(d for d in domains if d is not None) if partitions == "public" else ()
     aggregates = tuple(scope.aggregates)
+    space = cell_space(table)
     return Analysis(
         table=table, keys=keys, aggregates=aggregates, measures=measures_for(aggregates, table),
         outputs=outputs, where=where_expr, having=having_expr, order=order, limit=limit,
         max_groups=max_groups, partitions=partitions, domains=public_domains,
+        scope=scope_of(space, where_expr), canonical=canonical_columns(space, where_expr, keys),
     )
 
 
@@ -273,13 +279,26 @@ def _value(node: exp.Expr, scope: _Scope, position: str) -> Expr:
         case exp.Count() | exp.Sum() | exp.Avg():
             return scope.aggregate(_aggregate(node, scope))
         case exp.Neg():
-            return Op("neg", (_value(node.this, scope, position),))
+            return Op("neg", (_numeric(node.this, scope, position),))
         case exp.Literal() if not node.is_string:
             return Const(_number(node))
         case _ if type(node) in _ARITHMETIC:
             op = _ARITHMETIC[type(node)]
-            return Op(op, (_value(node.this, scope, position), _value(node.expression, scope, position)))
+            return Op(op, (_numeric(node.this, scope, position), _numeric(node.expression, scope, position)))
     raise _unsupported(node, f"{position} (allowed: group keys, aggregates, + - * / and numbers)")
+
+
+def _numeric(node: exp.Expr, scope: _Scope, position: str) -> Expr:
+    """An arithmetic operand: a number, an aggregate, or a numeric group key (never text or dates)."""
+    value = _value(node, scope, position)
+    if isinstance(value, Key):
+        spec = _column(scope.table, scope.keys[value.index])
+        if spec.kind not in ("integer", "float"):
+            raise UnsupportedQuery(
+                f"arithmetic on the {spec.kind} key {spec.name!r} is not supported; use numbers and aggregates",
+                construct="ARITHMETIC", column=spec.name, position=position,
+            )
+    return value
 
 
 def _key_or_output(node: exp.Column, scope: _Scope, position: str) -> Expr:
@@ -388,6 +407,12 @@ def _order(order: exp.Order | None, scope: _Scope) -> tuple[tuple[Expr, bool], .
 def _limit(limit: exp.Limit | None) -> int | None:
     if not limit:
         return None
+    for name, extra in limit.args.items():
+        if name != "expression" and extra:
+            construct = "LIMIT BY" if name == "expressions" else "LIMIT " + (
+                "PERCENT" if getattr(extra, "args", {}).get("percent") else "WITH TIES"
+            ) if name == "limit_options" else f"LIMIT {name.upper()}"
+            raise UnsupportedQuery(f"{construct} is not supported; use LIMIT n", construct=construct)
     value = limit.expression
     number = _number(value) if isinstance(value, exp.Literal) and not value.is_string else None
     if not isinstance(number, int) or not 0 <= number <= MAX_LIMIT:
@@ -427,6 +452,10 @@ def _predicate(node: exp.Expr, scope: _Scope) -> exp.Expr:
                 spec = scope.column(node.this)
                 values = [_literal(v, spec) for v in node.expressions]
                 return exp.In(this=_quoted(spec), expressions=values)
+        case exp.Between() if node.args.get("symmetric"):
+            raise UnsupportedQuery(
+                "BETWEEN SYMMETRIC is not supported; write BETWEEN low AND high", construct="BETWEEN SYMMETRIC"
+            )
         case exp.Between():
             if isinstance(node.this, exp.Column):
                 spec = scope.column(node.this)
@@ -434,11 +463,12 @@ def _predicate(node: exp.Expr, scope: _Scope) -> exp.Expr:
                     this=_quoted(spec), low=_literal(node.args["low"], spec), high=_literal(node.args["high"], spec)
                 )
         case exp.Like() | exp.ILike():
-            extra = [k for k, v in node.args.items() if k not in ("this", "expression") and v]
+            extra = [k for k, v in node.args.items() if k not in ("this", "expression", "negate") and v]
             if not extra and isinstance(node.this, exp.Column):
                 spec = scope.column(node.this)
                 if spec.kind == "string":
-                    return type(node)(this=_quoted(spec), expression=_literal(node.expression, spec))
+                    like = type(node)(this=_quoted(spec), expression=_literal(node.expression, spec))
+                    return exp.Not(this=like) if node.args.get("negate") else like
         case _ if type(node) in _COMPARISONS:
             left, right, cls = node.this, node.expression, type(node)
             if not isinstance(left, exp.Column) and isinstance(right, exp.Column):

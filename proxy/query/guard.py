@@ -2,8 +2,10 @@
 
 sqlglot's tokenizer and recursive-descent parser are not hardened against hostile input (deep nesting ends
 in RecursionError, huge texts cost time), so length, nesting depth and characters are bounded first.
-Non-ASCII characters are allowed only inside single-quoted string literals: identifiers and keywords are
-plain ASCII, which rules out homoglyph and invisible-character tricks.
+A small scanner tracks string literals, quoted identifiers and comments, so a quote inside a comment or an
+identifier cannot flip the gate's idea of what is a string. Non-ASCII characters are allowed only inside
+single-quoted string literals and comments: identifiers and keywords are plain ASCII, which rules out
+homoglyph and invisible-character tricks.
 """
 
 from __future__ import annotations
@@ -19,10 +21,8 @@ def guard(text: str) -> str:
     """Return `text` unchanged if it passes the gate, else raise.
 
     Example:
-        >>> guard("SELECT COUNT(*) FROM visits")
-        'SELECT COUNT(*) FROM visits'
-        >>> guard("SELECT ((((1))))" + ")" * 0)
-        'SELECT ((((1))))'
+        >>> guard("SELECT COUNT(*) AS \\"it's\\" FROM visits WHERE region = 'nörth' -- don't")
+        'SELECT COUNT(*) AS "it\\'s" FROM visits WHERE region = \\'nörth\\' -- don\\'t'
     """
     if len(text) > MAX_LENGTH:
         raise UnsupportedQuery(
@@ -32,31 +32,52 @@ def guard(text: str) -> str:
     if not text.strip():
         raise SqlSyntaxError("the query is empty; send one SELECT statement", construct="empty")
     depth = 0
-    in_string = False
-    for position, char in enumerate(text):
-        if char == "'":
-            in_string = not in_string  # '' inside a literal toggles twice: still correct
-            continue
+    state = "code"  # code | string | identifier | line_comment | block_comment
+    position = 0
+    while position < len(text):
+        char, pair = text[position], text[position : position + 2]
         if not char.isprintable() and char not in _ALLOWED_CONTROL:
             raise SqlSyntaxError(
                 f"invalid character U+{ord(char):04X} at offset {position}",
                 construct="character", offset=position, hint="remove control or invisible characters",
             )
-        if in_string:
-            continue
-        if not char.isascii():
-            raise SqlSyntaxError(
-                f"non-ASCII character {char!r} at offset {position} outside a string literal",
-                construct="character", offset=position,
-                hint="identifiers and keywords must be ASCII; quote text values with '...'",
-            )
-        if char == "(":
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise UnsupportedQuery(
-                    f"parentheses nest deeper than {MAX_DEPTH} levels",
-                    construct="nesting", offset=position, limit=MAX_DEPTH,
+        if state == "code":
+            if char == "'":
+                state = "string"
+            elif char == '"':
+                state = "identifier"
+            elif pair == "--":
+                state, position = "line_comment", position + 1
+            elif pair == "/*":
+                state, position = "block_comment", position + 1
+            elif not char.isascii():
+                raise SqlSyntaxError(
+                    f"non-ASCII character {char!r} at offset {position} outside a string literal",
+                    construct="character", offset=position,
+                    hint="identifiers and keywords must be ASCII; quote text values with '...'",
                 )
-        elif char == ")":
-            depth -= 1
+            elif char == "(":
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise UnsupportedQuery(
+                        f"parentheses nest deeper than {MAX_DEPTH} levels",
+                        construct="nesting", offset=position, limit=MAX_DEPTH,
+                    )
+            elif char == ")":
+                depth -= 1
+        elif state == "string" and char == "'":
+            state = "code"  # '' inside a literal closes and reopens it: still correct
+        elif state == "identifier":
+            if char == '"':
+                state = "code"
+            elif not char.isascii():
+                raise SqlSyntaxError(
+                    f"non-ASCII character {char!r} at offset {position} in a quoted identifier",
+                    construct="character", offset=position, hint="identifiers must be ASCII",
+                )
+        elif state == "line_comment" and char == "\n":
+            state = "code"
+        elif state == "block_comment" and pair == "*/":
+            state, position = "code", position + 1
+        position += 1
     return text

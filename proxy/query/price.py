@@ -1,9 +1,11 @@
 """Choose the noise for every measure and build the exact event to charge (DESIGN.md §2–§4).
 
-The requested (ε, δ) is split evenly across the noisy parts of the release, each part rounded down so the
-parts never add up to more than was asked. Sensitivities over the whole release follow from the enforced
-contribution bounds: with L0 = max_groups, a measure of per-group sensitivity s has L1 = L0·s and
-L2 = √L0·s. L0 = 1 (disjoint groups) is parallel composition: the release costs what one group costs.
+The requested (ε, δ) is split across the noisy parts of the release, each part rounded down so the parts
+never add up to more than was asked: partition selection (if any) takes an even share, and the measures
+share the rest so as to minimise the total expected error of the released aggregates (`_weights`).
+Sensitivities over the whole release follow from the enforced contribution bounds: with L0 = max_groups,
+a measure of per-group sensitivity s has L1 = L0·s and L2 = √L0·s. L0 = 1 (disjoint groups) is parallel
+composition: the release costs what one group costs.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from mechanisms import gaussian, laplace, threshold
 from proxy.query.analyse import Analysis
 from proxy.query.catalog import Mechanism
 from proxy.query.errors import InvalidParameter
+from proxy.query.measures import measures_of
 
 Composition = Literal["parallel", "sequential"]
 
@@ -97,20 +100,26 @@ def price(analysis: Analysis, *, epsilon: float, delta: float, mechanism: Mechan
 
     noise: list[NoiseSpec] = []
     gaussian_delta = 0.0
+    uses = _weights(analysis)
     if mechanism == "laplace":
+        # ε_j ∝ n_j^(1/3) minimises Σ n_j·Var_j/s_j² = Σ 2n_j/ε_j² subject to Σε_j = the measures' ε
+        measures_epsilon = _down_exact(Fraction(share) * len(analysis.measures))
+        epsilons = _split(measures_epsilon, tuple(n ** (1 / 3) for n in uses), share)
         for j, measure in enumerate(analysis.measures):
             sensitivity = l0 * measure.sensitivity(max_rows)  # Δ1 = L0 · per-group sensitivity (§2)
-            scale = laplace.scale_for(sensitivity, share) if sensitivity else 1.0
+            scale = laplace.scale_for(sensitivity, epsilons[j]) if sensitivity else 1.0
             noise.append(NoiseSpec(j, "laplace", scale, sensitivity, measure.grid, laplace.ci_halfwidth(scale)))
             children.append(LaplaceEvent(sensitivity, scale))
     else:
         gaussian_delta = _share(delta, 2) if private else delta
         gaussian_epsilon = _down(epsilon - share) if private else epsilon
-        rho_each = _share(gaussian.rho_for(gaussian_epsilon, gaussian_delta), len(analysis.measures))
+        rho_total = gaussian.rho_for(gaussian_epsilon, gaussian_delta)
+        # ρ_j ∝ √n_j minimises Σ n_j·Var_j/s_j² = Σ n_j/(2ρ_j) subject to Σρ_j = ρ (zCDP adds)
+        rhos = _split(rho_total, tuple(math.sqrt(n) for n in uses), _share(rho_total, len(analysis.measures)))
         for j, measure in enumerate(analysis.measures):
             # Δ2 = √L0 · per-group sensitivity (§2), rounded up
             sensitivity = math.nextafter(math.sqrt(l0) * measure.sensitivity(max_rows), math.inf)
-            sigma = gaussian.sigma_for(sensitivity, rho_each) if sensitivity else 1.0
+            sigma = gaussian.sigma_for(sensitivity, rhos[j]) if sensitivity else 1.0
             noise.append(
                 NoiseSpec(j, "gaussian", sigma, sensitivity, measure.grid, gaussian.ci_halfwidth(sigma))
             )
@@ -126,6 +135,48 @@ def price(analysis: Analysis, *, epsilon: float, delta: float, mechanism: Mechan
         epsilon=charged_epsilon, delta=charged_delta, gaussian_delta=gaussian_delta,
         composition="parallel" if disjoint_groups else "sequential",
     )
+
+
+def _weights(analysis: Analysis) -> tuple[int, ...]:
+    """n_j: how many of the query's aggregates use measure j (AVG(x) and COUNT(x) share x's count).
+
+    The noise split minimises Σ_aggregates Σ_(its measures j) Var_j / s_j², the expected squared error of
+    each released aggregate in units of its sensitivity s_j. For AVG, (S + Z_S)/(N + Z_N) − S/N ≈
+    (Z_S − (S/N)·Z_N)/N, and after centring |S/N| <= half the range, so both terms weigh alike in the worst
+    case: AVG counts once for its centred sum and once for its count.
+    """
+    uses = [0] * len(analysis.measures)
+    for aggregate in analysis.aggregates:
+        for measure in measures_of(aggregate, analysis.table):
+            uses[analysis.measures.index(measure)] += 1
+    return tuple(max(1, n) for n in uses)
+
+
+def _split(whole: float, weights: tuple[float, ...], equal: float) -> tuple[float, ...]:
+    """`whole` split in proportion to `weights`, each part rounded down so they never add to more.
+
+    Equal weights give `equal` for every part (the even share, as `_share` computes it).
+
+    Example:
+        >>> _split(1.0, (1.0, 1.0), 0.5)
+        (0.5, 0.5)
+        >>> parts = _split(0.3, (2 ** (1 / 3), 1.0), 0.15)
+        >>> [round(x, 4) for x in parts], sum(map(Fraction, parts)) <= Fraction(0.3)
+        ([0.1673, 0.1327], True)
+    """
+    if len(set(weights)) <= 1:
+        return (equal,) * len(weights)
+    total = sum(weights)
+    parts = [_down_exact(Fraction(whole) * Fraction(w) / Fraction(total)) for w in weights]
+    while sum(map(Fraction, parts), Fraction(0)) > Fraction(whole):  # rounding of the weights themselves
+        parts = [math.nextafter(x, 0.0) for x in parts]
+    return tuple(parts)
+
+
+def _down_exact(exact: Fraction) -> float:
+    """The largest float <= `exact`."""
+    nearest = float(exact)
+    return nearest if Fraction(nearest) <= exact else math.nextafter(nearest, 0.0)
 
 
 def _share(whole: float, parts: int) -> float:

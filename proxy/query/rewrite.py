@@ -65,7 +65,7 @@ def _source(analysis: Analysis) -> exp.Select:
     projections: list[exp.Expr] = [exp.alias_(_quoted(table.privacy_unit), "__unit")]
     projections += [exp.alias_(_quoted(key), f"__k{i}") for i, key in enumerate(analysis.keys)]
     projections += [p for j, m in enumerate(analysis.measures) if (p := _row_value(m, j)) is not None]
-    source = exp.select(*projections).from_(exp.table_(table.name, quoted=True))
+    source = exp.select(*projections).from_(_table(analysis))
     conditions = [analysis.where] if analysis.where is not None else []
     if analysis.partitions == "public":
         # Rows outside the public domain are dropped before bounding: no unit spends its L0 on them.
@@ -76,6 +76,22 @@ def _source(analysis: Analysis) -> exp.Select:
     if conditions:
         source = source.where(exp.and_(*conditions))
     return source
+
+
+def _table(analysis: Analysis) -> exp.Expr:
+    """The protected table; with unit-level columns of the cell space replaced by each unit's canonical
+    value (the smallest over the unit's rows), so every unit lies in exactly one cell whatever the data
+    holds, and queries with disjoint scopes touch disjoint sets of units (docs/privacy.md §5)."""
+    table = exp.table_(analysis.table.name, quoted=True)
+    if not analysis.canonical:
+        return table
+    unit = exp.to_identifier(analysis.table.privacy_unit, quoted=True).sql(dialect="duckdb")
+    replaced = ", ".join(
+        f"MIN({name}) OVER (PARTITION BY {unit}) AS {name}"
+        for name in (exp.to_identifier(c, quoted=True).sql(dialect="duckdb") for c in analysis.canonical)
+    )
+    canonical = parse_one(f"SELECT * REPLACE ({replaced}) FROM {table.sql(dialect='duckdb')}", read="duckdb")
+    return exp.Subquery(this=canonical, alias=exp.TableAlias(this=exp.to_identifier("__canon")))
 
 
 def _row_value(measure: Measure, j: int) -> exp.Expr | None:

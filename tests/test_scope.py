@@ -1,0 +1,120 @@
+"""Scopes: which cells of the unit-attribute space a query can touch, and the proof that disjoint scopes
+touch disjoint units even when the data breaks the unit-level declaration."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.query.analyse import analyse
+from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+from proxy.query.parse import parse
+from proxy.query.rewrite import rewrite
+from proxy.query.scope import cell_space
+
+TABLE = TableSchema(
+    "t", "uid",
+    (
+        ColumnSpec("uid", "BIGINT"),
+        ColumnSpec("r", "VARCHAR", unit_level=True, groupable=True, public_domain=("N", "S", "E")),
+        ColumnSpec("age", "INTEGER", unit_level=True, groupable=True, bounds=(20, 23)),
+        ColumnSpec("x", "DOUBLE", bounds=(0.0, 10.0)),
+        ColumnSpec("g", "VARCHAR", groupable=True),
+    ),
+    max_groups=2, max_rows=3,
+)
+CATALOG = Catalog((TABLE,))
+SPACE = cell_space(TABLE)  # axes: age (20..23, OTHER, NULL) × r (N, S, E, OTHER, NULL) = 6 × 5 = 30 cells
+
+
+def cells(where: str) -> set[tuple[object, object]] | None:
+    """The scope of `SELECT COUNT(*) FROM t WHERE <where>` as (age, r) pairs; None for every cell."""
+    sql = "SELECT COUNT(*) FROM t" + (f" WHERE {where}" if where else "")
+    found = analyse(parse(sql), CATALOG).scope.cells
+    if found is None:
+        return None
+    return {(d["age"], d["r"]) for d in map(SPACE.describe, found)}
+
+
+AGES: tuple[object, ...] = (20, 21, 22, 23, "<other>", None)
+REGIONS: tuple[object, ...] = ("N", "S", "E", "<other>", None)
+
+
+def every(ages: tuple[object, ...] = AGES, regions: tuple[object, ...] = REGIONS) -> set[tuple[object, object]]:
+    return {(a, r) for a in ages for r in regions}
+
+
+@pytest.mark.parametrize(("where", "expected"), [
+    ("", None),
+    ("r = 'N'", every(regions=("N",))),
+    ("r IN ('N', 'S')", every(regions=("N", "S"))),
+    ("r = 'Z'", every(regions=("<other>",))),  # an undeclared value can only be OTHER
+    ("r <> 'N'", every(regions=("S", "E", "<other>"))),  # NULL <> 'N' is NULL, never TRUE
+    ("NOT r = 'N'", every(regions=("S", "E", "<other>"))),
+    ("r IS NULL", every(regions=(None,))),
+    ("NOT r IS NULL", every(regions=("N", "S", "E", "<other>"))),
+    ("age < 22", every(ages=(20, 21, "<other>"))),  # OTHER (out of bounds) may be anything
+    ("age BETWEEN 21 AND 22", every(ages=(21, 22, "<other>"))),
+    ("age >= 22 AND r = 'S'", every(ages=(22, 23, "<other>"), regions=("S",))),
+    ("age = 20 OR r = 'E'", every(ages=(20,)) | every(regions=("E",))),
+    ("x > 3", None),  # row-level predicates never narrow a scope
+    ("x > 3 AND r = 'N'", every(regions=("N",))),
+    ("x > 3 OR r = 'N'", None),
+    ("NOT (x > 3)", None),
+    ("NOT (x > 3 AND r = 'N')", None),
+    ("g = 'a' AND NOT (r = 'N' OR r = 'S')", every(regions=("E", "<other>"))),
+])
+def test_scope_of_where(where: str, expected: set[tuple[object, object]] | None) -> None:
+    assert cells(where) == expected
+
+
+def test_disjoint_ranges_are_disjoint() -> None:
+    young, old = cells("age < 22"), cells("age >= 22")
+    assert young is not None and old is not None
+    assert young & old == every(ages=("<other>",))  # out-of-bounds ages could satisfy both: overlap kept
+
+
+units = st.integers(0, 5)
+rows = st.lists(
+    st.tuples(units, st.sampled_from(["N", "S", "E", "Z", None]), st.sampled_from([19, 20, 21, 22, 23, None]),
+              st.floats(0, 10), st.sampled_from(["a", "b"])),
+    max_size=30,
+)
+
+
+def _run(sql: str, data: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (uid BIGINT, r VARCHAR, age INTEGER, x DOUBLE, g VARCHAR)")
+    if data:
+        con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)", data)
+    out = con.execute(sql).fetchall()
+    con.close()
+    return sorted(out, key=repr)
+
+
+PAIRS = [
+    ("r = 'N'", "r = 'S'"),
+    ("age < 22", "age >= 22 AND age <= 23"),
+    ("r IN ('N', 'E') AND x > 1", "r = 'S' OR r IS NULL"),
+]
+
+
+@pytest.mark.parametrize(("first", "second"), PAIRS)
+@settings(max_examples=25, deadline=None)
+@given(data=rows)
+def test_disjoint_scopes_touch_disjoint_units(first: str, second: str, data: list[tuple[object, ...]]) -> None:
+    # the data deliberately breaks the declaration: a unit's region and age vary between its rows
+    a = analyse(parse(f"SELECT g, COUNT(*), SUM(x) FROM t WHERE {first} GROUP BY g"), CATALOG)
+    b = analyse(parse(f"SELECT r, COUNT(*) FROM t WHERE {second} GROUP BY r"), CATALOG)
+    assert a.scope.cells is not None and b.scope.cells is not None
+    if a.scope.cells & b.scope.cells:
+        return  # not provably disjoint (e.g. OTHER ages): nothing to check
+    sql_a, sql_b = rewrite(a, 1), rewrite(b, 1)
+    full_a, full_b = _run(sql_a, data), _run(sql_b, data)
+    for unit in {row[0] for row in data}:
+        rest = [row for row in data if row[0] != unit]
+        moved_a = _run(sql_a, rest) != full_a
+        moved_b = _run(sql_b, rest) != full_b
+        assert not (moved_a and moved_b), f"unit {unit} reaches both scopes"
