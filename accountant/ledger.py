@@ -1,9 +1,11 @@
 """The ledger of charges: the one place budget state lives, and the only read-modify-write (STYLE.md B6).
 
-`admit` checks a charge against the analyst's remaining budget and records it in one atomic step, before
-any result exists; there are no refunds. `SqliteLedger` makes that step one `BEGIN IMMEDIATE` transaction,
-so threads and processes sharing a file can never overspend. Charges store the exact `Event` (as JSON),
-so spend can be re-accounted later.
+`admit` checks a charge against the analyst's remaining budget (and, if the dataset has one, the total
+budget shared by all its analysts) and records it in one atomic step, before any result exists; there are
+no refunds. `SqliteLedger` makes that step one `BEGIN IMMEDIATE` transaction, so threads and processes
+sharing a file can never overspend. Charges store the exact `Event` (as JSON) next to their (ε, δ) under
+basic composition, so spend can be re-accounted under any rule. The accounting math is not here: the
+pure functions of `filter.py` and `report.py` run on the history read inside the transaction.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Protocol
 
-from accountant.errors import BudgetExceeded
+from accountant.errors import BudgetExceeded, UnsupportedEvent
 from accountant.events import Event, from_json, to_json
-from accountant.filter import Budget, Spend, admits, remaining, total
+from accountant.filter import BASIC, Accounting, Budget, Entry, Spend, spent_usage, total, usage
+from accountant.report import refusal
 
 Clock = Callable[[], datetime]
 
@@ -81,12 +85,25 @@ class Ledger(Protocol):
         delta: float,
         composition: str,
         budget: Budget,
+        accounting: Accounting = BASIC,
+        dataset_budget: Budget | None = None,
     ) -> Charge:
-        """Record the charge if it fits the budget, else raise `BudgetExceeded` and write nothing."""
+        """Record the charge if it fits, else raise `BudgetExceeded` and write nothing.
+
+        It fits if the analyst's history on the dataset plus this charge passes the `accounting` rule's
+        filter for `budget` and, when `dataset_budget` is given, the history of all analysts on the dataset
+        plus this charge passes it for `dataset_budget`: both checks and the insert are one transaction.
+        `epsilon`/`delta` are the charge under basic composition; the event is what other rules account.
+        """
         ...
 
     def spent(self, analyst: str, dataset: str) -> Spend:
         """Σε and Σδ charged to the analyst on the dataset (rounded up)."""
+        ...
+
+    def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
+        """Every charge on the dataset (of one analyst, or of all when `analyst` is None), as the filter
+        sees it: the event and its basic (ε, δ). For reports; admit reads its own inside the transaction."""
         ...
 
     def charges(
@@ -129,11 +146,6 @@ class Ledger(Protocol):
 # --- shared by both ledgers -------------------------------------------------------------------------
 
 
-def _fmt(value: float) -> str:
-    text = f"{value:.6g}"
-    return text + ".0" if text.lstrip("-").isdigit() else text
-
-
 def _check_request(epsilon: float, delta: float, budget: Budget) -> None:
     for name, value in (("epsilon", epsilon), ("delta", delta)):
         if not isinstance(value, int | float) or not (0 <= value < float("inf")):
@@ -144,21 +156,10 @@ def _check_request(epsilon: float, delta: float, budget: Budget) -> None:
         raise TypeError(f"budget must be a Budget, got {budget!r}")
 
 
-def _refusal(spent: Spend, epsilon: float, delta: float, budget: Budget) -> BudgetExceeded:
-    left = remaining(spent, budget)
-    if admits(spent, epsilon, 0.0, budget):  # ε fits, so δ is what ran out
-        message = f"query needs δ={_fmt(delta)} but {_fmt(left.delta)} of your δ={_fmt(budget.delta)} remains"
-    else:
-        message = (
-            f"query needs ε={_fmt(epsilon)} but {_fmt(left.epsilon)} of your ε={_fmt(budget.epsilon)} remains"
-        )
-    return BudgetExceeded(
-        message,
-        epsilon_remaining=left.epsilon,
-        delta_remaining=left.delta,
-        epsilon_requested=epsilon,
-        delta_requested=delta,
-    )
+@lru_cache(maxsize=16384)
+def event_of(text: str) -> Event:
+    """An event from its stored JSON text (cached: stored charges never change)."""
+    return from_json(json.loads(text))
 
 
 def _check_window(since: datetime | None, until: datetime | None, limit: int, offset: int) -> None:
@@ -174,7 +175,14 @@ def _check_window(since: datetime | None, until: datetime | None, limit: int, of
 
 
 class _Admitting:
-    """Check-then-commit through the same code for every ledger: `_write` makes it one atomic step."""
+    """Check-then-commit through the same code for every ledger: `_write` makes it one atomic step.
+
+    Storage hooks, called only inside `_write()`: `_spent(analyst, dataset)` (Σε, Σδ of the analyst's
+    rows; the basic rule needs no more), `_entries(analyst, dataset)` (the analyst's charges, or every
+    analyst's when `analyst` is None, for the zcdp/gdp rules and the dataset budget) and `_insert`. A
+    ledger whose locks are finer than the whole store must make `_entries(None, dataset)` serialise with
+    every admit on that dataset, or two analysts could overspend the shared dataset budget together.
+    """
 
     _clock: Clock
 
@@ -184,8 +192,28 @@ class _Admitting:
     def _spent(self, analyst: str, dataset: str) -> Spend:
         raise NotImplementedError
 
+    def _entries(self, analyst: str | None, dataset: str) -> Iterable[Entry]:
+        raise NotImplementedError(f"{type(self).__name__} cannot yet read events for tighter accounting")
+
     def _insert(self, charge: Charge) -> None:
         raise NotImplementedError
+
+    def charges(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[Charge, ...]:
+        raise NotImplementedError
+
+    def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
+        """The charges on the dataset as the filter sees them, read through `charges` (for reports)."""
+        found = self.charges(analyst=analyst, dataset=dataset, limit=2**62)
+        return tuple(Entry(c.event, c.epsilon, c.delta) for c in found)
 
     def admit(
         self,
@@ -198,13 +226,34 @@ class _Admitting:
         delta: float,
         composition: str,
         budget: Budget,
+        accounting: Accounting = BASIC,
+        dataset_budget: Budget | None = None,
     ) -> Charge:
-        """Record the charge if it fits the budget, else raise `BudgetExceeded` and write nothing."""
+        """Record the charge if it fits (see `Ledger.admit`), else raise `BudgetExceeded`, writing nothing."""
         _check_request(epsilon, delta, budget)
+        if not isinstance(accounting, Accounting):
+            raise TypeError(f"accounting must be an Accounting, got {accounting!r}")
+        if dataset_budget is not None and not isinstance(dataset_budget, Budget):
+            raise TypeError(f"dataset_budget must be a Budget or None, got {dataset_budget!r}")
+        entry = Entry(event, float(epsilon), float(delta))
+        rule = accounting.rule
         with self._write():
-            spent = self._spent(analyst, dataset)
-            if not admits(spent, epsilon, delta, budget):
-                raise _refusal(spent, epsilon, delta, budget)
+            try:
+                if rule == "basic":
+                    mine = spent_usage(self._spent(analyst, dataset))
+                else:
+                    mine = usage(self._entries(analyst, dataset), rule)
+                refused = refusal(mine, entry, budget, accounting)
+                if refused is None and dataset_budget is not None:
+                    everyone = usage(self._entries(None, dataset), rule)
+                    refused = refusal(everyone, entry, dataset_budget, accounting, scope="dataset")
+            except UnsupportedEvent as err:  # a stored charge the rule cannot account for: admit nothing more
+                raise BudgetExceeded(
+                    f"the charges on this dataset include one that {rule!r} accounting cannot account for ({err})",
+                    accounting=rule,
+                ) from err
+            if refused is not None:
+                raise refused
             charge = Charge(
                 id=uuid.uuid4().hex,
                 analyst=analyst,
@@ -246,6 +295,17 @@ class MemoryLedger(_Admitting):
     def spent(self, analyst: str, dataset: str) -> Spend:
         with self._lock:
             return self._spent(analyst, dataset)
+
+    def _entries(self, analyst: str | None, dataset: str) -> list[Entry]:
+        return [
+            Entry(c.event, c.epsilon, c.delta)
+            for c in self._rows
+            if c.dataset == dataset and (analyst is None or c.analyst == analyst)
+        ]
+
+    def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
+        with self._lock:
+            return tuple(self._entries(analyst, dataset))
 
     def _select(
         self,
@@ -329,6 +389,7 @@ _SCHEMA = (
         PRIMARY KEY (analyst, dataset, request_sha256)
     )""",
     "CREATE INDEX IF NOT EXISTS charges_by_time ON charges (at_us, seq)",
+    "CREATE INDEX IF NOT EXISTS charges_by_dataset ON charges (dataset)",  # the dataset budget's reads
 )
 _COLUMNS = "id, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition"
 
@@ -345,7 +406,7 @@ def _from_row(row: tuple[str, str, str, int, str, str, float, float, str]) -> Ch
         dataset=dataset,
         at=_EPOCH + at_us * _MICROSECOND,
         sql_sha256=sql_sha256,
-        event=from_json(json.loads(event)),
+        event=event_of(event),
         epsilon=epsilon,
         delta=delta,
         composition=composition,
@@ -442,6 +503,15 @@ class SqliteLedger(_Admitting):
     def spent(self, analyst: str, dataset: str) -> Spend:
         with self._lock:
             return self._spent(analyst, dataset)
+
+    def _entries(self, analyst: str | None, dataset: str) -> list[Entry]:
+        clause, params = _where(analyst, dataset, None, None)
+        rows = self._conn.execute(f"SELECT event, epsilon, delta FROM charges WHERE {clause} ORDER BY seq", params)
+        return [Entry(event_of(text), epsilon, delta) for text, epsilon, delta in rows]
+
+    def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
+        with self._lock:
+            return tuple(self._entries(analyst, dataset))
 
     def charges(
         self,

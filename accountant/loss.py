@@ -1,4 +1,5 @@
-"""The privacy map of every event: what an `Event` costs, as (ε, δ) or as ρ-zCDP.
+"""The privacy map of every event: what an `Event` costs, as (ε, δ), as ρ-zCDP, or as approximate
+zCDP or GDP (a ρ or μ together with the δ of partition selection).
 
 One `match` over the closed union of `events.py`; anything else raises `UnsupportedEvent`. Every number is
 rounded up. The children of a `ComposedEvent` are mechanisms whose parameters the plan fixed before
@@ -13,7 +14,7 @@ from fractions import Fraction
 
 from accountant.errors import UnsupportedEvent
 from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ParallelEvent, ThresholdEvent
-from mechanisms import gaussian, laplace
+from mechanisms import gaussian, gdp, laplace
 
 
 def _sum_up(values: Iterable[float]) -> float:
@@ -126,5 +127,100 @@ def rho(event: Event) -> float:
             return _sum_up(rho(child) for child in events)
         case ParallelEvent(events):
             return max((rho(child) for child in events), default=0.0)
+        case _:
+            raise _unsupported(event)
+
+
+def _square_up(value: float) -> Fraction:
+    return Fraction(value) ** 2
+
+
+def _sqrt_up(exact: Fraction) -> float:
+    """The smallest float whose square is >= `exact`."""
+    root = math.sqrt(float(exact))
+    while Fraction(root) ** 2 < exact:
+        root = math.nextafter(root, math.inf)
+    while root > 0 and Fraction(below := math.nextafter(root, 0.0)) ** 2 >= exact:
+        root = below
+    return root
+
+
+def _pure_rho(epsilon: float) -> float:
+    exact = Fraction(epsilon) ** 2 / 2  # pure ε-DP implies ε²/2-zCDP (Bun–Steinke 2016, Prop. 1.4)
+    value = float(exact)
+    return value if Fraction(value) >= exact else math.nextafter(value, math.inf)
+
+
+def approximate_rho(event: Event) -> tuple[float, float]:
+    """(ρ, δ) such that the event is δ-approximately ρ-zCDP (Bun–Steinke 2016, Def. 8.1), rounded up.
+
+    Gaussian: (Δ2²/(2σ²), 0) (CKS20). Laplace: (ε²/2, 0) (pure ε-DP, Bun–Steinke Prop. 1.4). Threshold
+    (private partition selection, `mechanisms/threshold.py`): (ε²/2, δ). Its ε is the pure ε of the noisy
+    counts of groups both neighbours have, and its δ bounds the probability that a group which exists only
+    because of the added unit is released; conditioned on that not happening, the release is pure ε-DP
+    (docs/privacy.md §5 gives the argument, which also covers the adaptive sequence). Sequential
+    composition adds ρ and δ; parallel composition over disjoint units takes each maximum, as a unit's data
+    lie in one part.
+
+    Example:
+        >>> approximate_rho(ComposedEvent((GaussianEvent(1, 2.0), ThresholdEvent(0.5, 1e-9))))
+        (0.25, 1e-09)
+        >>> approximate_rho(ParallelEvent((LaplaceEvent(1, 2.0), ThresholdEvent(0.25, 1e-8))))
+        (0.125, 1e-08)
+    """
+    match event:
+        case GaussianEvent(sensitivity, sigma):
+            return gaussian.rho(sensitivity, sigma), 0.0
+        case LaplaceEvent(sensitivity, scale):
+            return _pure_rho(laplace.epsilon(sensitivity, scale)), 0.0
+        case ThresholdEvent(epsilon, delta):
+            return _pure_rho(epsilon), delta
+        case ComposedEvent(events):
+            parts = [approximate_rho(child) for child in events]
+            return _sum_up(r for r, _ in parts), _sum_up(d for _, d in parts)
+        case ParallelEvent(events):
+            parts = [approximate_rho(child) for child in events]
+            return max((r for r, _ in parts), default=0.0), max((d for _, d in parts), default=0.0)
+        case _:
+            raise _unsupported(event)
+
+
+def approximate_mu(event: Event) -> tuple[float, float]:
+    """(μ, δ) such that the event is δ-approximately μ-GDP (as `approximate_rho`, with GDP), rounded up.
+
+    Laplace: pure ε = Δ1/b gives μ = −2Φ⁻¹(1/(1 + e^ε)) (`gdp.pure_mu`). Threshold: (μ of its ε, δ).
+    Sequential composition: μ = √Σμᵢ² (DRS19 Cor. 3.3), δ adds; parallel: each maximum. The discrete
+    Gaussian has no proven μ-GDP bound (μ = Δ2/σ is false for it, docs/privacy.md §5), so a Gaussian
+    event raises `UnsupportedEvent`: the `gdp` rule refuses it.
+
+    Example:
+        >>> mu, delta = approximate_mu(ComposedEvent((LaplaceEvent(1, 10.0), ThresholdEvent(0.1, 1e-9))))
+        >>> round(mu, 6), delta
+        (0.177214, 1e-09)
+        >>> approximate_mu(GaussianEvent(1, 2.0))
+        Traceback (most recent call last):
+        ...
+        accountant.errors.UnsupportedEvent: the discrete Gaussian has no proven μ-GDP bound; \
+account for it with accounting = "zcdp"
+    """
+    match event:
+        case GaussianEvent(sensitivity, _) if sensitivity == 0:
+            return 0.0, 0.0  # no sensitivity: the output does not depend on the data
+        case GaussianEvent():
+            raise UnsupportedEvent(
+                'the discrete Gaussian has no proven μ-GDP bound; account for it with accounting = "zcdp"',
+                event="GaussianEvent",
+            )
+        case LaplaceEvent(sensitivity, scale):
+            return gdp.pure_mu(laplace.epsilon(sensitivity, scale)), 0.0
+        case ThresholdEvent(epsilon, delta):
+            return gdp.pure_mu(epsilon), delta
+        case ComposedEvent(events):
+            parts = [approximate_mu(child) for child in events]
+            squares = sum((_square_up(m) for m, _ in parts), Fraction(0))
+            return _sqrt_up(squares), _sum_up(d for _, d in parts)
+        case ParallelEvent(events):
+            parts = [approximate_mu(child) for child in events]
+            return max((m for m, _ in parts), default=0.0), max((d for _, d in parts), default=0.0)
         case _:
             raise _unsupported(event)

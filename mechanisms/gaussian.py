@@ -2,7 +2,8 @@
 
 Noise Z has P[Z = k] ∝ exp(−k²/(2σ²)) (Canonne, Kamath, Steinke 2020, arXiv:2004.00010, "CKS20").
 Admission uses zCDP, which is exact for the discrete Gaussian with integer shifts (CKS20: ρ = Δ2²/(2σ²)).
-The GDP functions (μ = Δ2/σ) describe the continuous Gaussian and serve reporting only (DESIGN.md §4).
+The GDP curve δ(ε) of μ-GDP is here too (`mechanisms/gdp.py` builds the `gdp` rule on it); μ = Δ2/σ
+describes the continuous Gaussian only and is reported for information (docs/privacy.md §5).
 Every privacy number is rounded in the safe direction: ε, δ, ρ, μ and σ up; `rho_for` down.
 """
 
@@ -159,13 +160,14 @@ def rho_for(epsilon: float, delta: float) -> float:
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
 
 
-# --- Gaussian differential privacy (reporting) ------------------------------------------------------
+# --- Gaussian differential privacy -----------------------------------------------------------------
 
 
 def mu(sensitivity: float, sigma: float) -> float:
     """μ = Δ2/σ, rounded up: the Gaussian mechanism of `sigma` is μ-GDP (Dong, Roth, Su 2019, Thm. 2.7).
 
-    Exact for continuous noise; reported for the discrete Gaussian, whose admission uses zCDP.
+    Exact for continuous noise. The discrete Gaussian is *not* Δ2/σ-GDP (its trade-off curve dips below
+    G_{1/σ} at the central vertex; docs/privacy.md §5): this number is reported, never used to admit.
 
     Example:
         >>> mu(2, 4.0)

@@ -1,4 +1,4 @@
-"""`dpproxy serve | demo | check-policy | explain`: the command line."""
+"""`dpproxy serve | demo | check-policy | explain | recommend`: the command line."""
 
 from __future__ import annotations
 
@@ -39,6 +39,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     explain.add_argument("--mechanism", choices=("laplace", "gaussian"), default=None)
     explain.add_argument("sql")
 
+    recommend = commands.add_parser(
+        "recommend", help="compare the admit rules (basic, zcdp, gdp) for a dataset's queries and budgets"
+    )
+    recommend.add_argument("--policy", type=Path, required=True)
+    recommend.add_argument("--dataset", required=True)
+    recommend.add_argument("--epsilon", type=float, default=None, help="per-query ε (default: the dataset's)")
+    recommend.add_argument("--delta", type=float, default=None, help="per-query δ (default: the dataset's)")
+    recommend.add_argument("--mechanism", choices=("laplace", "gaussian"), default=None)
+    recommend.add_argument("--budget", type=float, nargs=2, metavar=("EPSILON", "DELTA"), default=None,
+                           help="the budget to compare under (default: each budget on the dataset)")
+    recommend.add_argument("--sql", default=None, help="the typical query (default: COUNT(*) of the first table)")
+
+    audit = commands.add_parser("audit-verify", help="check the hash chain of the audit log; exit 1 if tampered")
+    audit.add_argument("ledger", help="the ledger: a SQLite path, sqlite:///path or postgresql://…")
+
     args = parser.parse_args(argv)
     match args.command:
         case "serve":
@@ -50,6 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args.policy)
         case "explain":
             return _explain(args)
+        case "recommend":
+            return _recommend(args)
+        case "audit-verify":
+            from proxy.audit_cli import audit_verify
+
+            return audit_verify(args.ledger)
     return 2
 
 
@@ -84,7 +105,12 @@ def _serve(args: argparse.Namespace) -> int:
     if args.port is not None:
         overrides["port"] = args.port
     settings = Settings(**overrides)  # type: ignore[arg-type]
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    from proxy.logs import dict_config
+
+    uvicorn.run(
+        create_app(settings), host=settings.host, port=settings.port, access_log=False,
+        log_config=dict_config(settings.log_format, settings.log_level),  # JSON from the first line on
+    )
     return 0
 
 
@@ -125,6 +151,92 @@ def _explain(args: argparse.Namespace) -> int:
         "epsilon": price.epsilon, "delta": price.delta, "composition": price.composition,
         "partitions": planned.analysis.partitions, "event": to_json(price.event),
     }, indent=2))
+    return 0
+
+
+def _recommend(args: argparse.Namespace) -> int:
+    from accountant.errors import UnsupportedEvent
+    from accountant.filter import RULES, Accounting, Budget, Entry, capacity, cost
+    from accountant.report import how_many
+    from proxy.policy import load_policy
+    from proxy.query import plan
+    from proxy.query.errors import QueryError
+
+    policy = load_policy(args.policy)
+    dataset = policy.dataset(args.dataset)
+    if dataset is None:
+        print(f"unknown dataset {args.dataset!r}", file=sys.stderr)
+        return 2
+    epsilon = dataset.epsilon if args.epsilon is None else args.epsilon
+    delta = dataset.delta if args.delta is None else args.delta
+    mechanism = args.mechanism or dataset.mechanism
+    table = dataset.catalog.tables[0]
+    queries = [("typical", args.sql or f"SELECT COUNT(*) FROM {table.name}")]
+    private = next((c for c in table.columns if c.groupable and c.public_domain is None), None)
+    if args.sql is None and private is not None:
+        queries.append(("private groups", f"SELECT {private.name}, COUNT(*) FROM {table.name} GROUP BY {private.name}"))
+    budgets: dict[tuple[float, float], list[str]] = {}
+    if args.budget is not None:
+        budgets[tuple(args.budget)] = ["--budget"]  # type: ignore[index]
+    else:
+        for analyst in policy.analysts:
+            if (b := analyst.budget(dataset.name)) is not None:
+                budgets.setdefault((b.epsilon, b.delta), []).append(analyst.name)
+        if dataset.budget is not None:
+            budgets.setdefault((dataset.budget.epsilon, dataset.budget.delta), []).append("shared total")
+    if not budgets:
+        print(f"dataset {dataset.name} has no budgets; pass --budget EPSILON DELTA", file=sys.stderr)
+        return 2
+    share = dataset.accounting.selection_share
+    print(f"dataset {dataset.name}: {mechanism} noise, per query ε={epsilon:g}, δ={delta:g}; "
+          f"accounting in force: {dataset.accounting.rule} (selection_delta_share = {share:g})")
+    entries: list[tuple[str, str, Entry]] = []
+    for label, sql in queries:
+        try:
+            price = plan(sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism).price
+        except QueryError as err:
+            print(f"  {label} query {sql!r} cannot be priced: {err}", file=sys.stderr)
+            continue
+        entry = Entry(price.event, price.epsilon, price.delta)
+        costs = [f"ε={price.epsilon:.6g} δ={price.delta:.3g} (basic)"]
+        for rule, symbol in (("zcdp", "ρ"), ("gdp", "μ")):
+            try:
+                amount, selection = cost(entry, rule)  # type: ignore[arg-type]
+                costs.append(f"{symbol}={amount:.6g} δ_sel={selection:.3g}")
+            except UnsupportedEvent:  # the discrete Gaussian has no GDP bound
+                costs.append(f"no {rule} bound")
+        print(f"  {label}: {sql}\n    charge: " + ", ".join(costs))
+        entries.append((label, sql, entry))
+    if not entries:
+        return 1
+    best_overall = None
+    for (budget_epsilon, budget_delta), owners in budgets.items():
+        budget = Budget(budget_epsilon, budget_delta)
+        print(f"budget ε={budget_epsilon:g}, δ={budget_delta:g} ({', '.join(owners)}):")
+        print(f"  {'rule':<6} {'capacity':<32} " + "  ".join(f"{label + ' queries':>22}" for label, _, _ in entries))
+        counts: dict[str, int] = {}
+        for rule in RULES:
+            accounting = Accounting(rule, share)
+            try:
+                limit = capacity(budget, accounting)
+            except ValueError as err:
+                print(f"  {rule:<6} unusable: {err}")
+                continue
+            if rule == "basic":
+                text = f"ε={limit.amount:.6g}, δ={limit.delta:.3g}"
+            else:
+                symbol = "ρ" if rule == "zcdp" else "μ"
+                text = f"{symbol}={limit.amount:.6g}, δ_sel={limit.delta:.3g}"
+            unusable = rule == "gdp" and mechanism == "gaussian"
+            numbers = [0 if unusable else how_many(entry, budget, accounting) for _, _, entry in entries]
+            counts[rule] = numbers[0]
+            note = "  (the discrete Gaussian has no proven GDP bound)" if unusable else ""
+            print(f"  {rule:<6} {text:<32} " + "  ".join(f"{n:>22}" for n in numbers) + note)
+        best = max(counts, key=lambda r: (counts[r], -RULES.index(r)))  # ties go to the simpler rule
+        best_overall = best_overall or best
+        print(f"  most typical queries: {best} ({counts[best]}; basic admits {counts.get('basic', 0)})")
+    print(f'recommended: accounting = "{best_overall}" for [datasets.{dataset.name}] '
+          "(choose it before the first query: the rule may not change while budgets are in use)")
     return 0
 
 

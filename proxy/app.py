@@ -1,22 +1,37 @@
-"""create_app(settings) -> FastAPI: the lifespan builds the Env (policy, engines, ledger, sampler)."""
+"""create_app(settings) -> FastAPI: the lifespan builds the Env (policy, engines, ledger, sampler).
+
+Around the routes: `Observe` (request ids, metrics, access log, recent rejections) and the operator routes
+of `proxy.ops` (/readyz, /metrics) and `proxy.dashboard` (/dashboard). See docs/operations.md.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import logging
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from types import FrameType
+from typing import Any
 
 from fastapi import FastAPI
 
-from accountant.ledger import SqliteLedger
+from accountant.audit import open_audit
+from accountant.stores import open_ledger
 from mechanisms.sampling import SecureSampler
-from proxy import errors, routes
+from proxy import audit_routes, dashboard, errors, logs, ops, routes
+from proxy.audit_trail import AuditTrail
 from proxy.engine import Engine, EngineMisconfigured
-from proxy.pipeline import Env
+from proxy.metrics import Metrics
+from proxy.observe import Observe, Rejections
+from proxy.pipeline import Env, StageTimer, untimed
 from proxy.policy import load_policy
 from proxy.settings import Settings
 
+log = logging.getLogger(__name__)
 
-def build_env(settings: Settings) -> Env:
+
+def build_env(settings: Settings, *, timed: StageTimer = untimed) -> Env:
     """Load and check everything at start-up, refusing to serve on any mismatch."""
     policy = load_policy(settings.policy)
     engines: list[tuple[str, Engine]] = []
@@ -28,12 +43,13 @@ def build_env(settings: Settings) -> Env:
             problems = engine.check_catalog(dataset.catalog)
             if problems:
                 raise EngineMisconfigured(f"dataset {dataset.name}: " + "; ".join(problems))
+        ledger = open_ledger(settings.ledger or policy.ledger)  # a SQLite file or a PostgreSQL URL
     except Exception:
         for _, engine in engines:
             engine.close()
         raise
-    ledger = SqliteLedger(settings.ledger or policy.ledger)
-    return Env(settings=settings, policy=policy, engines=tuple(engines), ledger=ledger, sampler=SecureSampler())
+    return Env(settings=settings, policy=policy, engines=tuple(engines), ledger=ledger, sampler=SecureSampler(),
+               timed=timed)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -41,14 +57,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        env = build_env(settings)
+        restore_logging = logs.configure(settings.log_format, settings.log_level)
+        try:
+            env = build_env(settings, timed=metrics.timed)
+        except BaseException:
+            restore_logging()
+            raise
         app.state.env = env
+        app.state.audit = open_audit(settings.ledger or str(env.policy.ledger))  # same store as the ledger
+        app.state.ledger_file = ops.LedgerFile.of(env)
+        sigterm = _SigtermExit()
+        sigterm.arm()
         try:
             yield
         finally:
-            env.ledger.close()
-            for _, engine in env.engines:
-                engine.close()
+            app.state.audit.close()
+            _close(env)
+            log.info("shut down: requests drained, ledger and engines closed")
+            restore_logging()
+            sigterm.disarm()
 
     app = FastAPI(
         title="dp-proxy",
@@ -56,6 +83,58 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
     )
+    metrics = Metrics(lambda: getattr(app.state, "env", None))
+    rejections = Rejections(settings.rejections_kept)
+    app.state.metrics, app.state.rejections = metrics, rejections
     errors.install(app)
     app.include_router(routes.router)
+    app.include_router(ops.router)
+    app.include_router(dashboard.router)
+    app.include_router(audit_routes.router)
+    app.add_middleware(AuditTrail)  # every POST /v1/query: decision, code, charge — hash-chained
+    app.add_middleware(Observe, metrics=metrics, rejections=rejections)  # outermost: sees the final response
     return app
+
+
+def _close(env: Env) -> None:
+    env.ledger.close()
+    for _, engine in env.engines:
+        engine.close()
+
+
+class _SigtermExit:
+    """Let a shutdown that SIGTERM started end with exit status 0.
+
+    uvicorn (>= 0.29) drains in-flight requests on SIGTERM and runs this lifespan's shutdown; then it restores
+    the handler that was there before it started (the default: terminate) and raises the signal again, so a
+    server that drained cleanly would still end "killed by SIGTERM" (status 143). `arm` wraps uvicorn's
+    handler to note that SIGTERM came; `disarm`, after the drain and the shutdown, puts uvicorn's handler back
+    and, if SIGTERM came, blocks it in the main thread: the re-raised signal then stays pending, `uvicorn.run`
+    returns, and `dpproxy serve` exits 0. SIGKILL still ends a stuck process. Outside a server that handles
+    SIGTERM (a test client, another thread) this does nothing.
+    """
+
+    def __init__(self) -> None:
+        self.received = False
+        self.previous: Callable[[int, FrameType | None], Any] | None = None
+
+    def arm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        previous = signal.getsignal(signal.SIGTERM)
+        if not callable(previous):
+            return
+
+        def noted(signum: int, frame: FrameType | None) -> None:
+            self.received = True
+            previous(signum, frame)
+
+        self.previous = previous
+        signal.signal(signal.SIGTERM, noted)
+
+    def disarm(self) -> None:
+        if self.previous is None:
+            return
+        signal.signal(signal.SIGTERM, self.previous)
+        if self.received:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})

@@ -35,6 +35,7 @@ STATUS: dict[str, int] = {
     "method_not_allowed": 405,
     "execution_failed": 500,
     "timeout": 504,
+    "unavailable": 503,
     "internal": 500,
 }
 

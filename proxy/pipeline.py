@@ -11,30 +11,45 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from accountant.filter import Budget, Spend
 from accountant.ledger import Charge, Ledger, StoredRelease
 from mechanisms.sampling import Sampler
 from proxy.auth import dataset_for
 from proxy.engine import Engine
-from proxy.policy import AnalystPolicy, DatasetPolicy, Policy
+from proxy.policy import AnalystPolicy, DatasetPolicy, Policy, check_accountable
 from proxy.query import QueryPlan, plan
 from proxy.query.errors import InvalidParameter
 from proxy.query.release import Release, release
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
 
+Stage = Literal["plan", "admit", "execute", "release"]  # plan = parse + analyse + price + rewrite
+STAGES: tuple[Stage, ...] = get_args(Stage)
+StageTimer = Callable[[Stage], AbstractContextManager[object]]
+
+
+def untimed(stage: Stage) -> AbstractContextManager[object]:
+    """The default StageTimer: measures nothing."""
+    return nullcontext()
+
 
 @dataclass(frozen=True, slots=True)
 class Env:
-    """Everything a request needs, built once at start-up. Holds things; does nothing."""
+    """Everything a request needs, built once at start-up. Holds things; does nothing.
+
+    `timed(stage)` wraps each stage of a query (metrics and logs observe it); it must not change the outcome.
+    """
 
     settings: Settings
     policy: Policy
     engines: tuple[tuple[str, Engine], ...]
     ledger: Ledger
     sampler: Sampler
+    timed: StageTimer = untimed
 
     def engine(self, dataset: str) -> Engine:
         return next(engine for name, engine in self.engines if name == dataset)
@@ -77,6 +92,7 @@ def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int
     delta = dataset.delta if req.delta is None else req.delta
     mechanism = req.mechanism or dataset.mechanism
     planned = plan(req.sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism, salt=salt)
+    check_accountable(dataset, mechanism, planned.analysis.partitions)  # free: before any charge
     identity = json.dumps([name, planned.normalized_sql, epsilon, delta, mechanism])
     return Prepared(dataset, budget, planned, hashlib.sha256(identity.encode()).hexdigest())
 
@@ -89,7 +105,8 @@ def reply(
     render: Callable[[Answer], bytes],
 ) -> Reply:
     """The answer to `req`: the stored release of an identical earlier request, else a new charged one."""
-    prepared = prepare(req, analyst, env.policy, env.sampler.salt())
+    with env.timed("plan"):
+        prepared = prepare(req, analyst, env.policy, env.sampler.salt())
     stored = env.ledger.stored_release(analyst.name, prepared.dataset.name, prepared.request_sha256)
     if stored is not None:
         return Reply(stored.body, stored.charge_id, repeat=True)
@@ -106,12 +123,16 @@ def answer(
 ) -> Answer:
     """Admit, run and release one prepared query."""
     price = prepared.plan.price
-    charge = env.ledger.admit(
-        analyst=analyst.name, dataset=prepared.dataset.name, sql_sha256=prepared.plan.sql_sha256,
-        event=price.event, epsilon=price.epsilon, delta=price.delta, composition=price.composition,
-        budget=prepared.budget,
-    )
+    with env.timed("admit"):
+        charge = env.ledger.admit(
+            analyst=analyst.name, dataset=prepared.dataset.name, sql_sha256=prepared.plan.sql_sha256,
+            event=price.event, epsilon=price.epsilon, delta=price.delta, composition=price.composition,
+            budget=prepared.budget, accounting=prepared.dataset.accounting,
+            dataset_budget=prepared.dataset.budget,
+        )
     on_admitted(charge)  # from here on, every failure reports charged: true
-    rows = env.engine(prepared.dataset.name).run(prepared.plan.sql, env.settings.query_timeout_s)
-    result = release(rows.rows, prepared.plan.analysis, price, env.sampler)
+    with env.timed("execute"):
+        rows = env.engine(prepared.dataset.name).run(prepared.plan.sql, env.settings.query_timeout_s)
+    with env.timed("release"):
+        result = release(rows.rows, prepared.plan.analysis, price, env.sampler)
     return Answer(prepared, charge, result, env.ledger.spent(analyst.name, prepared.dataset.name))

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal, cast, get_args
 
-from accountant.filter import Budget
+from accountant.filter import BASIC, DEFAULT_SELECTION_SHARE, RULES, Accounting, Budget, Rule, capacity
+from mechanisms.gdp import MIN_BUDGET_EPSILON
 from proxy.query.catalog import TYPE_KINDS, Catalog, ColumnSpec, Kind, Literal_, Mechanism, TableSchema
+from proxy.query.errors import InvalidParameter
 
 Role = Literal["analyst", "admin"]
 
@@ -66,7 +68,8 @@ def delta_problem(value: float, below: float = 1.0) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class DatasetPolicy:
-    """One dataset: its DuckDB file, its catalog, and the noise defaults for its queries."""
+    """One dataset: its DuckDB file, its catalog, the noise defaults for its queries, its admit rule and
+    (optionally) a total budget shared by all its analysts, which makes collusion no use."""
 
     name: str
     path: Path
@@ -75,9 +78,14 @@ class DatasetPolicy:
     epsilon: float = 0.1  # default ε per query
     delta: float = 1e-8  # default δ per query (Gaussian noise, private partition selection)
     max_epsilon: float = 1.0  # the largest ε one query may ask for
+    accounting: Accounting = BASIC  # the admit rule (privacy filter) of every budget on this dataset
+    budget: Budget | None = None  # the total over all analysts, enforced with each analyst's budget
 
     def __post_init__(self) -> None:
         problems = _dataset_number_problems(self.mechanism, self.epsilon, self.delta, self.max_epsilon)
+        problems += _accounting_problems(self.accounting, self.mechanism)
+        if self.budget is not None:
+            problems += tuple(("budget", p) for p in budget_problems(self.budget, self.accounting))
         if problems:
             raise ValueError(f"dataset {self.name}: " + "; ".join(f"{k} {v}" for k, v in problems))
 
@@ -122,6 +130,11 @@ class Policy:
             unknown = [name for name, _ in analyst.budgets if name not in names]
             if unknown:
                 raise ValueError(f"analyst {analyst.name}: budget for unknown dataset {unknown[0]!r}")
+            for name, budget in analyst.budgets:
+                dataset = self.dataset(name)
+                assert dataset is not None
+                for problem in budget_problems(budget, dataset.accounting):
+                    raise ValueError(f"analyst {analyst.name}: budget on {name} {problem}")
 
     def dataset(self, name: str) -> DatasetPolicy | None:
         return next((d for d in self.datasets if d.name == name), None)
@@ -190,6 +203,12 @@ def _policy(raw: _Raw, base: Path, p: _Problems) -> Policy | None:
     analysts = tuple(
         a for name, t in _named_tables(raw, "analysts", "", _NAME, p) if (a := _analyst(name, t, names, p))
     )
+    rules = {d.name: d.accounting for d in datasets}
+    for analyst in analysts:  # a budget must suit its dataset's admit rule
+        for name, budget in analyst.budgets:
+            if name in rules:
+                for problem in budget_problems(budget, rules[name]):
+                    p.add(f"analysts.{analyst.name}.budgets.{name}", problem)
     owners: dict[str, str] = {}
     for analyst in analysts:
         if analyst.key_sha256 in owners:
@@ -203,7 +222,8 @@ def _policy(raw: _Raw, base: Path, p: _Problems) -> Policy | None:
 def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | None:
     loc = f"datasets.{name}"
     before = len(p.items)
-    keys = ("path", "mechanism", "epsilon", "delta", "max_epsilon", "tables")
+    keys = ("path", "mechanism", "epsilon", "delta", "max_epsilon", "accounting", "selection_delta_share",
+            "budget", "tables")
     _check_keys(raw, loc, keys, p)
     file = _str(raw, "path", loc, p)
     path = base / file if file is not None else None
@@ -219,15 +239,91 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     if mechanism is not None and epsilon is not None and delta is not None and max_epsilon is not None:
         for key, problem in _dataset_number_problems(mechanism, epsilon, delta, max_epsilon):
             p.add(f"{loc}.{key}", problem)
+    accounting = _accounting(raw, loc, p)
+    if accounting is not None and mechanism is not None:
+        for key, problem in _accounting_problems(accounting, mechanism):
+            p.add(f"{loc}.{key}", problem)
+    total = None
+    if "budget" in raw:
+        total = _budget(raw["budget"], f"{loc}.budget", p)
+        if total is not None and accounting is not None:
+            for problem in budget_problems(total, accounting):
+                p.add(f"{loc}.budget", problem)
     declared = _named_tables(raw, "tables", loc, _IDENTIFIER, p)
     if not declared and isinstance(raw.get("tables", {}), dict):
         p.add(f"{loc}.tables", "declare at least one protected table")
     tables = tuple(t for n, r in declared if (t := _table(n, r, loc, p)))
     _check_case_duplicates(tuple(t.name for t in tables), f"{loc}.tables", p)
-    if len(p.items) > before or path is None or mechanism is None:
+    if len(p.items) > before or path is None or mechanism is None or accounting is None:
         return None
     assert epsilon is not None and delta is not None and max_epsilon is not None
-    return DatasetPolicy(name, path, Catalog(tables), cast(Mechanism, mechanism), epsilon, delta, max_epsilon)
+    return DatasetPolicy(
+        name, path, Catalog(tables), cast(Mechanism, mechanism), epsilon, delta, max_epsilon, accounting, total
+    )
+
+
+def _accounting(raw: _Raw, loc: str, p: _Problems) -> Accounting | None:
+    rule = _str(raw, "accounting", loc, p, default="basic")
+    if rule is not None and rule not in RULES:
+        p.add(f"{loc}.accounting", f"must be one of {', '.join(RULES)}, got {rule!r}")
+        rule = None
+    share = _float(raw, "selection_delta_share", loc, p, default=DEFAULT_SELECTION_SHARE)
+    if share is not None and not 0 <= share < 1:
+        p.add(f"{loc}.selection_delta_share", f"must be a number in [0, 1), got {share!r}")
+        share = None
+    if rule is None or share is None:
+        return None
+    return Accounting(cast(Rule, rule), share)
+
+
+def _accounting_problems(accounting: Accounting, mechanism: str) -> tuple[tuple[str, str], ...]:
+    if accounting.rule == "gdp" and mechanism == "gaussian":
+        return (("accounting", 'cannot be "gdp" with mechanism = "gaussian": the discrete Gaussian has no '
+                 'proven μ-GDP bound (docs/privacy.md §5); use accounting = "zcdp", or mechanism = "laplace"'),)
+    return ()
+
+
+def budget_problems(budget: Budget, accounting: Accounting) -> tuple[str, ...]:
+    """Why `budget` cannot be used under `accounting`, or ().
+
+    Example:
+        >>> budget_problems(Budget(1.0, 0.0), Accounting("zcdp"))
+        ('needs delta > 0 under accounting = "zcdp" (ρ or μ converts to ε only at some δ > 0)',)
+        >>> budget_problems(Budget(1.0, 1e-6), Accounting("gdp"))
+        ()
+    """
+    if accounting.rule == "basic":
+        return ()
+    if budget.delta == 0:
+        return (f'needs delta > 0 under accounting = "{accounting.rule}" (ρ or μ converts to ε only at some δ > 0)',)
+    if accounting.rule == "gdp" and budget.epsilon < MIN_BUDGET_EPSILON:
+        return (f'needs epsilon >= {MIN_BUDGET_EPSILON} under accounting = "gdp", got {budget.epsilon!r}',)
+    try:
+        capacity(budget, accounting)
+    except ValueError as err:
+        return (str(err),)
+    return ()
+
+
+def _budget(value: object, loc: str, p: _Problems) -> Budget | None:
+    """A `{ epsilon = …, delta = … }` table as a Budget, or None after reporting its problems."""
+    if not isinstance(value, dict):
+        p.add(loc, f"must be a table {{ epsilon = …, delta = … }}, got {_show(value)}")
+        return None
+    before = len(p.items)
+    _check_keys(value, loc, ("epsilon", "delta"), p)
+    epsilon = _float(value, "epsilon", loc, p)
+    delta = _float(value, "delta", loc, p)
+    for number, amount, problem in (("epsilon", epsilon, epsilon_problem), ("delta", delta, delta_problem)):
+        if amount is not None and (message := problem(amount)):
+            p.add(f"{loc}.{number}", message)
+    if len(p.items) > before or epsilon is None or delta is None:
+        return None
+    try:
+        return Budget(epsilon, delta)
+    except ValueError as err:
+        p.add(loc, str(err))
+        return None
 
 
 def _dataset_number_problems(
@@ -357,20 +453,9 @@ def _analyst(name: str, raw: _Raw, datasets: set[str], p: _Problems) -> AnalystP
         budget_loc = f"{loc}.budgets.{dataset}"
         if dataset not in datasets:
             p.add(budget_loc, f"unknown dataset {dataset!r}")
-        _check_keys(budget_raw, budget_loc, ("epsilon", "delta"), p)
-        epsilon = _float(budget_raw, "epsilon", budget_loc, p)
-        delta = _float(budget_raw, "delta", budget_loc, p)
-        for number, value, problem in (
-            ("epsilon", epsilon, epsilon_problem),
-            ("delta", delta, delta_problem),
-        ):
-            if value is not None and (message := problem(value)):
-                p.add(f"{budget_loc}.{number}", message)
-        if len(p.items) == before and epsilon is not None and delta is not None:
-            try:
-                budgets.append((dataset, Budget(epsilon, delta)))
-            except ValueError as err:
-                p.add(budget_loc, str(err))
+        budget = _budget(budget_raw, budget_loc, p)
+        if len(p.items) == before and budget is not None:
+            budgets.append((dataset, budget))
     if len(p.items) > before or role is None or key is None:
         return None
     return AnalystPolicy(name, cast(Role, role), key, tuple(budgets))
@@ -462,3 +547,23 @@ def _is_number(value: object) -> bool:
 
 def _show(value: object) -> str:
     return f"{type(value).__name__} {value!r}"[:80]
+
+
+def check_accountable(dataset: DatasetPolicy, mechanism: str, partitions: str) -> None:
+    """Refuse, before any charge, a query the dataset's admit rule cannot account for.
+
+    Raises:
+        InvalidParameter: Gaussian noise under accounting = "gdp" (no proven μ-GDP bound for the discrete
+            Gaussian), or private partitions under zcdp/gdp when no δ is reserved for partition selection.
+    """
+    rule = dataset.accounting.rule
+    if rule == "gdp" and mechanism == "gaussian":
+        raise InvalidParameter(
+            'this dataset accounts with "gdp", which cannot account for the discrete Gaussian (it has no proven '
+            'μ-GDP bound); use mechanism "laplace"', parameter="mechanism", accounting=rule,
+        )
+    if rule != "basic" and partitions == "private" and dataset.accounting.selection_share == 0:
+        raise InvalidParameter(
+            f'this dataset accounts with "{rule}" and reserves no δ for choosing which groups to release '
+            "(selection_delta_share = 0); group by keys with a public domain", parameter="delta", accounting=rule,
+        )

@@ -113,7 +113,7 @@ def _render(result: Answer, env: Env) -> bytes:
         columns=list(result.release.columns),
         rows=[[_json_value(v) for v in row] for row in result.release.rows],
         charge=_charge(prepared.plan.price, result.charge.id, prepared.dataset.accounting),
-        budget=_budget_now(env, result.charge.analyst, prepared.dataset, prepared.budget),
+        budget=budget_now(env, result.charge.analyst, prepared.dataset, prepared.budget),
         noise=_noise(prepared.plan.analysis, prepared.plan.price),
         partitions=_partitions(prepared),
     ).model_dump_json().encode()
@@ -150,7 +150,7 @@ def budget(analyst: AnalystDep, env: EnvDep) -> BudgetsResponse:
     for name, allowed in analyst.budgets:
         dataset = env.policy.dataset(name)
         assert dataset is not None  # the policy loader checks that budgets name known datasets
-        budgets.append(_budget_now(env, analyst.name, dataset, allowed))
+        budgets.append(budget_now(env, analyst.name, dataset, allowed))
     return BudgetsResponse(analyst=analyst.name, budgets=budgets)
 
 
@@ -230,7 +230,7 @@ def _costs(price: Price) -> list[CostOut]:
     return costs
 
 
-def _budget_now(env: Env, analyst: str, dataset: DatasetPolicy, allowed: Budget) -> BudgetOut:
+def budget_now(env: Env, analyst: str, dataset: DatasetPolicy, allowed: Budget) -> BudgetOut:
     mine = env.ledger.entries(dataset=dataset.name, analyst=analyst)
     everyone = env.ledger.entries(dataset=dataset.name) if dataset.budget is not None else ()
     return _budget(dataset, allowed, mine, everyone)

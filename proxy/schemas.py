@@ -29,23 +29,79 @@ class NoiseOut(BaseModel):
     ci95: float | None = Field(description="half-width of the 95% noise interval; null if derived")
 
 
+Accounting = Literal["basic", "zcdp", "gdp"]
+
+
+class CostOut(BaseModel):
+    """One query's charge in the currency of one accounting."""
+
+    accounting: Accounting
+    epsilon: float | None = Field(None, description="basic: the query's ε")
+    delta: float = Field(description="basic: the query's δ; zcdp/gdp: the δ of its partition selection")
+    rho: float | None = Field(None, description="zcdp: the query's ρ (δ-approximate zCDP)")
+    mu: float | None = Field(None, description="gdp: the query's μ (δ-approximate μ-GDP)")
+
+
 class ChargeOut(BaseModel):
     id: str | None
-    epsilon: float
+    epsilon: float = Field(description="the charge under basic composition")
     delta: float
     mechanism: Literal["laplace", "gaussian"]
     composition: Literal["parallel", "sequential"]
     events: dict[str, Any]
+    accounting: Accounting = Field("basic", description="the dataset's admit rule")
+    costs: list[CostOut] = Field(
+        default_factory=list,
+        description="the charge under basic composition and under every rule that can account for it",
+    )
+
+
+class AccountOut(BaseModel):
+    """A budget's history under one accounting (see docs/privacy.md §5)."""
+
+    accounting: Accounting
+    epsilon_spent: float = Field(description="the ε the history amounts to (at delta_spent)")
+    delta_spent: float
+    epsilon_remaining: float = Field(description="the ε still available, at the budget's δ")
+    delta_remaining: float = Field(description="basic: δ left; zcdp/gdp: δ left for partition selection")
+    spent: float = Field(description="Σε (basic), Σρ (zcdp) or √Σμ² (gdp)")
+    capacity: float = Field(description="the budget in this accounting's currency: ε, ρ or μ")
+    selection_delta_spent: float | None = None
+    selection_delta_capacity: float | None = Field(None, description="the δ reserved for partition selection")
+
+
+class ReportedOut(BaseModel):
+    """The tightest ε known, at the budget's δ, for the charges as they happened: reporting only."""
+
+    epsilon: float
+    delta: float
+    accounting: Accounting = Field(description="the accounting that gives it")
+
+
+class SharedBudgetOut(BaseModel):
+    """The dataset's total budget, shared by all its analysts (collusion-safe)."""
+
+    epsilon: float
+    delta: float
+    epsilon_remaining: float = Field(description="under the accounting in force, at the budget's δ")
+    delta_remaining: float
+    accounts: list[AccountOut]
 
 
 class BudgetOut(BaseModel):
     dataset: str
     epsilon: float
     delta: float
-    epsilon_spent: float
-    delta_spent: float
-    epsilon_remaining: float
+    epsilon_spent: float = Field(description="Σε of your charges (basic composition)")
+    delta_spent: float = Field(description="Σδ of your charges (basic composition)")
+    epsilon_remaining: float = Field(description="the ε left under the accounting in force, at the budget's δ")
     delta_remaining: float
+    accounting: Accounting = Field("basic", description="the dataset's admit rule")
+    accounts: list[AccountOut] = Field(
+        default_factory=list, description="your history under basic composition and under the rule in force"
+    )
+    reported: ReportedOut | None = None
+    shared: SharedBudgetOut | None = Field(None, description="the dataset's total budget over all analysts")
 
 
 class PartitionsOut(BaseModel):
@@ -73,6 +129,7 @@ class PreviewResponse(BaseModel):
     budget: BudgetOut = Field(description="the budget as it is now")
     budget_after: BudgetOut = Field(description="the budget after this query")
     admissible: bool
+    refusal: str | None = Field(None, description="why the query would be refused, if it would be")
     noise: list[NoiseOut]
     partitions: PartitionsOut
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -12,9 +14,31 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DPPROXY_", frozen=True, extra="ignore")
 
     policy: Path = Path("policy.toml")
-    ledger: Path | None = None  # overrides the policy's ledger path
+    ledger: str | None = None  # overrides the policy's ledger: a SQLite path, sqlite:///PATH or postgresql://…
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     query_timeout_s: float = Field(30.0, gt=0, le=3600)
     threads: int = Field(2, ge=1, le=256)
     memory_limit: str = "2GB"
+    # operations (docs/operations.md)
+    metrics_token: SecretStr | None = None  # a bearer token that may read /metrics (besides admin keys)
+    log_format: Literal["json", "text"] = "json"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    rejections_kept: int = Field(500, ge=1, le=100_000)  # recent rejections kept per process (dashboard)
+    readiness_timeout_s: float = Field(2.0, gt=0, le=60)  # per /readyz check (ledger, each engine)
+
+    @field_validator("ledger", mode="before")
+    @classmethod
+    def _address(cls, value: object) -> object:
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    @field_validator("metrics_token", mode="before")
+    @classmethod
+    def _token(cls, value: object) -> object:
+        """Empty means unset (compose passes `${DPPROXY_METRICS_TOKEN:-}`); a set token must be hard to guess."""
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if text is None or (isinstance(text, str) and not text.strip()):
+            return None
+        if isinstance(text, str) and len(text.strip()) < 16:
+            raise ValueError("DPPROXY_METRICS_TOKEN must have at least 16 characters (e.g. `openssl rand -hex 16`)")
+        return text

@@ -1,5 +1,6 @@
 """Imports go one way (proxy shell → proxy.query → accountant → mechanisms), and side effects stay in
-their one module each: duckdb in proxy/engine.py, sqlite3 in accountant/ledger.py, randomness in
+their one module each: duckdb in proxy/engine.py, sqlite3 in accountant/ledger.py and accountant/audit.py,
+psycopg in accountant/postgres.py, randomness in
 mechanisms/sampling.py, fastapi/pydantic only in the proxy shell, sqlglot only in proxy/query."""
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ def test_side_effects_stay_in_their_module(path: Path) -> None:
     if "duckdb" in tops:
         assert relative == "proxy/engine.py"
     if "sqlite3" in tops:
-        assert relative == "accountant/ledger.py"
+        assert relative in ("accountant/ledger.py", "accountant/audit.py"), relative  # the two SQLite stores
+    if "psycopg" in tops:
+        assert relative == "accountant/postgres.py", relative
     if names & RANDOMNESS or "random" in tops or "secrets" in tops:
         assert relative in ("mechanisms/sampling.py", "proxy/demo.py"), relative  # demo: key generation
     if tops & {"fastapi", "pydantic", "pydantic_settings", "starlette", "uvicorn"}:

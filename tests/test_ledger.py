@@ -9,13 +9,14 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
 from accountant.errors import BudgetExceeded
 from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ThresholdEvent
-from accountant.filter import Budget, Spend
+from accountant.filter import BASIC, Accounting, Budget, Entry, Rule, Spend, usage
 from accountant.ledger import Charge, Ledger, MemoryLedger, SqliteLedger
 
 START = datetime(2025, 1, 1, tzinfo=UTC)
@@ -66,16 +67,23 @@ def _admit(
     analyst: str = "ana",
     dataset: str = "sales",
     budget: Budget = BUDGET,
+    event: Event = EVENT,
+    accounting: Accounting = BASIC,
+    dataset_budget: Budget | None = None,
 ) -> Charge:
+    extra: dict[str, object] = {}
+    if accounting != BASIC or dataset_budget is not None:  # keep the plain call the older contract makes
+        extra = {"accounting": accounting, "dataset_budget": dataset_budget}
     return ledger.admit(
         analyst=analyst,
         dataset=dataset,
         sql_sha256="ab" * 32,
-        event=EVENT,
+        event=event,
         epsilon=epsilon,
         delta=delta,
         composition="basic",
         budget=budget,
+        **extra,  # type: ignore[arg-type]
     )
 
 
@@ -199,6 +207,123 @@ class TestLedgerContract:
         assert ledger.spent("ana", "sales") == Spend(1.25, 0.0)
 
 
+class TestAccountingContract:
+    """The admit rules and the dataset budget, through `Ledger.admit` (a separate contract from
+    TestLedgerContract: a ledger implements `_entries` before it can run these)."""
+
+    LAPLACE = LaplaceEvent(1, 10.0)  # ε = 0.1, ρ = 0.005, μ = 0.1253
+
+    def _fill(self, ledger: Ledger, accounting: Accounting, **kwargs: object) -> int:
+        admitted = 0
+        for _ in range(20):
+            try:
+                ledger.admit(analyst=kwargs.get("analyst", "ana"), dataset="sales", sql_sha256="cd" * 32,  # type: ignore[arg-type]
+                             event=self.LAPLACE, epsilon=0.1, delta=0.0, composition="sequential",
+                             budget=Budget(1.0, 1e-6), accounting=accounting,
+                             dataset_budget=kwargs.get("dataset_budget"))  # type: ignore[arg-type]
+                admitted += 1
+            except BudgetExceeded:
+                pass
+        return admitted
+
+    @pytest.mark.parametrize(("rule", "expected"), [("basic", 9), ("zcdp", 4), ("gdp", 3)])
+    def test_each_rule_admits_what_its_filter_allows(self, make_ledger: Factory, rule: Rule, expected: int) -> None:
+        ledger = make_ledger()
+        assert self._fill(ledger, Accounting(rule, 0.0)) == expected
+        assert ledger.count() == expected
+        assert ledger.spent("ana", "sales").epsilon >= 0.1 * expected  # the stored charge is still basic ε
+
+    def test_refusal_under_zcdp_names_rho(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        self._fill(ledger, Accounting("zcdp", 0.0))
+        with pytest.raises(BudgetExceeded, match=r"query needs ρ=0.005 but 0.00435597 of your ρ=0.024356") as info:
+            _admit(ledger, 0.1, event=self.LAPLACE, accounting=Accounting("zcdp", 0.0))
+        assert info.value.detail["accounting"] == "zcdp" and info.value.detail["scope"] == "analyst"
+        assert ledger.count() == 4
+
+    def test_gaussian_events_are_refused_under_gdp(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        with pytest.raises(BudgetExceeded, match="no proven μ-GDP bound"):
+            _admit(ledger, 0.1, event=GaussianEvent(1, 10.0), accounting=Accounting("gdp"))
+        assert ledger.count() == 0
+
+    def test_threshold_delta_is_paid_from_the_selection_share(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        selection = ThresholdEvent(0.01, 2e-7)  # 5e-7 reserved: two fit, the third does not
+        outcomes = []
+        for _ in range(3):
+            try:
+                _admit(ledger, 0.01, 2e-7, event=selection, accounting=Accounting("zcdp", 0.5))
+                outcomes.append("admitted")
+            except BudgetExceeded as err:
+                outcomes.append(str(err))
+        assert outcomes[:2] == ["admitted", "admitted"]
+        assert outcomes[2].startswith("query needs δ=2e-07 for partition selection but 1e-07 of the δ=5e-07")
+
+    def test_the_dataset_budget_is_shared_by_all_analysts(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        shared = Budget(1.0, 1e-6)  # each analyst alone could spend 9 × 0.1 under basic; together also 9
+        counts = [self._fill(ledger, BASIC, analyst=name, dataset_budget=shared) for name in ("ana", "bob", "cy")]
+        assert counts == [9, 0, 0]
+        with pytest.raises(BudgetExceeded, match="dataset's shared") as info:
+            _admit(ledger, 0.1, analyst="bob", event=self.LAPLACE, dataset_budget=shared)
+        assert info.value.detail["scope"] == "dataset"
+        assert ledger.entries(dataset="sales", analyst="bob") == ()
+        assert len(ledger.entries(dataset="sales")) == 9
+
+    def test_the_dataset_budget_uses_the_rule_in_force(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        shared = Budget(1.0, 1e-6)
+        zcdp = Accounting("zcdp", 0.0)
+        counts = [self._fill(ledger, zcdp, analyst=name, dataset_budget=shared) for name in ("ana", "bob")]
+        assert counts == [4, 0]
+
+    def test_concurrent_analysts_never_overspend_the_dataset_budget(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        threads = 12
+        shared = Budget(0.5, 1e-6)  # 4 of 0.125 fit, whoever asks
+        barrier = threading.Barrier(threads, timeout=TIMEOUT_S)
+
+        def worker(i: int) -> int:
+            barrier.wait()
+            admitted = 0
+            for _ in range(2):
+                with contextlib.suppress(BudgetExceeded):
+                    _admit(ledger, 0.125, analyst=f"analyst{i}", event=LaplaceEvent(1, 8.0), dataset_budget=shared)
+                    admitted += 1
+            return admitted
+
+        with ThreadPoolExecutor(threads) as pool:
+            futures = [pool.submit(worker, i) for i in range(threads)]
+            total_admitted = sum(future.result(timeout=TIMEOUT_S) for future in futures)
+        assert total_admitted == 4 and ledger.count() == 4
+
+    def test_entries_are_the_stored_events_and_charges(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        _admit(ledger, 0.25, 1e-7)
+        _admit(ledger, 0.125, analyst="bob")
+        assert ledger.entries(dataset="sales", analyst="ana") == (Entry(EVENT, 0.25, 1e-7),)
+        assert sorted(e.epsilon for e in ledger.entries(dataset="sales")) == [0.125, 0.25]
+        assert ledger.entries(dataset="hr") == ()
+
+
+def test_sqlite_history_is_re_accounted_after_reopening(tmp_path: Path) -> None:
+    # a ledger written under basic composition can be read under zCDP from its stored events
+    path = tmp_path / "ledger.sqlite"
+    ledger = SqliteLedger(path)
+    for _ in range(3):
+        _admit(ledger, 0.1, event=LaplaceEvent(1, 10.0))
+    ledger.close()
+    reopened = SqliteLedger(path)
+    try:
+        assert usage(reopened.entries(dataset="sales"), "zcdp").amount == 3 * Fraction(0.005000000000000001)
+        _admit(reopened, 0.1, event=LaplaceEvent(1, 10.0), accounting=Accounting("zcdp", 0.0))
+        with pytest.raises(BudgetExceeded):
+            _admit(reopened, 0.1, event=LaplaceEvent(1, 10.0), accounting=Accounting("zcdp", 0.0))
+    finally:
+        reopened.close()
+
+
 # --- SQLite only ------------------------------------------------------------------------------------
 
 
@@ -293,3 +418,12 @@ def test_separate_processes_on_one_file_never_overspend(tmp_path: Path) -> None:
         assert check.count() == 8
     finally:
         check.close()
+
+
+def test_a_stored_gaussian_blocks_gdp_admits_instead_of_failing(tmp_path: Path) -> None:
+    # a history charged under zcdp, read under gdp (a rule switch the docs forbid): refused, never a 500
+    ledger = MemoryLedger()
+    _admit(ledger, 0.1, 1e-8, event=GaussianEvent(1, 50.0))
+    with pytest.raises(BudgetExceeded, match="cannot account for"):
+        _admit(ledger, 0.1, event=LaplaceEvent(1, 10.0), accounting=Accounting("gdp"))
+    assert ledger.count() == 1

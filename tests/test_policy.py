@@ -6,16 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from accountant.filter import Budget
+from accountant.filter import Accounting, Budget
 from proxy.policy import (
     AnalystPolicy,
     DatasetPolicy,
     Policy,
     PolicyFileError,
+    check_accountable,
     load_policy,
     policy_problems,
 )
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+from proxy.query.errors import InvalidParameter
 
 ALICE_HASH = "a" * 64
 REGIONS = ("north", "south")
@@ -278,3 +280,87 @@ def test_frozen_types_validate_themselves(tmp_path: Path) -> None:
         )
     with pytest.raises(ValueError, match="unknown dataset"):
         Policy((), (AnalystPolicy("a", "admin", ALICE_HASH, (("x", Budget(1.0, 0.0)),)),), tmp_path)
+
+
+# --- accounting, selection share and the dataset budget ---------------------------------------------------
+
+D = "datasets.demo"
+ZCDP = VALID.replace("max_epsilon = 1.0\n", 'max_epsilon = 1.0\naccounting = "zcdp"\n', 1)
+
+
+def test_accounting_keys_load(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "max_epsilon = 1.0\n",
+        'max_epsilon = 1.0\naccounting = "gdp"\nselection_delta_share = 0.25\n'
+        "budget = { epsilon = 20, delta = 1e-5 }\n",
+        1,
+    )
+    dataset = load_policy(write(tmp_path, text)).dataset("demo")
+    assert dataset is not None
+    assert dataset.accounting == Accounting("gdp", 0.25)
+    assert dataset.budget == Budget(20.0, 1e-5)
+
+
+def test_accounting_defaults_to_basic_without_a_shared_budget(tmp_path: Path) -> None:
+    dataset = load_policy(write(tmp_path, VALID)).dataset("demo")
+    assert dataset is not None and dataset.accounting == Accounting("basic", 0.5) and dataset.budget is None
+
+
+ACCOUNTING_BROKEN = [
+    ("unknown_rule", 'accounting = "zcdp"', 'accounting = "rdp"', f"{D}.accounting"),
+    ("share_one", 'accounting = "zcdp"', 'accounting = "zcdp"\nselection_delta_share = 1.0',
+     f"{D}.selection_delta_share"),
+    ("share_text", 'accounting = "zcdp"', 'accounting = "zcdp"\nselection_delta_share = "half"',
+     f"{D}.selection_delta_share"),
+    ("gdp_with_gaussian", 'mechanism = "laplace"\n', 'mechanism = "gaussian"\n', f"{D}.accounting"),
+    ("analyst_budget_without_delta", "delta = 1e-6 }", "delta = 0.0 }", f"{A}.budgets.demo"),
+    ("shared_budget_not_a_table", 'accounting = "zcdp"', 'accounting = "zcdp"\nbudget = 3', f"{D}.budget"),
+    ("shared_budget_without_delta", 'accounting = "zcdp"', 'accounting = "zcdp"\nbudget = { epsilon = 3, delta = 0 }',
+     f"{D}.budget"),
+    ("shared_budget_unknown_key", 'accounting = "zcdp"',
+     'accounting = "zcdp"\nbudget = { epsilon = 3, delta = 1e-6, rho = 1 }', f"{D}.budget.rho"),
+]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "location"), [b[1:] for b in ACCOUNTING_BROKEN], ids=[b[0] for b in ACCOUNTING_BROKEN]
+)
+def test_each_broken_accounting_names_its_location(tmp_path: Path, old: str, new: str, location: str) -> None:
+    base = ZCDP.replace('accounting = "zcdp"', 'accounting = "gdp"') if "gaussian" in new else ZCDP
+    assert old in base
+    problems = policy_problems(write(tmp_path, base.replace(old, new, 1)))
+    assert [p.partition(": ")[0] for p in problems] == [location], problems
+
+
+def test_gdp_with_gaussian_explains_why(tmp_path: Path) -> None:
+    text = VALID.replace('mechanism = "laplace"', 'mechanism = "gaussian"\naccounting = "gdp"')
+    (problem,) = policy_problems(write(tmp_path, text))
+    assert "no proven μ-GDP bound" in problem and 'use accounting = "zcdp"' in problem
+
+
+def test_gdp_budgets_need_an_epsilon_of_a_thousandth(tmp_path: Path) -> None:
+    text = ZCDP.replace('accounting = "zcdp"', 'accounting = "gdp"').replace("epsilon = 3.0", "epsilon = 1e-4")
+    (problem,) = policy_problems(write(tmp_path, text))
+    assert problem.startswith(f"{A}.budgets.demo: needs epsilon >= 0.001")
+
+
+def test_frozen_dataset_policy_checks_its_accounting(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="proven μ-GDP"):
+        DatasetPolicy("d", tmp_path, Catalog(()), mechanism="gaussian", accounting=Accounting("gdp"))
+    with pytest.raises(ValueError, match="budget needs delta > 0"):
+        DatasetPolicy("d", tmp_path, Catalog(()), accounting=Accounting("zcdp"), budget=Budget(1.0, 0.0))
+    dataset = DatasetPolicy("d", tmp_path, Catalog(()), accounting=Accounting("zcdp"))
+    with pytest.raises(ValueError, match="needs delta > 0"):
+        Policy((dataset,), (AnalystPolicy("a", "admin", ALICE_HASH, (("d", Budget(1.0, 0.0)),)),), tmp_path)
+
+
+def test_check_accountable_refuses_before_any_charge(tmp_path: Path) -> None:
+    gdp = DatasetPolicy("d", tmp_path, Catalog(()), accounting=Accounting("gdp"))
+    with pytest.raises(InvalidParameter, match="cannot account for the discrete Gaussian"):
+        check_accountable(gdp, "gaussian", "none")
+    check_accountable(gdp, "laplace", "private")
+    no_share = DatasetPolicy("d", tmp_path, Catalog(()), accounting=Accounting("zcdp", 0.0))
+    with pytest.raises(InvalidParameter, match="selection_delta_share = 0"):
+        check_accountable(no_share, "laplace", "private")
+    check_accountable(no_share, "gaussian", "public")
+    check_accountable(DatasetPolicy("d", tmp_path, Catalog(())), "gaussian", "private")  # basic: anything

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
+import math
+from fractions import Fraction
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accountant import loss
 from accountant.events import ComposedEvent, GaussianEvent, LaplaceEvent, ParallelEvent, ThresholdEvent
 from mechanisms import laplace, threshold
 from proxy.query import plan
@@ -89,3 +95,59 @@ def test_invalid_parameters_are_refused(epsilon: float, delta: float, mechanism:
 def test_private_partitions_need_delta() -> None:
     with pytest.raises(InvalidParameter, match="delta > 0"):
         plan("SELECT page, COUNT(*) FROM visits GROUP BY page", CATALOG, epsilon=1.0, delta=0.0, mechanism="laplace")
+
+
+# --- the noise split across measures ---------------------------------------------------------------------
+
+
+def _epsilons(p: object) -> list[float]:
+    return [e.sensitivity / e.scale for e in p.price.event.events]  # type: ignore[attr-defined]
+
+
+def test_a_count_shared_by_two_aggregates_gets_a_larger_share_of_epsilon() -> None:
+    # COUNT(amount) and AVG(amount) share the values count (n = 2); the centred sum serves AVG only (n = 1):
+    # ε_j ∝ n_j^(1/3) minimises Σ n_j·2/ε_j² (docs/privacy.md §3)
+    p = plan("SELECT COUNT(amount) AS n, AVG(amount) AS a FROM visits", CATALOG,
+             epsilon=0.9, delta=0.0, mechanism="laplace")
+    kinds = [m.kind for m in p.analysis.measures]
+    assert sorted(kinds) == ["centred_sum", "values"]
+    shares = dict(zip(kinds, _epsilons(p), strict=True))
+    assert shares["values"] / shares["centred_sum"] == pytest.approx(2 ** (1 / 3), rel=1e-9)
+    assert sum(map(Fraction, shares.values())) <= Fraction(0.9) and p.price.epsilon <= 0.9
+
+    def objective(eps: dict[str, float]) -> float:
+        return 2 * 2 / eps["values"] ** 2 + 2 / eps["centred_sum"] ** 2
+
+    assert objective(shares) < objective({"values": 0.45, "centred_sum": 0.45})  # better than an even split
+
+
+def test_gaussian_rho_is_split_in_proportion_to_the_square_root_of_uses() -> None:
+    p = plan("SELECT COUNT(amount) AS n, AVG(amount) AS a FROM visits", CATALOG,
+             epsilon=0.9, delta=1e-7, mechanism="gaussian")
+    rhos = {m.kind: e.sensitivity**2 / (2 * e.sigma**2)  # type: ignore[union-attr]
+            for m, e in zip(p.analysis.measures, p.price.event.events, strict=True)}  # type: ignore[union-attr]
+    assert rhos["values"] / rhos["centred_sum"] == pytest.approx(math.sqrt(2), rel=1e-6)
+    assert p.price.epsilon <= 0.9 and p.price.delta <= 1e-7
+
+
+QUERIES = [
+    "SELECT COUNT(*) FROM visits",
+    "SELECT COUNT(amount), AVG(amount), SUM(duration_s) FROM visits",
+    "SELECT region, AVG(delta_x), COUNT(delta_x) FROM visits GROUP BY region",
+    "SELECT page, COUNT(*), AVG(amount) FROM visits GROUP BY page",
+    "SELECT age, COUNT(DISTINCT user_id), AVG(age) FROM visits GROUP BY age",
+]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.sampled_from(QUERIES),
+    st.floats(min_value=1e-3, max_value=5.0),
+    st.floats(min_value=1e-12, max_value=9e-4),
+    st.sampled_from(["laplace", "gaussian"]),
+)
+def test_calibration_never_charges_more_than_asked(sql: str, epsilon: float, delta: float, mechanism: str) -> None:
+    p = plan(sql, CATALOG, epsilon=epsilon, delta=delta, mechanism=mechanism)  # type: ignore[arg-type]
+    assert p.price.epsilon <= epsilon and p.price.delta <= delta
+    # and re-accounting the stored event gives the same charge: the event is all a ledger needs
+    assert loss.epsilon_delta(p.price.event, p.price.gaussian_delta) == (p.price.epsilon, p.price.delta)

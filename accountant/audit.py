@@ -1,0 +1,324 @@
+"""The audit log: every query request and what became of it, append-only and hash-chained.
+
+Entry n stores `prev_hash` (the hash of entry n-1, or `GENESIS` for n = 1) and `hash` = sha256 of the
+canonical JSON of all its other fields. `seq` runs 1, 2, 3, … without gaps, and a one-row head table holds
+the last (seq, hash), updated in the same transaction as each append. So `verify` finds any edited,
+deleted, reordered or inserted row, the last one included. Appends are serialised by the database (SQLite's
+write lock; a row lock on the PostgreSQL head), so the chain never forks, across processes too.
+
+What it cannot find: someone with write access who recomputes every hash after a change and the head too.
+Against that, keep the head hash that `verify` reports somewhere the database's writers cannot reach.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from accountant.chain import (
+    DECISIONS,
+    GENESIS,
+    AuditEntry,
+    AuditRecord,
+    Decision,
+    VerifyResult,
+    chain,
+    entry_hash,
+    seal,
+    sql_sha256,
+    verify_chain,
+)
+from accountant.postgres import Pool, migrate
+from accountant.stores import store_of
+
+__all__ = [  # the chain's types are part of this module's API
+    "DECISIONS", "GENESIS", "AuditEntry", "AuditFilter", "AuditLog", "AuditRecord", "Decision", "PostgresAudit",
+    "SqliteAudit", "VerifyResult", "chain", "entry_hash", "open_audit", "seal", "sql_sha256", "verify_chain",
+]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditFilter:
+    """Which entries to list or count: each given field must match; since <= at < until."""
+
+    analyst: str | None = None
+    dataset: str | None = None
+    decision: Decision | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.decision is not None and self.decision not in DECISIONS:
+            raise ValueError(f"decision must be one of {DECISIONS}, got {self.decision!r}")
+        for name in ("since", "until"):
+            moment = getattr(self, name)
+            if moment is not None and moment.utcoffset() is None:
+                raise ValueError(f"{name} must be timezone-aware, got {moment!r}")
+
+
+# --- the stores -------------------------------------------------------------------------------------
+
+
+class AuditLog(Protocol):
+    """Append-only storage of audit entries."""
+
+    def append(self, record: AuditRecord) -> AuditEntry:
+        """Seal `record` after the last entry and store it, atomically."""
+        ...
+
+    def entries(
+        self, filters: AuditFilter = AuditFilter(), limit: int = 100, offset: int = 0
+    ) -> tuple[AuditEntry, ...]:
+        """Entries matching `filters`, newest (highest seq) first, paginated."""
+        ...
+
+    def count(self, filters: AuditFilter = AuditFilter()) -> int:
+        """How many entries match `filters`."""
+        ...
+
+    def verify(self) -> VerifyResult:
+        """Check the whole chain and the head, on one consistent snapshot."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+def _check_page(limit: int, offset: int) -> None:
+    for name, number in (("limit", limit), ("offset", offset)):
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {number!r}")
+
+
+_FIELDS = "seq, at, analyst, dataset, sql, sql_sha256, decision, error_code, charge_id, epsilon, delta, prev_hash, hash"
+
+
+def _row(entry: AuditEntry, at: object) -> tuple[object, ...]:
+    return (entry.seq, at, entry.analyst, entry.dataset, entry.sql, entry.sql_sha256, entry.decision,
+            entry.error_code, entry.charge_id, entry.epsilon, entry.delta, entry.prev_hash, entry.hash)
+
+
+def _where(filters: AuditFilter, mark: str, at: Any) -> tuple[str, tuple[object, ...]]:
+    conditions = (
+        (f"analyst = {mark}", filters.analyst),
+        (f"dataset = {mark}", filters.dataset),
+        (f"decision = {mark}", filters.decision),
+        (f"at >= {mark}", None if filters.since is None else at(filters.since)),
+        (f"at < {mark}", None if filters.until is None else at(filters.until)),
+    )
+    used = [(sql, value) for sql, value in conditions if value is not None]
+    return " AND ".join(sql for sql, _ in used) or "1 = 1", tuple(value for _, value in used)
+
+
+# SQLite: `at` holds microseconds since the epoch (as the ledger's at_us); one tuple of statements per version
+_SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE audit_log (
+            seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, analyst TEXT, dataset TEXT, sql TEXT NOT NULL,
+            sql_sha256 TEXT NOT NULL, decision TEXT NOT NULL, error_code TEXT, charge_id TEXT,
+            epsilon REAL NOT NULL, delta REAL NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL
+        )""",
+        "CREATE INDEX audit_by_time ON audit_log (at)",
+        "CREATE INDEX audit_by_analyst ON audit_log (analyst, dataset)",
+        "CREATE TABLE audit_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL, hash TEXT NOT NULL)",
+        f"INSERT INTO audit_head (id, seq, hash) VALUES (1, 0, '{GENESIS}')",
+    ),
+)
+_POSTGRES_MIGRATIONS: tuple[str, ...] = (
+    f"""
+    CREATE TABLE audit_log (
+        seq bigint PRIMARY KEY, at timestamptz NOT NULL, analyst text, dataset text, sql text NOT NULL,
+        sql_sha256 text NOT NULL, decision text NOT NULL, error_code text, charge_id text,
+        epsilon double precision NOT NULL, delta double precision NOT NULL,
+        prev_hash text NOT NULL, hash text NOT NULL
+    );
+    CREATE INDEX audit_by_time ON audit_log (at);
+    CREATE INDEX audit_by_analyst ON audit_log (analyst, dataset);
+    CREATE TABLE audit_head (id integer PRIMARY KEY CHECK (id = 1), seq bigint NOT NULL, hash text NOT NULL);
+    INSERT INTO audit_head (id, seq, hash) VALUES (1, 0, '{GENESIS}');
+    """,
+)
+
+
+def _to_us(moment: datetime) -> int:
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def _sqlite_entry(row: tuple[Any, ...]) -> AuditEntry:
+    seq, at_us, *rest = row
+    return AuditEntry(seq, _EPOCH + at_us * _MICROSECOND, *rest)
+
+
+class SqliteAudit:
+    """The audit log in a SQLite file (may be the ledger's file: the tables are its own); WAL, FULL sync.
+
+    An append runs in `BEGIN IMMEDIATE`, which takes the file's write lock before the head is read, so
+    appends from threads and processes on one file serialise and the chain cannot fork.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, clock: Any = _utcnow, timeout_s: float = 30.0) -> None:
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._path, self._timeout_s = path, timeout_s
+        self._conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = FULL")
+            self._migrate()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+                self._conn.execute("COMMIT")
+            finally:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+
+    def _migrate(self) -> None:
+        with self._transaction() as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
+                         " component TEXT NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (component, version))")
+            applied = [v for (v,) in conn.execute(
+                "SELECT version FROM schema_migrations WHERE component = 'audit' ORDER BY version")]
+            if applied != list(range(1, len(applied) + 1)) or len(applied) > len(_SQLITE_MIGRATIONS):
+                raise RuntimeError(f"audit schema versions {applied} are not known to this dp-proxy; upgrade dp-proxy")
+            for version in range(len(applied) + 1, len(_SQLITE_MIGRATIONS) + 1):
+                for statement in _SQLITE_MIGRATIONS[version - 1]:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO schema_migrations (component, version) VALUES ('audit', ?)", (version,))
+
+    def append(self, record: AuditRecord) -> AuditEntry:
+        with self._transaction() as conn:
+            seq, prev = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+            entry = seal(record, seq=seq + 1, at=self._clock(), prev_hash=prev)
+            conn.execute(f"INSERT INTO audit_log ({_FIELDS}) VALUES ({', '.join('?' * 13)})",
+                         _row(entry, _to_us(entry.at)))
+            conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (entry.seq, entry.hash))
+        return entry
+
+    def entries(
+        self, filters: AuditFilter = AuditFilter(), limit: int = 100, offset: int = 0
+    ) -> tuple[AuditEntry, ...]:
+        _check_page(limit, offset)
+        clause, params = _where(filters, "?", _to_us)
+        sql = f"SELECT {_FIELDS} FROM audit_log WHERE {clause} ORDER BY seq DESC LIMIT ? OFFSET ?"
+        with self._lock:
+            rows = self._conn.execute(sql, (*params, limit, offset)).fetchall()
+        return tuple(_sqlite_entry(row) for row in rows)
+
+    def count(self, filters: AuditFilter = AuditFilter()) -> int:
+        clause, params = _where(filters, "?", _to_us)
+        with self._lock:
+            (number,) = self._conn.execute(f"SELECT COUNT(*) FROM audit_log WHERE {clause}", params).fetchone()
+        return int(number)
+
+    def verify(self) -> VerifyResult:
+        # its own connection: a long check must not hold up this object's appends
+        conn = sqlite3.connect(self._path, timeout=self._timeout_s, isolation_level=None)
+        try:
+            conn.execute("BEGIN")  # one read snapshot (WAL): the head and the rows agree
+            heads = conn.execute("SELECT seq, hash FROM audit_head").fetchall()
+            if len(heads) != 1:
+                return VerifyResult(False, 0, None, f"the audit head must be one row, found {len(heads)}")
+            rows = conn.execute(f"SELECT {_FIELDS} FROM audit_log ORDER BY seq")
+            return verify_chain(map(_sqlite_entry, rows), head=tuple(heads[0]))
+        finally:
+            conn.close()  # ends the read transaction
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class PostgresAudit:
+    """The audit log in PostgreSQL (normally the ledger's database; the tables are its own).
+
+    An append locks the one head row (`SELECT … FOR UPDATE`), inserts the entry and moves the head, in
+    one transaction: appends from every process queue on that row lock, so the chain cannot fork; the
+    primary key on `seq` would refuse a fork even so. The head row exists from the first migration, so
+    here a row lock needs no upsert (unlike the ledger's per-analyst locks, which are advisory).
+    """
+
+    def __init__(self, url: str, *, clock: Any = _utcnow, timeout_s: float = 30.0, pool_size: int = 4) -> None:
+        self._clock = clock
+        self._pool = Pool(url, size=pool_size, timeout_s=timeout_s)
+        try:
+            migrate(self._pool, "audit", _POSTGRES_MIGRATIONS)
+        except BaseException:
+            self._pool.close()
+            raise
+
+    def append(self, record: AuditRecord) -> AuditEntry:
+        with self._pool.connection() as conn, conn.transaction():
+            head = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE").fetchone()
+            if head is None:
+                raise RuntimeError("the audit head row is missing: the audit log was tampered with")
+            entry = seal(record, seq=head[0] + 1, at=self._clock(), prev_hash=head[1])
+            conn.execute(f"INSERT INTO audit_log ({_FIELDS}) VALUES ({', '.join(['%s'] * 13)})", _row(entry, entry.at))
+            conn.execute("UPDATE audit_head SET seq = %s, hash = %s WHERE id = 1", (entry.seq, entry.hash))
+        return entry
+
+    def entries(
+        self, filters: AuditFilter = AuditFilter(), limit: int = 100, offset: int = 0
+    ) -> tuple[AuditEntry, ...]:
+        _check_page(limit, offset)
+        clause, params = _where(filters, "%s", lambda moment: moment)
+        sql = f"SELECT {_FIELDS} FROM audit_log WHERE {clause} ORDER BY seq DESC LIMIT %s OFFSET %s"
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql, (*params, limit, offset)).fetchall()
+        return tuple(map(_postgres_entry, rows))
+
+    def count(self, filters: AuditFilter = AuditFilter()) -> int:
+        clause, params = _where(filters, "%s", lambda moment: moment)
+        with self._pool.connection() as conn:
+            row = conn.execute(f"SELECT count(*) FROM audit_log WHERE {clause}", params).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def verify(self) -> VerifyResult:
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")  # one snapshot
+            heads = conn.execute("SELECT seq, hash FROM audit_head").fetchall()
+            if len(heads) != 1:
+                return VerifyResult(False, 0, None, f"the audit head must be one row, found {len(heads)}")
+            with conn.cursor(name="audit_verify") as cursor:  # server-side: streams a long log
+                cursor.itersize = 2000
+                cursor.execute(f"SELECT {_FIELDS} FROM audit_log ORDER BY seq")
+                return verify_chain(map(_postgres_entry, cursor), head=tuple(heads[0]))
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def _postgres_entry(row: tuple[Any, ...]) -> AuditEntry:
+    seq, at, *rest = row
+    return AuditEntry(seq, at.astimezone(UTC), *rest)
+
+
+def open_audit(url_or_path: str | os.PathLike[str]) -> AuditLog:
+    """Open (creating or migrating its tables if needed) the audit log at `url_or_path`: a SQLite file
+    path or `sqlite:///…`, or a `postgresql://…` URL (normally the ledger's)."""
+    kind, target = store_of(url_or_path)
+    if kind == "postgresql":
+        return PostgresAudit(target)
+    return SqliteAudit(target)

@@ -1,0 +1,350 @@
+"""The ledger in PostgreSQL, shared by any number of proxy processes; the one place psycopg is used.
+
+`PostgresLedger` implements the same `Ledger` protocol as `SqliteLedger` and admits through the same
+`_Admitting.admit`: only the storage hooks differ. The check-and-charge is atomic *in the database*, so
+replicas sharing one database can never overspend. Schema changes are versioned migrations applied at
+start-up under an advisory lock (`migrate`), which the audit log reuses for its own table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg import pq
+
+from accountant.events import to_json
+from accountant.filter import Entry, Spend, total
+from accountant.ledger import Charge, Clock, StoredRelease, _Admitting, _check_window, _utcnow, event_of
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+# One key for every migration of every component: start-ups of many processes apply them one at a time.
+_MIGRATION_LOCK = int.from_bytes(hashlib.sha256(b"dp-proxy schema migrations").digest()[:8], "big", signed=True)
+
+
+def lock_key(*parts: str) -> int:
+    """A signed 64-bit advisory-lock key for `parts` (sha256, so unambiguous and stable across versions).
+
+    Example:
+        >>> key = lock_key("ledger", "ana", "sales")
+        >>> key == lock_key("ledger", "ana", "sales") != lock_key("ledger", "an", "asales"), -(2**63) <= key < 2**63
+        (True, True)
+    """
+    digest = hashlib.sha256(json.dumps(["dp-proxy", *parts]).encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+# --- connections ------------------------------------------------------------------------------------
+
+
+class Pool:
+    """At most `size` autocommit connections to one database, opened lazily and reused; thread-safe.
+
+    A connection that broke, or came back inside a transaction, is closed instead of reused. Each session
+    runs in UTC, gives up waiting for a lock after `timeout_s`, and is ended by the server if it idles in
+    a transaction (a frozen process) for 2·`timeout_s`, so its locks are released.
+    """
+
+    def __init__(self, conninfo: str, *, size: int = 8, timeout_s: float = 30.0) -> None:
+        if size < 1:
+            raise ValueError(f"pool size must be >= 1, got {size!r}")
+        self._conninfo = conninfo
+        self._timeout_s = timeout_s
+        self._slots = threading.BoundedSemaphore(size)
+        self._idle: queue.LifoQueue[Connection] = queue.LifoQueue()
+        self._closed = False
+
+    def _connect(self) -> Connection:
+        conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=max(1, int(self._timeout_s)))
+        try:
+            ms = int(self._timeout_s * 1000)
+            conn.execute(
+                "SELECT set_config('TimeZone', 'UTC', false), set_config('lock_timeout', %s, false),"
+                " set_config('idle_in_transaction_session_timeout', %s, false)",
+                (str(ms), str(2 * ms)),
+            )
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """A connection for this thread until the block ends."""
+        if self._closed:
+            raise RuntimeError("the PostgreSQL pool is closed")
+        if not self._slots.acquire(timeout=self._timeout_s):
+            raise TimeoutError(f"no PostgreSQL connection free within {self._timeout_s} s")
+        try:
+            try:
+                conn = self._idle.get_nowait()
+            except queue.Empty:
+                conn = self._connect()
+            try:
+                yield conn
+            finally:
+                reusable = (
+                    not self._closed
+                    and not conn.closed
+                    and not conn.broken
+                    and conn.info.transaction_status == pq.TransactionStatus.IDLE
+                )
+                if reusable:
+                    self._idle.put(conn)
+                else:
+                    conn.close()
+        finally:
+            self._slots.release()
+
+    def close(self) -> None:
+        """Close the idle connections now, and each busy one when it is given back."""
+        self._closed = True
+        while True:
+            try:
+                self._idle.get_nowait().close()
+            except queue.Empty:
+                return
+
+
+def migrate(pool: Pool, component: str, migrations: Sequence[str]) -> int:
+    """Bring `component`'s tables up to `len(migrations)`; returns that version. Idempotent.
+
+    `schema_migrations` records one row per (component, version) applied. Every migration runs in one
+    transaction holding one advisory lock, so processes starting together apply each migration once, and
+    a failed migration leaves nothing behind. A database newer than this code is refused, not altered.
+    """
+    with pool.connection() as conn, conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " component text NOT NULL, version integer NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (component, version))"
+        )
+        applied = [
+            version
+            for (version,) in conn.execute(
+                "SELECT version FROM schema_migrations WHERE component = %s ORDER BY version", (component,)
+            )
+        ]
+        if applied != list(range(1, len(applied) + 1)) or len(applied) > len(migrations):
+            found = ", ".join(map(str, applied))
+            raise RuntimeError(
+                f"{component} schema versions {found} do not match the {len(migrations)} this dp-proxy knows;"
+                " upgrade dp-proxy"
+            )
+        for version in range(len(applied) + 1, len(migrations) + 1):
+            conn.execute(migrations[version - 1])  # no parameters, so it may hold several statements
+            conn.execute(
+                "INSERT INTO schema_migrations (component, version) VALUES (%s, %s)", (component, version)
+            )
+    return len(migrations)
+
+
+# --- the ledger -------------------------------------------------------------------------------------
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: charges and stored releases, as in SqliteLedger (event as its exact JSON text, ε/δ as float8)
+    """
+    CREATE TABLE charges (
+        seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id text NOT NULL UNIQUE,
+        analyst text NOT NULL,
+        dataset text NOT NULL,
+        at timestamptz NOT NULL,
+        sql_sha256 text NOT NULL,
+        event text NOT NULL,
+        epsilon double precision NOT NULL,
+        delta double precision NOT NULL,
+        composition text NOT NULL
+    );
+    CREATE INDEX charges_by_owner ON charges (analyst, dataset);
+    CREATE INDEX charges_by_time ON charges (at, seq);
+    CREATE INDEX charges_by_dataset ON charges (dataset);
+    CREATE TABLE releases (
+        analyst text NOT NULL,
+        dataset text NOT NULL,
+        request_sha256 text NOT NULL,
+        charge_id text NOT NULL REFERENCES charges (id),
+        body bytea NOT NULL,
+        PRIMARY KEY (analyst, dataset, request_sha256)
+    );
+    """,
+)
+_COLUMNS = "id, analyst, dataset, at, sql_sha256, event, epsilon, delta, composition"
+
+
+def _from_row(row: tuple[Any, ...]) -> Charge:
+    id_, analyst, dataset, at, sql_sha256, event, epsilon, delta, composition = row
+    return Charge(
+        id=id_,
+        analyst=analyst,
+        dataset=dataset,
+        at=at.astimezone(UTC),
+        sql_sha256=sql_sha256,
+        event=event_of(event),
+        epsilon=epsilon,
+        delta=delta,
+        composition=composition,
+    )
+
+
+def _where(
+    analyst: str | None, dataset: str | None, since: datetime | None, until: datetime | None
+) -> tuple[str, tuple[object, ...]]:
+    conditions = (("analyst = %s", analyst), ("dataset = %s", dataset), ("at >= %s", since), ("at < %s", until))
+    used = [(sql, value) for sql, value in conditions if value is not None]
+    return " AND ".join(sql for sql, _ in used) or "true", tuple(value for _, value in used)
+
+
+def _entries(conn: Connection, analyst: str | None, dataset: str) -> list[Entry]:
+    clause, params = _where(analyst, dataset, None, None)
+    rows = conn.execute(f"SELECT event, epsilon, delta FROM charges WHERE {clause} ORDER BY seq", params)
+    return [Entry(event_of(text), epsilon, delta) for text, epsilon, delta in rows]
+
+
+class PostgresLedger(_Admitting):
+    """A durable ledger in PostgreSQL; safe across threads, processes and hosts sharing the database.
+
+    Concurrency design. `admit` is one transaction on one pooled connection: `_write` opens it, and each
+    storage hook takes a transaction-scoped advisory lock before it reads. `_spent(analyst, dataset)` and
+    `_entries(analyst, dataset)` lock the pair (analyst, dataset); `_entries(None, dataset)`, which only
+    an admit checking the dataset's shared budget calls, also locks the dataset. `_insert` adds the charge
+    and COMMIT releases the locks. So every admit on one pair, from any process, queues on that pair's
+    lock, and every admit checking a dataset budget also queues on the dataset's lock, taken second
+    (always in that order, so they cannot deadlock). Under READ COMMITTED each statement takes a fresh
+    snapshot, so the read after a lock sees every charge committed by earlier holders (PostgreSQL makes
+    a commit visible before it releases the transaction's locks). Admits on other pairs do not wait.
+
+    Why advisory locks: a `SELECT … FOR UPDATE` needs a row per (analyst, dataset) to exist first (an
+    extra upsert per admit and a table of lock rows), and SERIALIZABLE needs a retry loop whose
+    predicate-lock false positives grow with load. An advisory lock is held exactly for the transaction,
+    vanishes with a crashed session, and costs one round trip. Its one duty: every writer of `charges`
+    must take it, and only this class writes `charges`.
+    """
+
+    def __init__(self, url: str, *, clock: Clock = _utcnow, timeout_s: float = 30.0, pool_size: int = 8) -> None:
+        self._clock = clock
+        self._pool = Pool(url, size=pool_size, timeout_s=timeout_s)
+        self._local = threading.local()  # the connection of this thread's open admit, if any
+        try:
+            migrate(self._pool, "ledger", MIGRATIONS)
+        except BaseException:
+            self._pool.close()
+            raise
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        with self._pool.connection() as conn, conn.transaction():
+            self._local.conn, self._local.locked = conn, set()
+            try:
+                yield
+            finally:
+                self._local.conn = None
+
+    def _locked(self, *key: str) -> Connection:
+        """The open admit's connection, holding the advisory lock on `key` (taken once per transaction)."""
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            raise RuntimeError("PostgresLedger storage hooks run only inside _write()")
+        if key not in self._local.locked:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("ledger", *key),))
+            self._local.locked.add(key)
+        return conn
+
+    def _spent(self, analyst: str, dataset: str) -> Spend:
+        conn = self._locked("pair", analyst, dataset)  # before the read: see every earlier holder's charge
+        rows = conn.execute(
+            "SELECT epsilon, delta FROM charges WHERE analyst = %s AND dataset = %s", (analyst, dataset)
+        ).fetchall()
+        return total(rows)  # summed exactly in Python, as SqliteLedger: SQL SUM() rounds arbitrarily
+
+    def _entries(self, analyst: str | None, dataset: str) -> list[Entry]:
+        conn = self._locked("pair", analyst, dataset) if analyst is not None else self._locked("dataset", dataset)
+        return _entries(conn, analyst, dataset)
+
+    def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
+        with self._pool.connection() as conn:
+            return tuple(_entries(conn, analyst, dataset))
+
+    def _insert(self, charge: Charge) -> None:
+        conn = self._locked("pair", charge.analyst, charge.dataset)
+        conn.execute(
+            f"INSERT INTO charges ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                charge.id,
+                charge.analyst,
+                charge.dataset,
+                charge.at,
+                charge.sql_sha256,
+                json.dumps(to_json(charge.event), allow_nan=False, separators=(",", ":")),
+                charge.epsilon,
+                charge.delta,
+                charge.composition,
+            ),
+        )
+
+    def spent(self, analyst: str, dataset: str) -> Spend:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT epsilon, delta FROM charges WHERE analyst = %s AND dataset = %s", (analyst, dataset)
+            ).fetchall()
+        return total(rows)
+
+    def charges(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[Charge, ...]:
+        _check_window(since, until, limit, offset)
+        clause, params = _where(analyst, dataset, since, until)
+        sql = f"SELECT {_COLUMNS} FROM charges WHERE {clause} ORDER BY at DESC, seq DESC LIMIT %s OFFSET %s"
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql, (*params, limit, offset)).fetchall()
+        return tuple(_from_row(row) for row in rows)
+
+    def count(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> int:
+        _check_window(since, until, 0, 0)
+        clause, params = _where(analyst, dataset, since, until)
+        with self._pool.connection() as conn:
+            row = conn.execute(f"SELECT count(*) FROM charges WHERE {clause}", params).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def stored_release(self, analyst: str, dataset: str, request_sha256: str) -> StoredRelease | None:
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT charge_id, body FROM releases WHERE analyst = %s AND dataset = %s AND request_sha256 = %s",
+                (analyst, dataset, request_sha256),
+            ).fetchone()
+        return None if row is None else StoredRelease(analyst, dataset, request_sha256, row[0], bytes(row[1]))
+
+    def store_release(self, release: StoredRelease) -> None:
+        with self._pool.connection() as conn:
+            conn.execute(
+                "INSERT INTO releases (analyst, dataset, request_sha256, charge_id, body)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (release.analyst, release.dataset, release.request_sha256, release.charge_id, release.body),
+            )
+
+    def close(self) -> None:
+        self._pool.close()
