@@ -34,6 +34,7 @@ from accountant.chain import (
     sql_sha256,
     verify_chain,
 )
+from accountant.ledger import use_wal
 from accountant.postgres import Pool, migrate
 from accountant.stores import store_of
 
@@ -176,7 +177,7 @@ class SqliteAudit:
         self._conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-            self._conn.execute("PRAGMA journal_mode = WAL")
+            use_wal(self._conn, timeout_s)
             self._conn.execute("PRAGMA synchronous = FULL")
             self._migrate()
         except BaseException:

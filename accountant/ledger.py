@@ -14,6 +14,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -427,6 +428,20 @@ def _where(
     return clause, tuple(value for _, value in used)
 
 
+def use_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """Switch the file to WAL. The switch needs an exclusive lock and SQLite does not wait for it through
+    busy_timeout, so processes opening one file at once retry here instead of failing at start-up."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 @contextmanager
 def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
     """`BEGIN IMMEDIATE` … `COMMIT`; on any exception (a refusal included) or a failed COMMIT, roll back."""
@@ -454,7 +469,7 @@ class SqliteLedger(_Admitting):
         self._conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-            self._conn.execute("PRAGMA journal_mode = WAL")
+            use_wal(self._conn, timeout_s)
             self._conn.execute("PRAGMA synchronous = FULL")
             self._create_schema()
         except BaseException:

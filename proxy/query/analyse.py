@@ -80,8 +80,12 @@ class Analysis:
         return self.max_groups == 1
 
 
-def analyse(select: exp.Select, catalog: Catalog) -> Analysis:
+def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = False) -> Analysis:
     """Check `select` against the allow-list and the policy, and describe it.
+
+    With `canonical_units`, the cell-space columns the query reads are evaluated on each unit's canonical
+    value (see scope.py): needed only where charges are accounted per cell, and it costs a window over the
+    table, so it is off by default.
 
     Example:
         >>> from proxy.query.parse import parse
@@ -134,7 +138,8 @@ def analyse(select: exp.Select, catalog: Catalog) -> Analysis:
         table=table, keys=keys, aggregates=aggregates, measures=measures_for(aggregates, table),
         outputs=outputs, where=where_expr, having=having_expr, order=order, limit=limit,
         max_groups=max_groups, partitions=partitions, domains=public_domains,
-        scope=scope_of(space, where_expr), canonical=canonical_columns(space, where_expr, keys),
+        scope=scope_of(space, where_expr),
+        canonical=canonical_columns(space, where_expr, keys) if canonical_units else (),
     )
 
 

@@ -75,6 +75,18 @@ def price(analysis: Analysis, *, epsilon: float, delta: float, mechanism: Mechan
         (2, 2.0, 1.0, 0.0, 'sequential')
     """
     _check(epsilon, delta, mechanism)
+    target = epsilon
+    for _ in range(64):
+        priced = _price_at(analysis, target, delta, mechanism)
+        if priced.epsilon <= epsilon and priced.delta <= delta:
+            return priced
+        # each part is rounded up on its own (σ, ρ, the zCDP conversion), so their composition can overshoot
+        # the request by a few ulps: aim a hair lower until the charge fits what was asked
+        target = target * (1 - 2**-40)
+    raise AssertionError(f"cannot price within epsilon={epsilon!r}, delta={delta!r}")  # unreachable in practice
+
+
+def _price_at(analysis: Analysis, epsilon: float, delta: float, mechanism: Mechanism) -> Price:
     l0 = analysis.max_groups
     max_rows = analysis.table.max_rows
     private = analysis.partitions == "private"
@@ -90,7 +102,7 @@ def price(analysis: Analysis, *, epsilon: float, delta: float, mechanism: Mechan
     selection = None
     children: list[Event] = []
     if private:
-        selection_delta = delta / 2 if mechanism == "gaussian" else delta
+        selection_delta = _share(delta, 2) if mechanism == "gaussian" else delta
         scale = laplace.scale_for(l0, share)  # the distinct-unit counts have L1 sensitivity L0
         cut = threshold.threshold_for(l0, scale, selection_delta)
         selection = Selection(

@@ -39,12 +39,13 @@ def rewrite(analysis: Analysis, salt: int = 0) -> str:
     """
     keys = [f"__k{i}" for i in range(len(analysis.keys))]
     source = _source(analysis)
-    values = [f"__v{j}" for j, m in enumerate(analysis.measures) if m.kind in ("values", "sum", "centred_sum")]
+    inputs = _inputs(analysis.measures)
+    values = [f"__v{j}" for j in sorted(set(inputs.values()))]
     row_rank = _keyed_rank(["__unit", *keys], [*keys, *values], salt)
     rows = exp.select("*").from_("__src").qualify(
         exp.LTE(this=row_rank, expression=exp.Literal.number(analysis.table.max_rows))
     )
-    cells = exp.select("__unit", *keys, *(_cell_measure(m, j) for j, m in enumerate(analysis.measures)))
+    cells = exp.select("__unit", *keys, *(_cell_measure(m, j, inputs.get(j)) for j, m in enumerate(analysis.measures)))
     cells = cells.from_("__rows").group_by("__unit", *keys)
     if keys:  # without GROUP BY each unit has exactly one cell: nothing to bound
         cells = cells.qualify(
@@ -64,7 +65,7 @@ def _source(analysis: Analysis) -> exp.Select:
     table = analysis.table
     projections: list[exp.Expr] = [exp.alias_(_quoted(table.privacy_unit), "__unit")]
     projections += [exp.alias_(_quoted(key), f"__k{i}") for i, key in enumerate(analysis.keys)]
-    projections += [p for j, m in enumerate(analysis.measures) if (p := _row_value(m, j)) is not None]
+    projections += [_row_value(analysis.measures[j], j) for j in sorted(set(_inputs(analysis.measures).values()))]
     source = exp.select(*projections).from_(_table(analysis))
     conditions = [analysis.where] if analysis.where is not None else []
     if analysis.partitions == "public":
@@ -94,14 +95,28 @@ def _table(analysis: Analysis) -> exp.Expr:
     return exp.Subquery(this=canonical, alias=exp.TableAlias(this=exp.to_identifier("__canon")))
 
 
-def _row_value(measure: Measure, j: int) -> exp.Expr | None:
+def _inputs(measures: tuple[Measure, ...]) -> dict[int, int]:
+    """For each measure that reads a per-row value, the index of the projection it reads: SUM(x) and AVG(x)
+    share one clamped value of x, so it is computed once.
+
+    Example:
+        >>> _inputs((Measure("rows"), Measure("sum", "x", 1, 0, 9), Measure("centred_sum", "x", 1, 0, 9)))
+        {1: 1, 2: 1}
+    """
+    first: dict[tuple[bool, str | None], int] = {}
+    out = {}
+    for j, measure in enumerate(measures):
+        if measure.kind in ("values", "sum", "centred_sum"):
+            out[j] = first.setdefault((measure.kind == "values", measure.column), j)
+    return out
+
+
+def _row_value(measure: Measure, j: int) -> exp.Expr:
     """The per-row input of a measure: a 0/1 flag for counts of a column, a clamped grid integer for sums."""
     if measure.kind == "values":
         flag = exp.cast(exp.Not(this=exp.Is(this=_quoted(measure.column), expression=exp.Null())), "INTEGER")
         return exp.alias_(flag, f"__v{j}")
-    if measure.kind not in ("sum", "centred_sum"):
-        return None
-    assert measure.column is not None
+    assert measure.kind in ("sum", "centred_sum") and measure.column is not None
     column = _quoted(measure.column)
     grid, lo, hi = measure.grid, measure.lo, measure.hi
     # Clamp in DOUBLE first (NaN and ±inf land on a bound), scale to the grid, round, then clamp again in
@@ -117,16 +132,16 @@ def _row_value(measure: Measure, j: int) -> exp.Expr | None:
     return exp.alias_(value, f"__v{j}")
 
 
-def _cell_measure(measure: Measure, j: int) -> exp.Expr:
+def _cell_measure(measure: Measure, j: int, source: int | None) -> exp.Expr:
     match measure.kind:
         case "rows":
             value: exp.Expr = exp.Count(this=exp.Star())
         case "units":
             value = exp.Literal.number(1)  # summed over cells: one per unit in the group
         case "values" | "sum":
-            value = exp.Sum(this=exp.column(f"__v{j}"))
+            value = exp.Sum(this=exp.column(f"__v{source}"))
         case "centred_sum":
-            value = exp.Sum(this=exp.Sub(this=exp.column(f"__v{j}"), expression=_number(measure.centre)))
+            value = exp.Sum(this=exp.Sub(this=exp.column(f"__v{source}"), expression=_number(measure.centre)))
     return exp.alias_(value, f"__c{j}")
 
 
