@@ -303,10 +303,17 @@ def measure_stages(sql: str, analyst: AnalystPolicy, env: Any, args: argparse.Na
     rows = env.engine(DATASET).run(prepared.plan.sql).rows
     repeat = max(args.repeat, 30)  # these are milliseconds: always take enough runs
 
+    extra: dict[str, Any] = {}  # newer ledgers also take the dataset's accounting rule and shared budget
+    admit_params = inspect.signature(env.ledger.admit).parameters
+    if "accounting" in admit_params and hasattr(prepared.dataset, "accounting"):
+        extra["accounting"] = prepared.dataset.accounting
+    if "dataset_budget" in admit_params and hasattr(prepared.dataset, "budget"):
+        extra["dataset_budget"] = prepared.dataset.budget
+
     def admit() -> None:
         env.ledger.admit(analyst=analyst.name, dataset=DATASET, sql_sha256=prepared.plan.sql_sha256,
                          event=price.event, epsilon=price.epsilon, delta=price.delta,
-                         composition=price.composition, budget=prepared.budget)
+                         composition=price.composition, budget=prepared.budget, **extra)
 
     return {
         "prepare": measure(lambda: prepare(req, analyst, env), repeat=repeat, max_seconds=5),

@@ -91,9 +91,17 @@ def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int
         )
     delta = dataset.delta if req.delta is None else req.delta
     mechanism = req.mechanism or dataset.mechanism
-    planned = plan(req.sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism, salt=salt)
+    planned = plan(req.sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism, salt=salt,
+                   noise_multiplier=req.noise_multiplier)
+    if planned.price.epsilon > dataset.max_epsilon:  # a requested noise can cost more than the maximum
+        raise InvalidParameter(
+            f"this noise costs epsilon {planned.price.epsilon:.6g}, above this dataset's per-query maximum "
+            f"{dataset.max_epsilon}; ask for more noise",
+            parameter="noise_multiplier", max_epsilon=dataset.max_epsilon,
+        )
     check_accountable(dataset, mechanism, planned.analysis.partitions)  # free: before any charge
-    identity = json.dumps([name, planned.normalized_sql, epsilon, delta, mechanism])
+    knob = epsilon if req.noise_multiplier is None else ["noise_multiplier", req.noise_multiplier]
+    identity = json.dumps([name, planned.normalized_sql, knob, delta, mechanism])
     return Prepared(dataset, budget, planned, hashlib.sha256(identity.encode()).hexdigest())
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from proxy.query.guard import MAX_LENGTH
 
@@ -20,6 +20,17 @@ class QueryRequest(BaseModel):
         None, ge=0, lt=1, strict=True, description="δ for this query; defaults to the dataset's"
     )
     mechanism: Literal["laplace", "gaussian"] | None = None
+    noise_multiplier: float | None = Field(
+        None, gt=0, strict=True,
+        description="instead of epsilon: noise = this multiple of each aggregate's sensitivity (Laplace b, "
+                    "Gaussian σ); the response reports what it costs",
+    )
+
+    @model_validator(mode="after")
+    def _one_knob(self) -> QueryRequest:
+        if self.epsilon is not None and self.noise_multiplier is not None:
+            raise ValueError("send epsilon or noise_multiplier, not both")
+        return self
 
 
 class NoiseOut(BaseModel):

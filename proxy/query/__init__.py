@@ -11,7 +11,7 @@ from proxy.query.analyse import Analysis, analyse
 from proxy.query.catalog import Catalog, Mechanism
 from proxy.query.errors import UnsupportedQuery
 from proxy.query.parse import parse
-from proxy.query.price import Price, price
+from proxy.query.price import Price, price, price_for_noise
 from proxy.query.rewrite import rewrite
 
 MAX_TREE_DEPTH = 100  # every later step recurses over the tree: bound it once, here
@@ -41,11 +41,20 @@ class QueryPlan:
 
 
 def plan(
-    sql: str, catalog: Catalog, *, epsilon: float, delta: float, mechanism: Mechanism, salt: int = 0
+    sql: str,
+    catalog: Catalog,
+    *,
+    epsilon: float,
+    delta: float,
+    mechanism: Mechanism,
+    salt: int = 0,
+    noise_multiplier: float | None = None,
 ) -> QueryPlan:
     """Check, price and rewrite one query without touching data or budget.
 
-    `salt` keys the per-unit choice of rows and groups; the pipeline draws a fresh one per query.
+    `salt` keys the per-unit choice of rows and groups; the pipeline draws a fresh one per query. With
+    `noise_multiplier`, the noise is given (scale = multiplier · sensitivity) and `epsilon` is ignored: the
+    plan reports what that noise costs.
 
     Example:
         >>> from proxy.query.catalog import ColumnSpec, TableSchema
@@ -61,5 +70,8 @@ def plan(
             limit=MAX_TREE_DEPTH,
         )
     analysis = analyse(select, catalog)
-    priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism)
+    if noise_multiplier is None:
+        priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism)
+    else:
+        priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism)
     return QueryPlan(sql, select.sql(dialect="duckdb"), analysis, rewrite(analysis, salt), priced)

@@ -60,6 +60,34 @@ class Price:
     composition: Composition
 
 
+def price_for_noise(analysis: Analysis, *, noise_multiplier: float, delta: float, mechanism: Mechanism) -> Price:
+    """The charge of a query whose noise is given instead of its ε: calibration read the other way.
+
+    Every noised quantity gets noise of `noise_multiplier` times its sensitivity over the release: Laplace
+    b_j = m·Δ1_j (so ε_j = 1/m), Gaussian σ_j = m·Δ2_j (so ρ_j = 1/(2m²), i.e. μ = 1/m for continuous noise),
+    and private partition selection Laplace noise of scale m·L0. The charge is the exact privacy map of the
+    resulting events, rounded up.
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("orders", "cid", (ColumnSpec("cid", "BIGINT"),), max_rows=5)
+        >>> a = analyse(parse("SELECT COUNT(*) FROM orders"), Catalog((t,)))
+        >>> p = price_for_noise(a, noise_multiplier=4.0, delta=0.0, mechanism="laplace")
+        >>> p.noise[0].scale, p.epsilon
+        (20.0, 0.25)
+    """
+    if not (isinstance(noise_multiplier, int | float) and math.isfinite(noise_multiplier)
+            and 1e-3 <= noise_multiplier <= 1e9):
+        raise InvalidParameter(
+            f"noise_multiplier must be a number in [0.001, 1e9], got {noise_multiplier!r}",
+            parameter="noise_multiplier",
+        )
+    _check(1.0, delta, mechanism)
+    return _price_at(analysis, 1.0, delta, mechanism, noise_multiplier=float(noise_multiplier))
+
+
 def price(analysis: Analysis, *, epsilon: float, delta: float, mechanism: Mechanism) -> Price:
     """Noise scales and the charge for `analysis` at the requested (ε, δ).
 
@@ -86,7 +114,10 @@ def price(analysis: Analysis, *, epsilon: float, delta: float, mechanism: Mechan
     raise AssertionError(f"cannot price within epsilon={epsilon!r}, delta={delta!r}")  # unreachable in practice
 
 
-def _price_at(analysis: Analysis, epsilon: float, delta: float, mechanism: Mechanism) -> Price:
+def _price_at(
+    analysis: Analysis, epsilon: float, delta: float, mechanism: Mechanism, *, noise_multiplier: float | None = None
+) -> Price:
+    """Price at a target ε, or, with `noise_multiplier`, at a given noise (scale = multiplier · sensitivity)."""
     l0 = analysis.max_groups
     max_rows = analysis.table.max_rows
     private = analysis.partitions == "private"
@@ -103,7 +134,8 @@ def _price_at(analysis: Analysis, epsilon: float, delta: float, mechanism: Mecha
     children: list[Event] = []
     if private:
         selection_delta = _share(delta, 2) if mechanism == "gaussian" else delta
-        scale = laplace.scale_for(l0, share)  # the distinct-unit counts have L1 sensitivity L0
+        # the distinct-unit counts have L1 sensitivity L0
+        scale = laplace.scale_for(l0, share) if noise_multiplier is None else _noise(noise_multiplier, l0)
         cut = threshold.threshold_for(l0, scale, selection_delta)
         selection = Selection(
             scale, cut, laplace.epsilon(l0, scale), threshold.delta_of_threshold(l0, scale, cut)
@@ -119,19 +151,29 @@ def _price_at(analysis: Analysis, epsilon: float, delta: float, mechanism: Mecha
         epsilons = _split(measures_epsilon, tuple(n ** (1 / 3) for n in uses), share)
         for j, measure in enumerate(analysis.measures):
             sensitivity = l0 * measure.sensitivity(max_rows)  # Δ1 = L0 · per-group sensitivity (§2)
-            scale = laplace.scale_for(sensitivity, epsilons[j]) if sensitivity else 1.0
+            if not sensitivity:
+                scale = 1.0
+            elif noise_multiplier is None:
+                scale = laplace.scale_for(sensitivity, epsilons[j])
+            else:
+                scale = _noise(noise_multiplier, sensitivity)
             noise.append(NoiseSpec(j, "laplace", scale, sensitivity, measure.grid, laplace.ci_halfwidth(scale)))
             children.append(LaplaceEvent(sensitivity, scale))
     else:
         gaussian_delta = _share(delta, 2) if private else delta
         gaussian_epsilon = _down(epsilon - share) if private else epsilon
-        rho_total = gaussian.rho_for(gaussian_epsilon, gaussian_delta)
+        rho_total = gaussian.rho_for(gaussian_epsilon, gaussian_delta) if noise_multiplier is None else 1.0
         # ρ_j ∝ √n_j minimises Σ n_j·Var_j/s_j² = Σ n_j/(2ρ_j) subject to Σρ_j = ρ (zCDP adds)
         rhos = _split(rho_total, tuple(math.sqrt(n) for n in uses), _share(rho_total, len(analysis.measures)))
         for j, measure in enumerate(analysis.measures):
             # Δ2 = √L0 · per-group sensitivity (§2), rounded up
             sensitivity = math.nextafter(math.sqrt(l0) * measure.sensitivity(max_rows), math.inf)
-            sigma = gaussian.sigma_for(sensitivity, rhos[j]) if sensitivity else 1.0
+            if not sensitivity:
+                sigma = 1.0
+            elif noise_multiplier is None:
+                sigma = gaussian.sigma_for(sensitivity, rhos[j])
+            else:
+                sigma = _noise(noise_multiplier, sensitivity)
             noise.append(
                 NoiseSpec(j, "gaussian", sigma, sensitivity, measure.grid, gaussian.ci_halfwidth(sigma))
             )
@@ -202,6 +244,13 @@ def _share(whole: float, parts: int) -> float:
     while parts * Fraction(share) > Fraction(whole):
         share = math.nextafter(share, 0.0)
     return share
+
+
+def _noise(multiplier: float, sensitivity: float) -> float:
+    """multiplier · sensitivity, rounded up: the noise is never below what was asked."""
+    exact = Fraction(multiplier) * Fraction(sensitivity)
+    nearest = float(exact)
+    return nearest if Fraction(nearest) >= exact else math.nextafter(nearest, math.inf)
 
 
 def _down(value: float) -> float:
