@@ -16,6 +16,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -175,7 +176,7 @@ def _check_window(since: datetime | None, until: datetime | None, limit: int, of
 # --- the one admit, shared ------------------------------------------------------------------------
 
 
-class _Admitting:
+class _Admitting(ABC):
     """Check-then-commit through the same code for every ledger: `_write` makes it one atomic step.
 
     Storage hooks, called only inside `_write()`: `_spent(analyst, dataset)` (Σε, Σδ of the analyst's
@@ -187,18 +188,23 @@ class _Admitting:
 
     _clock: Clock
 
+    @abstractmethod
     def _write(self) -> AbstractContextManager[object]:
-        raise NotImplementedError
+        """The write transaction: exclusive against every other admit on the same store."""
 
+    @abstractmethod
     def _spent(self, analyst: str, dataset: str) -> Spend:
-        raise NotImplementedError
+        """Σε, Σδ of the analyst's charges on the dataset, inside `_write()`."""
 
+    @abstractmethod
     def _entries(self, analyst: str | None, dataset: str) -> Iterable[Entry]:
-        raise NotImplementedError(f"{type(self).__name__} cannot yet read events for tighter accounting")
+        """The analyst's (or, with None, every analyst's) charges on the dataset, inside `_write()`."""
 
+    @abstractmethod
     def _insert(self, charge: Charge) -> None:
-        raise NotImplementedError
+        """Write one charge, inside `_write()`."""
 
+    @abstractmethod
     def charges(
         self,
         *,
@@ -209,7 +215,7 @@ class _Admitting:
         limit: int = 100,
         offset: int = 0,
     ) -> tuple[Charge, ...]:
-        raise NotImplementedError
+        """Charges matching the filters, newest first, paginated."""
 
     def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
         """The charges on the dataset as the filter sees them, read through `charges` (for reports)."""
