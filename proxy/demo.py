@@ -86,7 +86,11 @@ def _generation_sql(users: int, rows: int) -> tuple[str, ...]:
         # so the total is exactly `rows`.
         f"""CREATE TEMP TABLE visit_counts AS
         WITH cumulative AS (
-            SELECT user_id, floor({extra} * sum(weight) OVER (ORDER BY user_id) / sum(weight) OVER ()) AS c
+            -- the last user's cumulative share is `extra` exactly: the running sum and the total are summed
+            -- in different orders, so their ratio can fall a hair below 1 (10M rows came out as 9,999,999)
+            SELECT user_id, CASE WHEN user_id = max(user_id) OVER () THEN {extra}
+                                 ELSE floor({extra} * sum(weight) OVER (ORDER BY user_id) / sum(weight) OVER ())
+                            END AS c
             FROM users)
         SELECT user_id, (1 + c - coalesce(lag(c) OVER (ORDER BY user_id), 0))::BIGINT AS n FROM cumulative""",
         "ALTER TABLE users DROP COLUMN weight",

@@ -71,7 +71,7 @@ class Engine:
     """A read-only, locked-down DuckDB database. Thread-safe: each call uses its own cursor."""
 
     def __init__(
-        self, path: Path, *, threads: int = 2, memory_limit: str = "2GB", timeout_s: float = 30.0
+        self, path: Path, *, threads: int = 2, memory_limit: str = "8GB", timeout_s: float = 30.0
     ) -> None:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")

@@ -19,7 +19,7 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=1, le=65535)
     query_timeout_s: float = Field(30.0, gt=0, le=3600)
     threads: int = Field(2, ge=1, le=256)
-    memory_limit: str = "2GB"
+    memory_limit: str = "8GB"  # 2GB ran out on the 10M-row demo workload
     # operations (docs/operations.md)
     metrics_token: SecretStr | None = None  # a bearer token that may read /metrics (besides admin keys)
     log_format: Literal["json", "text"] = "json"
