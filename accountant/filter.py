@@ -24,20 +24,13 @@ from typing import Literal, get_args
 from accountant import loss
 from accountant.events import Event
 from mechanisms import gaussian, gdp
+from mechanisms.rounding import down as _down
 
 Rule = Literal["basic", "zcdp", "gdp"]
 RULES: tuple[Rule, ...] = get_args(Rule)
 DEFAULT_SELECTION_SHARE = 0.5
 
 
-def _down(exact: Fraction) -> float:
-    nearest = float(exact)
-    return nearest if Fraction(nearest) <= exact else math.nextafter(nearest, -math.inf)
-
-
-def _up(exact: Fraction) -> float:
-    nearest = float(exact)
-    return nearest if Fraction(nearest) >= exact else math.nextafter(nearest, math.inf)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,19 +30,15 @@ from accountant.filter import (
     usage,
 )
 from mechanisms import gaussian
+from mechanisms.rounding import down
+from mechanisms.rounding import up as _up
 
 Scope = Literal["analyst", "dataset"]
 NAMES: dict[Rule, str] = {"basic": "basic composition", "zcdp": "zCDP", "gdp": "GDP"}
 
 
-def _up(exact: Fraction) -> float:
-    nearest = float(exact)
-    return nearest if Fraction(nearest) >= exact else math.nextafter(nearest, math.inf)
-
-
 def _down(exact: Fraction) -> float:
-    nearest = float(exact)
-    return max(0.0, nearest if Fraction(nearest) <= exact else math.nextafter(nearest, -math.inf))
+    return max(0.0, down(exact))  # a remaining budget is never negative
 
 
 def _sqrt(exact: Fraction, *, up: bool) -> float:

@@ -15,16 +15,14 @@ from statistics import NormalDist
 
 import numpy as np
 
+from mechanisms.rounding import up as _up
+
 _EPS = 2.0**-52  # unit roundoff bound used for error margins
 _SQRT_HALF_PI = math.sqrt(math.pi / 2)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2 * math.pi)
 _EXACT_CI_MAX_SIGMA = 1e4
 
 
-def _up(exact: Fraction) -> float:
-    """The smallest float >= `exact`."""
-    nearest = float(exact)
-    return nearest if Fraction(nearest) >= exact else math.nextafter(nearest, math.inf)
 
 
 def _check(name: str, value: float, *, allow_zero: bool = False) -> None:

@@ -9,11 +9,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-
-def _up(exact: Fraction) -> float:
-    """The smallest float >= `exact`."""
-    nearest = float(exact)
-    return nearest if Fraction(nearest) >= exact else math.nextafter(nearest, math.inf)
+from mechanisms.rounding import up as _up
 
 
 def _check(name: str, value: float, *, allow_zero: bool = False) -> None:

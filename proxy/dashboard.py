@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import math
 import re
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -21,6 +20,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
 from accountant.ledger import Charge
+from mechanisms.rounding import up as _up  # how the ledger rounds a spend
 from proxy import auth
 from proxy.metrics import budget_figures
 from proxy.observe import Rejections
@@ -166,10 +166,6 @@ def _spend_series(env: Env, newest_first: tuple[Charge, ...], truncated: bool) -
     return series
 
 
-def _up(exact: Fraction) -> float:
-    """The smallest float >= exact (how the ledger rounds a spend)."""
-    nearest = float(exact)
-    return nearest if Fraction(nearest) >= exact else math.nextafter(nearest, float("inf"))
 
 
 def _iso(moment: datetime) -> str:

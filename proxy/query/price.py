@@ -18,6 +18,7 @@ from typing import Literal
 from accountant import loss
 from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ParallelEvent, ThresholdEvent
 from mechanisms import gaussian, laplace, threshold
+from mechanisms.rounding import down, up
 from proxy.query.analyse import Analysis
 from proxy.query.catalog import Mechanism
 from proxy.query.errors import InvalidParameter
@@ -147,7 +148,7 @@ def _price_at(
     uses = _weights(analysis)
     if mechanism == "laplace":
         # ε_j ∝ n_j^(1/3) minimises Σ n_j·Var_j/s_j² = Σ 2n_j/ε_j² subject to Σε_j = the measures' ε
-        measures_epsilon = _down_exact(Fraction(share) * len(analysis.measures))
+        measures_epsilon = down(Fraction(share) * len(analysis.measures))
         epsilons = _split(measures_epsilon, tuple(n ** (1 / 3) for n in uses), share)
         for j, measure in enumerate(analysis.measures):
             sensitivity = l0 * measure.sensitivity(max_rows)  # Δ1 = L0 · per-group sensitivity (§2)
@@ -221,16 +222,12 @@ def _split(whole: float, weights: tuple[float, ...], equal: float) -> tuple[floa
     if len(set(weights)) <= 1:
         return (equal,) * len(weights)
     total = sum(weights)
-    parts = [_down_exact(Fraction(whole) * Fraction(w) / Fraction(total)) for w in weights]
+    parts = [down(Fraction(whole) * Fraction(w) / Fraction(total)) for w in weights]
     while sum(map(Fraction, parts), Fraction(0)) > Fraction(whole):  # rounding of the weights themselves
         parts = [math.nextafter(x, 0.0) for x in parts]
     return tuple(parts)
 
 
-def _down_exact(exact: Fraction) -> float:
-    """The largest float <= `exact`."""
-    nearest = float(exact)
-    return nearest if Fraction(nearest) <= exact else math.nextafter(nearest, 0.0)
 
 
 def _share(whole: float, parts: int) -> float:
@@ -248,9 +245,7 @@ def _share(whole: float, parts: int) -> float:
 
 def _noise(multiplier: float, sensitivity: float) -> float:
     """multiplier · sensitivity, rounded up: the noise is never below what was asked."""
-    exact = Fraction(multiplier) * Fraction(sensitivity)
-    nearest = float(exact)
-    return nearest if Fraction(nearest) >= exact else math.nextafter(nearest, math.inf)
+    return up(Fraction(multiplier) * Fraction(sensitivity))
 
 
 def _down(value: float) -> float:
