@@ -11,7 +11,7 @@ import mpmath
 import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.rdp import rdp_privacy_accountant
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from accountant.errors import UnsupportedEvent
@@ -256,12 +256,18 @@ pld_gaussian = st.builds(GaussianEvent, st.integers(1, 2), st.floats(2.0, 60.0))
 
 
 def _pld_of(event: LaplaceEvent | GaussianEvent) -> pld.PrivacyLossDistribution:
+    # The optimistic discretisation: its δ(ε) is a lower bound on the true δ(ε). The pessimistic one rounds
+    # every privacy loss up by up to one interval per mechanism, so five pure-ε releases composing to
+    # ε = 0.9995 <= 1 showed δ(1) ≈ 1e-4 there: a discretisation artefact, not a breach. A lower bound
+    # above the budget is a certain breach, so this test fails exactly on real violations.
     if isinstance(event, LaplaceEvent):  # P[Z = k] ∝ e^{−|k|/b}: dp-accounting's parameter is 1/b
         return pld.from_discrete_laplace_mechanism(
-            1 / event.scale, sensitivity=int(event.sensitivity), value_discretization_interval=1e-3
+            1 / event.scale, sensitivity=int(event.sensitivity), value_discretization_interval=1e-4,
+            pessimistic_estimate=False,
         )
     return pld.from_discrete_gaussian_mechanism(
-        event.sigma, sensitivity=int(event.sensitivity), value_discretization_interval=1e-3
+        event.sigma, sensitivity=int(event.sensitivity), value_discretization_interval=1e-4,
+        pessimistic_estimate=False,
     )
 
 
@@ -270,11 +276,13 @@ def _pld_of(event: LaplaceEvent | GaussianEvent) -> pld.PrivacyLossDistribution:
     st.lists(st.one_of(pld_laplace, pld_gaussian), min_size=1, max_size=25),
     st.sampled_from(["basic", "zcdp", "gdp"]),
 )
+@example([LaplaceEvent(1, 2.0), LaplaceEvent(1, 3.0), LaplaceEvent(1, 17.0), LaplaceEvent(2, 27.0),
+          LaplaceEvent(2, 60.0)], "basic")  # Σε = 0.9995: within budget, and pure (δ = 0)
 def test_admitted_histories_hold_under_dp_accountings_privacy_loss_distribution(
     events: list[LaplaceEvent | GaussianEvent], rule: Rule
 ) -> None:
-    # Ground truth for the sequence as admitted: dp-accounting's pessimistic PLD of the exact discrete
-    # mechanisms. Whatever a rule admitted must be (ε, δ)-DP by it too.
+    # Ground truth for the sequence as admitted: dp-accounting's PLD of the exact discrete mechanisms.
+    # Whatever a rule admitted must be (ε, δ)-DP by it too.
     budget = Budget(1.0, 1e-6)
     requests = [Entry(e, *epsilon_delta(e, 1e-8)) for e in events]
     admitted = _admit_all(requests, budget, Accounting(rule, 0.0))
