@@ -19,18 +19,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from accountant import loss
 from accountant.events import Event
 from mechanisms import gaussian, gdp
 from mechanisms.rounding import down as _down
 
+if TYPE_CHECKING:
+    from accountant.cells import CellScope
+
 Rule = Literal["basic", "zcdp", "gdp"]
 RULES: tuple[Rule, ...] = get_args(Rule)
 DEFAULT_SELECTION_SHARE = 0.5
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,11 +146,13 @@ BASIC = Accounting()
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One charge as the filter sees it: the exact event, and its (ε, δ) under basic composition."""
+    """One charge as the filter sees it: the exact event, its (ε, δ) under basic composition, and the
+    cells it could touch (None: every privacy unit; see cells.py)."""
 
     event: Event
     epsilon: float
     delta: float
+    scope: CellScope | None = None
 
 
 @dataclass(frozen=True, slots=True)

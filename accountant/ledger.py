@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -24,16 +25,17 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Protocol
 
+from accountant.cells import CellScope, tally
 from accountant.errors import BudgetExceeded, UnsupportedEvent
 from accountant.events import Event, from_json, to_json
-from accountant.filter import BASIC, Accounting, Budget, Entry, Spend, spent_usage, total, usage
+from accountant.filter import BASIC, Accounting, Budget, Entry, Spend, total
 from accountant.report import refusal
 
 Clock = Callable[[], datetime]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: charges.scope
 
 
 def _utcnow() -> datetime:
@@ -44,7 +46,8 @@ def _utcnow() -> datetime:
 class Charge:
     """One admitted release: who, on what, when, the exact mechanism, and the (ε, δ) charged for it.
 
-    `composition` names the rule the (ε, δ) was computed under (e.g. "basic").
+    `composition` names the rule the (ε, δ) was computed under (e.g. "basic"). `scope` is the cells the
+    query could touch (None: every privacy unit); the admit composes per cell (cells.py).
     """
 
     id: str
@@ -56,6 +59,7 @@ class Charge:
     epsilon: float
     delta: float
     composition: str
+    scope: CellScope | None = None
 
     def __post_init__(self) -> None:
         if self.at.utcoffset() != timedelta(0):
@@ -89,12 +93,14 @@ class Ledger(Protocol):
         budget: Budget,
         accounting: Accounting = BASIC,
         dataset_budget: Budget | None = None,
+        scope: CellScope | None = None,
     ) -> Charge:
         """Record the charge if it fits, else raise `BudgetExceeded` and write nothing.
 
-        It fits if the analyst's history on the dataset plus this charge passes the `accounting` rule's
-        filter for `budget` and, when `dataset_budget` is given, the history of all analysts on the dataset
-        plus this charge passes it for `dataset_budget`: both checks and the insert are one transaction.
+        It fits if, in every cell of `scope` (every unit when None), the analyst's history on the dataset
+        plus this charge passes the `accounting` rule's filter for `budget` and, when `dataset_budget` is
+        given, the history of all analysts on the dataset plus this charge passes it for `dataset_budget`
+        (cells.py bounds each cell's history): both checks and the insert are one transaction.
         `epsilon`/`delta` are the charge under basic composition; the event is what other rules account.
         """
         ...
@@ -179,10 +185,10 @@ def _check_window(since: datetime | None, until: datetime | None, limit: int, of
 class _Admitting(ABC):
     """Check-then-commit through the same code for every ledger: `_write` makes it one atomic step.
 
-    Storage hooks, called only inside `_write()`: `_spent(analyst, dataset)` (Σε, Σδ of the analyst's
-    rows; the basic rule needs no more), `_entries(analyst, dataset)` (the analyst's charges, or every
-    analyst's when `analyst` is None, for the zcdp/gdp rules and the dataset budget) and `_insert`. A
-    ledger whose locks are finer than the whole store must make `_entries(None, dataset)` serialise with
+    Storage hooks, called only inside `_write()`: `_history(analyst, dataset)` (the analyst's charges, or
+    every analyst's when `analyst` is None, for the dataset budget; identical ones counted once) and
+    `_insert`. A
+    ledger whose locks are finer than the whole store must make `_history(None, dataset)` serialise with
     every admit on that dataset, or two analysts could overspend the shared dataset budget together.
     """
 
@@ -193,12 +199,9 @@ class _Admitting(ABC):
         """The write transaction: exclusive against every other admit on the same store."""
 
     @abstractmethod
-    def _spent(self, analyst: str, dataset: str) -> Spend:
-        """Σε, Σδ of the analyst's charges on the dataset, inside `_write()`."""
-
-    @abstractmethod
-    def _entries(self, analyst: str | None, dataset: str) -> Iterable[Entry]:
-        """The analyst's (or, with None, every analyst's) charges on the dataset, inside `_write()`."""
+    def _history(self, analyst: str | None, dataset: str) -> Iterable[tuple[Entry, int]]:
+        """The analyst's (or, with None, every analyst's) charges on the dataset, inside `_write()`, as
+        (entry, how many identical charges)."""
 
     @abstractmethod
     def _insert(self, charge: Charge) -> None:
@@ -220,7 +223,7 @@ class _Admitting(ABC):
     def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
         """The charges on the dataset as the filter sees them, read through `charges` (for reports)."""
         found = self.charges(analyst=analyst, dataset=dataset, limit=2**62)
-        return tuple(Entry(c.event, c.epsilon, c.delta) for c in found)
+        return tuple(Entry(c.event, c.epsilon, c.delta, c.scope) for c in found)
 
     def admit(
         self,
@@ -235,6 +238,7 @@ class _Admitting(ABC):
         budget: Budget,
         accounting: Accounting = BASIC,
         dataset_budget: Budget | None = None,
+        scope: CellScope | None = None,
     ) -> Charge:
         """Record the charge if it fits (see `Ledger.admit`), else raise `BudgetExceeded`, writing nothing."""
         _check_request(epsilon, delta, budget)
@@ -242,17 +246,14 @@ class _Admitting(ABC):
             raise TypeError(f"accounting must be an Accounting, got {accounting!r}")
         if dataset_budget is not None and not isinstance(dataset_budget, Budget):
             raise TypeError(f"dataset_budget must be a Budget or None, got {dataset_budget!r}")
-        entry = Entry(event, float(epsilon), float(delta))
+        entry = Entry(event, float(epsilon), float(delta), scope)
         rule = accounting.rule
         with self._write():
             try:
-                if rule == "basic":
-                    mine = spent_usage(self._spent(analyst, dataset))
-                else:
-                    mine = usage(self._entries(analyst, dataset), rule)
+                mine = tally(self._history(analyst, dataset), rule).bound(scope)
                 refused = refusal(mine, entry, budget, accounting)
                 if refused is None and dataset_budget is not None:
-                    everyone = usage(self._entries(None, dataset), rule)
+                    everyone = tally(self._history(None, dataset), rule).bound(scope)
                     refused = refusal(everyone, entry, dataset_budget, accounting, scope="dataset")
             except UnsupportedEvent as err:  # a stored charge the rule cannot account for: admit nothing more
                 raise BudgetExceeded(
@@ -271,6 +272,7 @@ class _Admitting(ABC):
                 epsilon=float(epsilon),
                 delta=float(delta),
                 composition=composition,
+                scope=scope,
             )
             self._insert(charge)
             return charge
@@ -294,21 +296,19 @@ class MemoryLedger(_Admitting):
     def _insert(self, charge: Charge) -> None:
         self._rows.append(charge)
 
-    def _spent(self, analyst: str, dataset: str) -> Spend:
-        return total(
-            (c.epsilon, c.delta) for c in self._rows if c.analyst == analyst and c.dataset == dataset
-        )
-
     def spent(self, analyst: str, dataset: str) -> Spend:
         with self._lock:
-            return self._spent(analyst, dataset)
+            return total((c.epsilon, c.delta) for c in self._rows if c.analyst == analyst and c.dataset == dataset)
 
     def _entries(self, analyst: str | None, dataset: str) -> list[Entry]:
         return [
-            Entry(c.event, c.epsilon, c.delta)
+            Entry(c.event, c.epsilon, c.delta, c.scope)
             for c in self._rows
             if c.dataset == dataset and (analyst is None or c.analyst == analyst)
         ]
+
+    def _history(self, analyst: str | None, dataset: str) -> Iterable[tuple[Entry, int]]:
+        return Counter(self._entries(analyst, dataset)).items()
 
     def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
         with self._lock:
@@ -384,7 +384,8 @@ _SCHEMA = (
         event TEXT NOT NULL,
         epsilon REAL NOT NULL,
         delta REAL NOT NULL,
-        composition TEXT NOT NULL
+        composition TEXT NOT NULL,
+        scope TEXT
     )""",
     "CREATE INDEX IF NOT EXISTS charges_by_owner ON charges (analyst, dataset)",
     """CREATE TABLE IF NOT EXISTS releases (
@@ -398,15 +399,38 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS charges_by_time ON charges (at_us, seq)",
     "CREATE INDEX IF NOT EXISTS charges_by_dataset ON charges (dataset)",  # the dataset budget's reads
 )
-_COLUMNS = "id, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition"
+_COLUMNS = "id, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition, scope"
+_UPGRADES = {1: "ALTER TABLE charges ADD COLUMN scope TEXT"}  # from version k to k + 1
 
 
 def _to_us(moment: datetime) -> int:
     return (moment - _EPOCH) // _MICROSECOND
 
 
-def _from_row(row: tuple[str, str, str, int, str, str, float, float, str]) -> Charge:
-    id_, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition = row
+def scope_to_text(scope: CellScope | None) -> str | None:
+    return None if scope is None else json.dumps(scope.to_json(), separators=(",", ":"))
+
+
+@lru_cache(maxsize=4096)
+def scope_of(text: str | None) -> CellScope | None:
+    """A cell scope from its stored JSON text (cached: stored charges never change)."""
+    return None if text is None else CellScope.from_json(json.loads(text))
+
+
+# Identical charges (same event, cost and scope) are read once with their count: a history repeats a few
+# query shapes many times, and each distinct row costs a JSON lookup and an Entry (10k rows: ~40 ms).
+_GROUPED = "SELECT event, epsilon, delta, scope, COUNT(*) FROM charges"
+_GROUPED_BY = "GROUP BY event, epsilon, delta, scope ORDER BY MIN(seq)"
+
+
+def counted(rows: Iterable[tuple[str, float, float, str | None, int]]) -> list[tuple[Entry, int]]:
+    """(entry, count) from grouped rows (event, ε, δ, scope, count)."""
+    return [(Entry(event_of(text), epsilon, delta, scope_of(scope)), count)
+            for text, epsilon, delta, scope, count in rows]
+
+
+def _from_row(row: tuple[str, str, str, int, str, str, float, float, str, str | None]) -> Charge:
+    id_, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition, scope = row
     return Charge(
         id=id_,
         analyst=analyst,
@@ -417,6 +441,7 @@ def _from_row(row: tuple[str, str, str, int, str, str, float, float, str]) -> Ch
         epsilon=epsilon,
         delta=delta,
         composition=composition,
+        scope=scope_of(scope),
     )
 
 
@@ -489,7 +514,13 @@ class SqliteLedger(_Admitting):
             versions = self._conn.execute("SELECT version FROM schema_version").fetchall()
             if not versions:
                 self._conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-            elif versions != [(SCHEMA_VERSION,)]:
+                return
+            while len(versions) == 1 and versions[0][0] in _UPGRADES:  # an older file: upgrade in place
+                (version,) = versions[0]
+                self._conn.execute(_UPGRADES[version])
+                self._conn.execute("UPDATE schema_version SET version = ?", (version + 1,))
+                versions = [(version + 1,)]
+            if versions != [(SCHEMA_VERSION,)]:
                 found = ", ".join(str(v) for (v,) in versions)
                 raise RuntimeError(f"ledger schema version {found} is not {SCHEMA_VERSION}; upgrade dp-proxy")
 
@@ -501,7 +532,7 @@ class SqliteLedger(_Admitting):
 
     def _insert(self, charge: Charge) -> None:
         self._conn.execute(
-            f"INSERT INTO charges ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO charges ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 charge.id,
                 charge.analyst,
@@ -512,27 +543,24 @@ class SqliteLedger(_Admitting):
                 charge.epsilon,
                 charge.delta,
                 charge.composition,
+                scope_to_text(charge.scope),
             ),
         )
 
-    def _spent(self, analyst: str, dataset: str) -> Spend:
-        rows: Iterable[tuple[float, float]] = self._conn.execute(
-            "SELECT epsilon, delta FROM charges WHERE analyst = ? AND dataset = ?", (analyst, dataset)
-        )
-        return total(rows)  # summed exactly in Python: SQL SUM() rounds arbitrarily
-
     def spent(self, analyst: str, dataset: str) -> Spend:
         with self._lock:
-            return self._spent(analyst, dataset)
+            rows: Iterable[tuple[float, float]] = self._conn.execute(
+                "SELECT epsilon, delta FROM charges WHERE analyst = ? AND dataset = ?", (analyst, dataset)
+            )
+            return total(rows)  # summed exactly in Python: SQL SUM() rounds arbitrarily
 
-    def _entries(self, analyst: str | None, dataset: str) -> list[Entry]:
+    def _history(self, analyst: str | None, dataset: str) -> list[tuple[Entry, int]]:
         clause, params = _where(analyst, dataset, None, None)
-        rows = self._conn.execute(f"SELECT event, epsilon, delta FROM charges WHERE {clause} ORDER BY seq", params)
-        return [Entry(event_of(text), epsilon, delta) for text, epsilon, delta in rows]
+        return counted(self._conn.execute(f"{_GROUPED} WHERE {clause} {_GROUPED_BY}", params))
 
     def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
         with self._lock:
-            return tuple(self._entries(analyst, dataset))
+            return tuple(entry for entry, count in self._history(analyst, dataset) for entry in [entry] * count)
 
     def charges(
         self,

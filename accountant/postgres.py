@@ -22,7 +22,20 @@ from psycopg import pq
 
 from accountant.events import to_json
 from accountant.filter import Entry, Spend, total
-from accountant.ledger import Charge, Clock, StoredRelease, _Admitting, _check_window, _utcnow, event_of
+from accountant.ledger import (
+    _GROUPED,
+    _GROUPED_BY,
+    Charge,
+    Clock,
+    StoredRelease,
+    _Admitting,
+    _check_window,
+    _utcnow,
+    counted,
+    event_of,
+    scope_of,
+    scope_to_text,
+)
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -177,12 +190,14 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (analyst, dataset, request_sha256)
     );
     """,
+    # 2: the cells a charge could touch (accountant/cells.py), as JSON; NULL for every privacy unit
+    "ALTER TABLE charges ADD COLUMN scope text",
 )
-_COLUMNS = "id, analyst, dataset, at, sql_sha256, event, epsilon, delta, composition"
+_COLUMNS = "id, analyst, dataset, at, sql_sha256, event, epsilon, delta, composition, scope"
 
 
 def _from_row(row: tuple[Any, ...]) -> Charge:
-    id_, analyst, dataset, at, sql_sha256, event, epsilon, delta, composition = row
+    id_, analyst, dataset, at, sql_sha256, event, epsilon, delta, composition, scope = row
     return Charge(
         id=id_,
         analyst=analyst,
@@ -193,6 +208,7 @@ def _from_row(row: tuple[Any, ...]) -> Charge:
         epsilon=epsilon,
         delta=delta,
         composition=composition,
+        scope=scope_of(scope),
     )
 
 
@@ -204,24 +220,23 @@ def _where(
     return " AND ".join(sql for sql, _ in used) or "true", tuple(value for _, value in used)
 
 
-def _entries(conn: Connection, analyst: str | None, dataset: str) -> list[Entry]:
+def _history(conn: Connection, analyst: str | None, dataset: str) -> list[tuple[Entry, int]]:
     clause, params = _where(analyst, dataset, None, None)
-    rows = conn.execute(f"SELECT event, epsilon, delta FROM charges WHERE {clause} ORDER BY seq", params)
-    return [Entry(event_of(text), epsilon, delta) for text, epsilon, delta in rows]
+    return counted(conn.execute(f"{_GROUPED} WHERE {clause} {_GROUPED_BY}", params).fetchall())
 
 
 class PostgresLedger(_Admitting):
     """A durable ledger in PostgreSQL; safe across threads, processes and hosts sharing the database.
 
-    Concurrency design. `admit` is one transaction on one pooled connection: `_write` opens it, and each
-    storage hook takes a transaction-scoped advisory lock before it reads. `_spent(analyst, dataset)` and
-    `_entries(analyst, dataset)` lock the pair (analyst, dataset); `_entries(None, dataset)`, which only
-    an admit checking the dataset's shared budget calls, also locks the dataset. `_insert` adds the charge
-    and COMMIT releases the locks. So every admit on one pair, from any process, queues on that pair's
-    lock, and every admit checking a dataset budget also queues on the dataset's lock, taken second
-    (always in that order, so they cannot deadlock). Under READ COMMITTED each statement takes a fresh
-    snapshot, so the read after a lock sees every charge committed by earlier holders (PostgreSQL makes
-    a commit visible before it releases the transaction's locks). Admits on other pairs do not wait.
+    Concurrency design. `admit` is one transaction on one pooled connection: `_write` opens it, and each storage
+    hook takes a transaction-scoped advisory lock before it reads. `_history(analyst, dataset)` locks the pair
+    (analyst, dataset); `_history(None, dataset)`, which only an admit checking the dataset's shared budget
+    calls, also locks the dataset. `_insert` adds the charge and COMMIT releases the locks. So every admit on
+    one pair, from any process, queues on that pair's lock, and every admit checking a dataset budget also
+    queues on the dataset's lock, taken second (always in that order, so they cannot deadlock). Under READ
+    COMMITTED each statement takes a fresh snapshot, so the read after a lock sees every charge committed by
+    earlier holders (PostgreSQL makes a commit visible before it releases the transaction's locks). Admits on
+    other pairs do not wait.
 
     Why advisory locks: a `SELECT … FOR UPDATE` needs a row per (analyst, dataset) to exist first (an
     extra upsert per admit and a table of lock rows), and SERIALIZABLE needs a retry loop whose
@@ -259,25 +274,18 @@ class PostgresLedger(_Admitting):
             self._local.locked.add(key)
         return conn
 
-    def _spent(self, analyst: str, dataset: str) -> Spend:
-        conn = self._locked("pair", analyst, dataset)  # before the read: see every earlier holder's charge
-        rows = conn.execute(
-            "SELECT epsilon, delta FROM charges WHERE analyst = %s AND dataset = %s", (analyst, dataset)
-        ).fetchall()
-        return total(rows)  # summed exactly in Python, as SqliteLedger: SQL SUM() rounds arbitrarily
-
-    def _entries(self, analyst: str | None, dataset: str) -> list[Entry]:
+    def _history(self, analyst: str | None, dataset: str) -> list[tuple[Entry, int]]:
         conn = self._locked("pair", analyst, dataset) if analyst is not None else self._locked("dataset", dataset)
-        return _entries(conn, analyst, dataset)
+        return _history(conn, analyst, dataset)
 
     def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
         with self._pool.connection() as conn:
-            return tuple(_entries(conn, analyst, dataset))
+            return tuple(entry for entry, count in _history(conn, analyst, dataset) for entry in [entry] * count)
 
     def _insert(self, charge: Charge) -> None:
         conn = self._locked("pair", charge.analyst, charge.dataset)
         conn.execute(
-            f"INSERT INTO charges ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            f"INSERT INTO charges ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (
                 charge.id,
                 charge.analyst,
@@ -288,6 +296,7 @@ class PostgresLedger(_Admitting):
                 charge.epsilon,
                 charge.delta,
                 charge.composition,
+                scope_to_text(charge.scope),
             ),
         )
 
@@ -296,7 +305,7 @@ class PostgresLedger(_Admitting):
             rows = conn.execute(
                 "SELECT epsilon, delta FROM charges WHERE analyst = %s AND dataset = %s", (analyst, dataset)
             ).fetchall()
-        return total(rows)
+        return total(rows)  # summed exactly in Python: SQL SUM() rounds arbitrarily
 
     def charges(
         self,

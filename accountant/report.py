@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
+from accountant.cells import bound
 from accountant.errors import BudgetExceeded, UnsupportedEvent
 from accountant.filter import (
     Accounting,
@@ -27,7 +28,6 @@ from accountant.filter import (
     cost,
     fits,
     remaining,
-    usage,
 )
 from mechanisms import gaussian
 from mechanisms.rounding import down
@@ -194,6 +194,7 @@ def refusal(
 
 def tightest(entries: Sequence[Entry], delta: float) -> tuple[float, Rule]:
     """The smallest ε known to hold, at `delta`, for the sequence of charges as it happened: reporting only.
+    Per cell (cells.py), like every report: the worst-off unit's charges.
 
     The minimum over basic composition (if Σδ <= `delta`), zCDP and GDP (if Σδ_sel < `delta`, converting
     at the rest of `delta`). Each is a valid (ε, δ) bound for a fixed sequence of mechanisms; an analyst
@@ -211,12 +212,12 @@ def tightest(entries: Sequence[Entry], delta: float) -> tuple[float, Rule]:
     if not (math.isfinite(delta) and 0 < delta < 1):
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
     candidates: list[tuple[float, Rule]] = []
-    basic = usage(entries, "basic")
+    basic = bound(entries, "basic")
     if basic.delta <= Fraction(delta):
         candidates.append((_up(basic.amount), "basic"))
     for rule in ("zcdp", "gdp"):
         try:
-            used = usage(entries, rule)
+            used = bound(entries, rule)
         except UnsupportedEvent:
             continue  # the discrete Gaussian has no GDP bound
         if used.delta < Fraction(delta):

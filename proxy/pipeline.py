@@ -92,7 +92,7 @@ def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int
     delta = dataset.delta if req.delta is None else req.delta
     mechanism = req.mechanism or dataset.mechanism
     planned = plan(req.sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism, salt=salt,
-                   noise_multiplier=req.noise_multiplier)
+                   noise_multiplier=req.noise_multiplier, cells=dataset.cell_accounting)
     if planned.price.epsilon > dataset.max_epsilon:  # a requested noise can cost more than the maximum
         raise InvalidParameter(
             f"this noise costs epsilon {planned.price.epsilon:.6g}, above this dataset's per-query maximum "
@@ -136,7 +136,7 @@ def answer(
             analyst=analyst.name, dataset=prepared.dataset.name, sql_sha256=prepared.plan.sql_sha256,
             event=price.event, epsilon=price.epsilon, delta=price.delta, composition=price.composition,
             budget=prepared.budget, accounting=prepared.dataset.accounting,
-            dataset_budget=prepared.dataset.budget,
+            dataset_budget=prepared.dataset.budget, scope=prepared.plan.scope,
         )
     on_admitted(charge)  # from here on, every failure reports charged: true
     with env.timed("execute"):

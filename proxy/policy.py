@@ -80,6 +80,7 @@ class DatasetPolicy:
     max_epsilon: float = 1.0  # the largest ε one query may ask for
     accounting: Accounting = BASIC  # the admit rule (privacy filter) of every budget on this dataset
     budget: Budget | None = None  # the total over all analysts, enforced with each analyst's budget
+    cell_accounting: bool = True  # charge a query only in the cells its WHERE can reach (docs/privacy.md §7)
 
     def __post_init__(self) -> None:
         problems = _dataset_number_problems(self.mechanism, self.epsilon, self.delta, self.max_epsilon)
@@ -223,7 +224,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     loc = f"datasets.{name}"
     before = len(p.items)
     keys = ("path", "mechanism", "epsilon", "delta", "max_epsilon", "accounting", "selection_delta_share",
-            "budget", "tables")
+            "budget", "cell_accounting", "tables")
     _check_keys(raw, loc, keys, p)
     file = _str(raw, "path", loc, p)
     path = base / file if file is not None else None
@@ -249,6 +250,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
         if total is not None and accounting is not None:
             for problem in budget_problems(total, accounting):
                 p.add(f"{loc}.budget", problem)
+    cell_accounting = _bool(raw, "cell_accounting", loc, p, default=True)
     declared = _named_tables(raw, "tables", loc, _IDENTIFIER, p)
     if not declared and isinstance(raw.get("tables", {}), dict):
         p.add(f"{loc}.tables", "declare at least one protected table")
@@ -256,9 +258,10 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     _check_case_duplicates(tuple(t.name for t in tables), f"{loc}.tables", p)
     if len(p.items) > before or path is None or mechanism is None or accounting is None:
         return None
-    assert epsilon is not None and delta is not None and max_epsilon is not None
+    assert epsilon is not None and delta is not None and max_epsilon is not None and cell_accounting is not None
     return DatasetPolicy(
-        name, path, Catalog(tables), cast(Mechanism, mechanism), epsilon, delta, max_epsilon, accounting, total
+        name, path, Catalog(tables), cast(Mechanism, mechanism), epsilon, delta, max_epsilon, accounting, total,
+        cell_accounting,
     )
 
 

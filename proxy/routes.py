@@ -8,11 +8,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from pydantic import AfterValidator
 
-from accountant import filter as budget_filter
 from accountant import loss, report
+from accountant.cells import CellScope, ledgered
 from accountant.errors import UnsupportedEvent
 from accountant.events import to_json
-from accountant.filter import Accounting, Budget, Entry
+from accountant.filter import Accounting, Budget, Entry, Usage
 from accountant.ledger import Charge
 from proxy import auth
 from proxy.pipeline import Answer, Env, Prepared, prepare, reply
@@ -20,10 +20,13 @@ from proxy.policy import AnalystPolicy, DatasetPolicy
 from proxy.query.analyse import Analysis
 from proxy.query.expr import Agg
 from proxy.query.price import Price
+from proxy.query.scope import cell_space
 from proxy.schemas import (
     AccountOut,
     BudgetOut,
     BudgetsResponse,
+    CellOut,
+    CellSpaceOut,
     ChargeOut,
     ColumnOut,
     CostOut,
@@ -38,6 +41,7 @@ from proxy.schemas import (
     QueryRequest,
     QueryResponse,
     ReportedOut,
+    ScopeOut,
     SharedBudgetOut,
     TableOut,
 )
@@ -112,7 +116,7 @@ def _render(result: Answer, env: Env) -> bytes:
         dataset=prepared.dataset.name,
         columns=list(result.release.columns),
         rows=[[_json_value(v) for v in row] for row in result.release.rows],
-        charge=_charge(prepared.plan.price, result.charge.id, prepared.dataset.accounting),
+        charge=_charge(prepared.plan.price, result.charge.id, prepared.dataset, prepared.plan.scope),
         budget=budget_now(env, result.charge.analyst, prepared.dataset, prepared.budget),
         noise=_noise(prepared.plan.analysis, prepared.plan.price),
         partitions=_partitions(prepared),
@@ -127,13 +131,13 @@ def preview(body: QueryRequest, analyst: AnalystDep, env: EnvDep) -> PreviewResp
     price, dataset = prepared.plan.price, prepared.dataset
     mine = env.ledger.entries(dataset=dataset.name, analyst=analyst.name)
     everyone = env.ledger.entries(dataset=dataset.name) if dataset.budget is not None else ()
-    entry = Entry(price.event, price.epsilon, price.delta)
+    entry = Entry(price.event, price.epsilon, price.delta, prepared.plan.scope)
     refused = _refusal(mine, everyone, entry, prepared.budget, dataset)
     return PreviewResponse(
         dataset=dataset.name,
         sql=prepared.plan.sql,
         columns=[o.name for o in prepared.plan.analysis.outputs],
-        charge=_charge(price, None, dataset.accounting),
+        charge=_charge(price, None, dataset, prepared.plan.scope),
         budget=_budget(dataset, prepared.budget, mine, everyone),
         budget_after=_budget(dataset, prepared.budget, (*mine, entry), (*everyone, entry) if everyone else ()),
         admissible=refused is None,
@@ -177,6 +181,7 @@ def ledger(
             LedgerEntry(
                 id=c.id, analyst=c.analyst, dataset=c.dataset, at=c.at.isoformat(), sql_sha256=c.sql_sha256,
                 epsilon=c.epsilon, delta=c.delta, composition=c.composition, events=to_json(c.event),
+                scope=None if c.scope is None else _scope_out(c.scope, env.policy.dataset(c.dataset)),
             )
             for c in charges
         ],
@@ -209,12 +214,34 @@ def datasets(analyst: AnalystDep, env: EnvDep) -> DatasetsResponse:
     return DatasetsResponse(datasets=out)
 
 
-def _charge(price: Price, charge_id: str | None, accounting: Accounting) -> ChargeOut:
+def _charge(price: Price, charge_id: str | None, dataset: DatasetPolicy, scope: CellScope | None) -> ChargeOut:
     return ChargeOut(
         id=charge_id, epsilon=price.epsilon, delta=price.delta, mechanism=price.mechanism,
-        composition=price.composition, events=to_json(price.event), accounting=accounting.rule,
-        costs=_costs(price),
+        composition=price.composition, events=to_json(price.event), accounting=dataset.accounting.rule,
+        costs=_costs(price), scope=None if scope is None else _scope_out(scope, dataset),
     )
+
+
+_LISTED_CELLS = 100
+
+
+def _describer(key: tuple[str, str], dataset: DatasetPolicy | None) -> Any:
+    """`CellSpace.describe` for the space `key` names, if the policy in force still has that space."""
+    table = None if dataset is None else dataset.catalog.table(key[0])
+    space = None if table is None else cell_space(table)
+    return space.describe if space is not None and space.fingerprint == key[1] else None
+
+
+def _scope_out(scope: CellScope, dataset: DatasetPolicy | None) -> ScopeOut:
+    describe = _describer(scope.key, dataset)
+    cells = scope.indices()
+    listed = [] if describe is None else [_cell(describe(int(i))) for i in cells[:_LISTED_CELLS]]
+    return ScopeOut(table=scope.table, cells=int(cells.size), of=scope.size, listed=listed,
+                    truncated=len(listed) < cells.size, bitmap=scope.to_json()["cells"], space=scope.space)
+
+
+def _cell(coordinates: dict[str, object]) -> dict[str, Any]:
+    return {column: _json_value(value) for column, value in coordinates.items()}
 
 
 def _costs(price: Price) -> list[CostOut]:
@@ -242,9 +269,10 @@ def _refusal(
     """What `Ledger.admit` would raise for `entry` now (the same pure check), or None if it would admit."""
     rule = dataset.accounting.rule
     try:
-        refused = report.refusal(budget_filter.usage(mine, rule), entry, allowed, dataset.accounting)
+        used = ledgered(mine, rule).bound(entry.scope)
+        refused = report.refusal(used, entry, allowed, dataset.accounting)
         if refused is None and dataset.budget is not None:
-            used = budget_filter.usage(everyone, rule)
+            used = ledgered(everyone, rule).bound(entry.scope)
             refused = report.refusal(used, entry, dataset.budget, dataset.accounting, scope="dataset")
     except UnsupportedEvent as err:  # the history itself holds an event the rule cannot account for
         return err
@@ -252,20 +280,48 @@ def _refusal(
 
 
 def _accounts(entries: tuple[Entry, ...], allowed: Budget, accounting: Accounting) -> list[AccountOut]:
-    """The history under basic composition and under the rule in force (if another)."""
+    """The worst-off unit's history (the maximum over cells) under basic composition and under the rule in
+    force (if another)."""
     out = []
     for rule in dict.fromkeys(("basic", accounting.rule)):
         try:
-            used = budget_filter.usage(entries, rule)
+            used = ledgered(entries, rule).bound()
         except UnsupportedEvent:
             continue  # e.g. a discrete Gaussian charged before the dataset moved to gdp: nothing is admitted
-        a = report.account(used, allowed, Accounting(rule, accounting.selection_share))
-        out.append(AccountOut(
-            accounting=a.rule, epsilon_spent=a.epsilon_spent, delta_spent=a.delta_spent,
-            epsilon_remaining=a.epsilon_remaining, delta_remaining=a.delta_remaining, spent=a.spent,
-            capacity=a.capacity, selection_delta_spent=a.selection_delta_spent,
-            selection_delta_capacity=a.selection_delta_capacity,
-        ))
+        out.append(_account(used, allowed, Accounting(rule, accounting.selection_share)))
+    return out
+
+
+def _account(used: Usage, allowed: Budget, accounting: Accounting) -> AccountOut:
+    a = report.account(used, allowed, accounting)
+    return AccountOut(
+        accounting=a.rule, epsilon_spent=a.epsilon_spent, delta_spent=a.delta_spent,
+        epsilon_remaining=a.epsilon_remaining, delta_remaining=a.delta_remaining, spent=a.spent,
+        capacity=a.capacity, selection_delta_spent=a.selection_delta_spent,
+        selection_delta_capacity=a.selection_delta_capacity,
+    )
+
+
+_HEAVIEST_CELLS = 20
+
+
+def _cells(dataset: DatasetPolicy, allowed: Budget, entries: tuple[Entry, ...]) -> list[CellSpaceOut]:
+    """Per cell of every space a charge is scoped to, under the rule in force: the most-charged cells."""
+    accounting = dataset.accounting
+    try:
+        history = ledgered(entries, accounting.rule)
+    except UnsupportedEvent:
+        return []
+    out = []
+    for space in history.spaces:
+        describe = _describer(space.key, dataset)
+        heaviest = [
+            CellOut(cell=_cell(describe(i)) if describe is not None else {"#": i},
+                    account=_account(Usage(accounting.rule, *space.cell(i)), allowed, accounting))
+            for i in space.heaviest(_HEAVIEST_CELLS)
+        ]
+        elsewhere = _account(Usage(accounting.rule, *space.base), allowed, accounting)
+        out.append(CellSpaceOut(table=space.key[0], cells=space.size, heaviest=heaviest, elsewhere=elsewhere))
     return out
 
 
@@ -297,6 +353,7 @@ def _budget(
         epsilon_remaining=0.0 if in_force is None else in_force.epsilon_remaining,
         delta_remaining=0.0 if in_force is None else in_force.delta_remaining,
         accounting=accounting.rule, accounts=accounts, reported=reported, shared=shared,
+        cells=_cells(dataset, allowed, mine),
     )
 
 

@@ -53,6 +53,24 @@ class CostOut(BaseModel):
     mu: float | None = Field(None, description="gdp: the query's μ (δ-approximate μ-GDP)")
 
 
+class ScopeOut(BaseModel):
+    """The cells of one table's cell space a charge is for (docs/privacy.md §7)."""
+
+    table: str
+    cells: int = Field(description="how many cells the charge covers")
+    of: int = Field(description="how many cells the table's cell space has")
+    listed: list[dict[str, Any]] = Field(
+        description="the cells by coordinate ('<other>': a value outside the declared domain, null: NULL), "
+                    "at most 100; empty when the policy's cell space has changed since the charge"
+    )
+    truncated: bool = Field(description="true when more cells are covered than listed")
+    bitmap: str = Field(
+        description="every covered cell, as stored: base64 of the zlib-compressed bitmap (bit i: cell i, "
+                    "numpy packbits order); `space` names the cell space it indexes"
+    )
+    space: str = Field(description="the cell space's fingerprint (table, privacy unit, axes and domains)")
+
+
 class ChargeOut(BaseModel):
     id: str | None
     epsilon: float = Field(description="the charge under basic composition")
@@ -64,6 +82,9 @@ class ChargeOut(BaseModel):
     costs: list[CostOut] = Field(
         default_factory=list,
         description="the charge under basic composition and under every rule that can account for it",
+    )
+    scope: ScopeOut | None = Field(
+        None, description="the cells this charge is for; null: every privacy unit (no cell can be left out)"
     )
 
 
@@ -99,12 +120,29 @@ class SharedBudgetOut(BaseModel):
     accounts: list[AccountOut]
 
 
+class CellOut(BaseModel):
+    cell: dict[str, Any] = Field(description="the cell by coordinate ('<other>': outside the domain)")
+    account: AccountOut = Field(description="what the charges covering this cell spent, under the rule in force")
+
+
+class CellSpaceOut(BaseModel):
+    """Spend per cell of one table's cell space: a unit pays only for the charges that cover its cell."""
+
+    table: str
+    cells: int = Field(description="how many cells the space has")
+    heaviest: list[CellOut] = Field(description="the most-charged cells, at most 20")
+    elsewhere: AccountOut = Field(description="a cell that no charge scoped to this space covers")
+
+
 class BudgetOut(BaseModel):
     dataset: str
     epsilon: float
     delta: float
-    epsilon_spent: float = Field(description="Σε of your charges (basic composition)")
-    delta_spent: float = Field(description="Σδ of your charges (basic composition)")
+    epsilon_spent: float = Field(
+        description="the worst-off privacy unit's Σε (basic composition): the maximum over cells, which is "
+                    "Σε of your charges when none is scoped to some cells"
+    )
+    delta_spent: float = Field(description="the same for Σδ")
     epsilon_remaining: float = Field(description="the ε left under the accounting in force, at the budget's δ")
     delta_remaining: float
     accounting: Accounting = Field("basic", description="the dataset's admit rule")
@@ -113,6 +151,9 @@ class BudgetOut(BaseModel):
     )
     reported: ReportedOut | None = None
     shared: SharedBudgetOut | None = Field(None, description="the dataset's total budget over all analysts")
+    cells: list[CellSpaceOut] = Field(
+        default_factory=list, description="per cell, for each table some charge is scoped to (docs/privacy.md §7)"
+    )
 
 
 class PartitionsOut(BaseModel):
@@ -161,6 +202,7 @@ class LedgerEntry(BaseModel):
     delta: float
     composition: str
     events: dict[str, Any]
+    scope: ScopeOut | None = None
 
 
 class LedgerResponse(BaseModel):

@@ -20,10 +20,11 @@ from tests.conftest import StartFresh, difference_down, spend, sum_up
 
 QUERY_KEYS = {"ok", "dataset", "columns", "rows", "charge", "budget", "noise", "partitions"}
 # accounting/costs/accounts/reported/shared: added with tighter accounting (docs/privacy.md §5)
-CHARGE_KEYS = {"id", "epsilon", "delta", "mechanism", "composition", "events", "accounting", "costs"}
+# scope/cells: added with per-cell accounting (docs/privacy.md §7)
+CHARGE_KEYS = {"id", "epsilon", "delta", "mechanism", "composition", "events", "accounting", "costs", "scope"}
 BUDGET_KEYS = {
     "dataset", "epsilon", "delta", "epsilon_spent", "delta_spent", "epsilon_remaining", "delta_remaining",
-    "accounting", "accounts", "reported", "shared",
+    "accounting", "accounts", "reported", "shared", "cells",
 }
 NOISE_KEYS = {"column", "mechanism", "scale", "ci95"}
 
@@ -273,7 +274,7 @@ def test_ledger_is_for_admins_and_filters(fresh_server: StartFresh, demo: DemoFi
         assert [e["id"] for e in entries] == ids[::-1]  # newest first
         for entry, r in zip(entries[::-1], ran, strict=True):
             assert set(entry) == {
-                "id", "analyst", "dataset", "at", "sql_sha256", "epsilon", "delta", "composition", "events",
+                "id", "analyst", "dataset", "at", "sql_sha256", "epsilon", "delta", "composition", "events", "scope",
             }
             assert entry["dataset"] == "demo"
             assert {k: entry[k] for k in ("epsilon", "delta", "composition", "events")} == {

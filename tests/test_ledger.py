@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from accountant.cells import CellScope
 from accountant.errors import BudgetExceeded
 from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ThresholdEvent
 from accountant.filter import BASIC, Accounting, Budget, Entry, Rule, Spend, usage
@@ -209,7 +210,7 @@ class TestLedgerContract:
 
 class TestAccountingContract:
     """The admit rules and the dataset budget, through `Ledger.admit` (a separate contract from
-    TestLedgerContract: a ledger implements `_entries` before it can run these)."""
+    TestLedgerContract: a ledger implements `_history` before it can run these)."""
 
     LAPLACE = LaplaceEvent(1, 10.0)  # ε = 0.1, ρ = 0.005, μ = 0.1253
 
@@ -307,6 +308,65 @@ class TestAccountingContract:
         assert ledger.entries(dataset="hr") == ()
 
 
+class TestCellContract:
+    """Per-cell accounting through `Ledger.admit` (accountant/cells.py): scopes are stored with their
+    charges, disjoint cells compose in parallel, and concurrent admits never overspend any cell."""
+
+    CELLS = 8
+
+    def _scoped(self, ledger: Ledger, cells: list[int], epsilon: float = 0.25, **kwargs: object) -> Charge:
+        scope = CellScope.of("visits", "space-1", self.CELLS, cells)
+        return ledger.admit(analyst=str(kwargs.get("analyst", "ana")), dataset="sales", sql_sha256="ab" * 32,
+                            event=LaplaceEvent(1, 1 / epsilon), epsilon=epsilon, delta=0.0, composition="parallel",
+                            budget=Budget(0.5, 0.0), scope=scope,
+                            dataset_budget=kwargs.get("dataset_budget"))  # type: ignore[arg-type]
+
+    def test_scopes_are_stored_with_their_charges(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        charge = self._scoped(ledger, [1, 6])
+        plain = _admit(ledger, 0.125)
+        assert ledger.charges() == (plain, charge) and charge.scope is not None and plain.scope is None
+        assert charge.scope.indices().tolist() == [1, 6]
+        assert [e.scope for e in ledger.entries(dataset="sales")] in ([None, charge.scope], [charge.scope, None])
+
+    def test_disjoint_cells_compose_in_parallel_and_overlaps_add_up(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        for cell in range(self.CELLS):  # 8 × 0.25 in a budget of 0.5: all fit, one per cell
+            self._scoped(ledger, [cell])
+        for cell in range(self.CELLS):  # a second round fills every cell exactly
+            self._scoped(ledger, [cell])
+        with pytest.raises(BudgetExceeded):
+            self._scoped(ledger, [3])
+        with pytest.raises(BudgetExceeded):  # every unit is in some full cell
+            _admit(ledger, 0.125, budget=Budget(0.5, 0.0))
+        assert ledger.count() == 16 and ledger.spent("ana", "sales") == Spend(4.0, 0.0)  # Σ: 16 × 0.25
+
+    def test_concurrent_admits_never_overspend_a_cell(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        threads = 12
+        barrier = threading.Barrier(threads, timeout=TIMEOUT_S)
+
+        def worker(i: int) -> list[int]:
+            barrier.wait()
+            admitted = []
+            for _ in range(2):
+                with contextlib.suppress(BudgetExceeded):
+                    self._scoped(ledger, [i % 3, 3 + i % 3] if i % 4 else [i % 3])  # overlapping scopes
+                    admitted.append(i)
+            return admitted
+
+        with ThreadPoolExecutor(threads) as pool:
+            futures = [pool.submit(worker, i) for i in range(threads)]
+            done = [i for future in futures for i in future.result(timeout=TIMEOUT_S)]
+        per_cell = [0] * self.CELLS
+        for charge in ledger.charges(limit=1000):
+            assert charge.scope is not None
+            for cell in charge.scope.indices():
+                per_cell[cell] += 1
+        assert max(per_cell) == 2 and per_cell[:3] == [2, 2, 2]  # each of cells 0..2 exactly full
+        assert len(done) == ledger.count()
+
+
 def test_sqlite_history_is_re_accounted_after_reopening(tmp_path: Path) -> None:
     # a ledger written under basic composition can be read under zCDP from its stored events
     path = tmp_path / "ledger.sqlite"
@@ -345,7 +405,7 @@ def test_sqlite_file_is_wal_and_versioned(tmp_path: Path) -> None:
     SqliteLedger(path).close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
     conn.close()
 
 

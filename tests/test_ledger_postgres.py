@@ -55,6 +55,10 @@ class TestPostgresAccountingContract(test_ledger.TestAccountingContract):
     """The admit rules and the dataset budget, unchanged, on PostgreSQL."""
 
 
+class TestPostgresCellContract(test_ledger.TestCellContract):
+    """Per-cell accounting, unchanged, on PostgreSQL (migration 2 adds charges.scope)."""
+
+
 # --- PostgreSQL only --------------------------------------------------------------------------------
 
 

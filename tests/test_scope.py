@@ -26,7 +26,7 @@ TABLE = TableSchema(
     max_groups=2, max_rows=3,
 )
 CATALOG = Catalog((TABLE,))
-SPACE = cell_space(TABLE)  # axes: age (20..23, OTHER, NULL) × r (N, S, E, OTHER, NULL) = 6 × 5 = 30 cells
+SPACE = cell_space(TABLE)  # axes: age (20..23, BELOW, ABOVE, NULL) × r (N, S, E, OTHER, NULL) = 7 × 5 cells
 
 
 def cells(where: str) -> set[tuple[object, object]] | None:
@@ -38,7 +38,7 @@ def cells(where: str) -> set[tuple[object, object]] | None:
     return {(d["age"], d["r"]) for d in map(SPACE.describe, found)}
 
 
-AGES: tuple[object, ...] = (20, 21, 22, 23, "<other>", None)
+AGES: tuple[object, ...] = (20, 21, 22, 23, "<below>", "<above>", None)
 REGIONS: tuple[object, ...] = ("N", "S", "E", "<other>", None)
 
 
@@ -55,9 +55,18 @@ def every(ages: tuple[object, ...] = AGES, regions: tuple[object, ...] = REGIONS
     ("NOT r = 'N'", every(regions=("S", "E", "<other>"))),
     ("r IS NULL", every(regions=(None,))),
     ("NOT r IS NULL", every(regions=("N", "S", "E", "<other>"))),
-    ("age < 22", every(ages=(20, 21, "<other>"))),  # OTHER (out of bounds) may be anything
-    ("age BETWEEN 21 AND 22", every(ages=(21, 22, "<other>"))),
-    ("age >= 22 AND r = 'S'", every(ages=(22, 23, "<other>"), regions=("S",))),
+    ("age < 22", every(ages=(20, 21, "<below>"))),  # an age below the bounds is below 22 too
+    ("age < 19", every(ages=("<below>",))),
+    ("age <= 40", every(ages=(20, 21, 22, 23, "<below>", "<above>"))),  # ages 24..40 lie ABOVE
+    ("age > 23", every(ages=("<above>",))),
+    ("age BETWEEN 21 AND 22", every(ages=(21, 22))),
+    ("age BETWEEN 0 AND 20", every(ages=(20, "<below>"))),
+    ("age = 50", every(ages=("<above>",))),
+    ("age IN (1, 21)", every(ages=(21, "<below>"))),
+    ("age <> 21", every(ages=(20, 22, 23, "<below>", "<above>"))),
+    ("NOT age < 22", every(ages=(22, 23, "<above>"))),  # BELOW is certainly below 22
+    ("NOT age < 10", every(ages=(20, 21, 22, 23, "<below>", "<above>"))),  # BELOW may be 10..19
+    ("age >= 22 AND r = 'S'", every(ages=(22, 23, "<above>"), regions=("S",))),
     ("age = 20 OR r = 'E'", every(ages=(20,)) | every(regions=("E",))),
     ("x > 3", None),  # row-level predicates never narrow a scope
     ("x > 3 AND r = 'N'", every(regions=("N",))),
@@ -73,7 +82,10 @@ def test_scope_of_where(where: str, expected: set[tuple[object, object]] | None)
 def test_disjoint_ranges_are_disjoint() -> None:
     young, old = cells("age < 22"), cells("age >= 22")
     assert young is not None and old is not None
-    assert young & old == every(ages=("<other>",))  # out-of-bounds ages could satisfy both: overlap kept
+    assert not young & old  # ages outside the bounds are BELOW or ABOVE, never both
+    teens, twenties = cells("age < 20"), cells("age BETWEEN 19 AND 21")
+    assert teens is not None and twenties is not None
+    assert teens & twenties == every(ages=("<below>",))  # age 19 could satisfy both: overlap kept
 
 
 units = st.integers(0, 5)

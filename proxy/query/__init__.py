@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from accountant.cells import CellScope
 from proxy.query.analyse import Analysis, analyse
 from proxy.query.catalog import Catalog, Mechanism
 from proxy.query.errors import UnsupportedQuery
@@ -34,6 +35,7 @@ class QueryPlan:
     analysis: Analysis
     sql: str  # what DuckDB runs
     price: Price
+    scope: CellScope | None = None  # the cells the charge is for (None: every privacy unit)
 
     @property
     def sql_sha256(self) -> str:
@@ -49,12 +51,15 @@ def plan(
     mechanism: Mechanism,
     salt: int = 0,
     noise_multiplier: float | None = None,
+    cells: bool = True,
 ) -> QueryPlan:
     """Check, price and rewrite one query without touching data or budget.
 
     `salt` keys the per-unit choice of rows and groups; the pipeline draws a fresh one per query. With
     `noise_multiplier`, the noise is given (scale = multiplier · sensitivity) and `epsilon` is ignored: the
-    plan reports what that noise costs.
+    plan reports what that noise costs. With `cells` (per-cell accounting, accountant/cells.py), a query
+    whose WHERE provably leaves out some cells of its table is charged only for the cells it keeps, and
+    reads the cell-space columns as each unit's canonical value, so that every unit is in one cell.
 
     Example:
         >>> from proxy.query.catalog import ColumnSpec, TableSchema
@@ -70,8 +75,11 @@ def plan(
             limit=MAX_TREE_DEPTH,
         )
     analysis = analyse(select, catalog)
+    scope = analysis.scope.charged() if cells else None
+    if scope is not None:
+        analysis = analyse(select, catalog, canonical_units=True)
     if noise_multiplier is None:
         priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism)
     else:
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism)
-    return QueryPlan(sql, select.sql(dialect="duckdb"), analysis, rewrite(analysis, salt), priced)
+    return QueryPlan(sql, select.sql(dialect="duckdb"), analysis, rewrite(analysis, salt), priced, scope)

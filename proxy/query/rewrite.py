@@ -82,7 +82,7 @@ def _source(analysis: Analysis) -> exp.Select:
 def _table(analysis: Analysis) -> exp.Expr:
     """The protected table; with unit-level columns of the cell space replaced by each unit's canonical
     value (the smallest over the unit's rows), so every unit lies in exactly one cell whatever the data
-    holds, and queries with disjoint scopes touch disjoint sets of units (docs/privacy.md §5)."""
+    holds, and queries with disjoint scopes touch disjoint sets of units (docs/privacy.md §7)."""
     table = exp.table_(analysis.table.name, quoted=True)
     if not analysis.canonical:
         return table

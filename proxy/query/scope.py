@@ -1,10 +1,11 @@
 """The scope of a query: which cells of the unit-attribute space it can touch (DESIGN.md §3, across queries).
 
 A table's *cell space* is the product of its unit-level columns with a finite declared domain (a
-`public_domain`, or integer `bounds`), each extended by two cells: OTHER (a value outside the domain) and
-NULL. Every unit lies in exactly one cell, because the rewrite evaluates these columns on the unit's
-*canonical* value, a function of the unit's own rows (`MIN(col) OVER (PARTITION BY unit)`), never on a
-row's value: disjointness is proved from the predicates and the policy, not assumed from the data.
+`public_domain`, or integer `bounds`), each extended by the values outside it: OTHER for a public domain,
+BELOW and ABOVE for integer bounds (so `age < 30` and `age >= 30` stay disjoint), and NULL. Every unit lies in
+exactly one cell, because the rewrite evaluates these columns on the unit's *canonical* value, a function of
+the unit's own rows (`MIN(col) OVER (PARTITION BY unit)`), never on a row's value: disjointness is proved from
+the predicates and the policy, not assumed from the data.
 
 A query's scope is the set of cells where its WHERE clause can be TRUE. Predicates on other columns
 restrict nothing at the unit level (they may be TRUE for some rows of any unit). The evaluation is
@@ -13,6 +14,8 @@ three-valued and over-approximates: a cell is in the scope unless the predicate 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import operator
 from collections.abc import Callable
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from sqlglot import exp
 
+from accountant.cells import CellScope
 from proxy.query.catalog import ColumnSpec, Literal_, TableSchema
 
 MAX_CELLS = 100_000
@@ -33,55 +37,86 @@ _COMPARE: dict[type[exp.Expr], Callable[[object, object], bool]] = {
 
 @dataclass(frozen=True, slots=True)
 class Axis:
-    """One unit-level column of the cell space; its cells are `values`, then OTHER, then NULL."""
+    """One unit-level column of the cell space. Its cells are `values`, then the values outside them
+    (OTHER; or, for an integer range, BELOW and ABOVE it), then NULL."""
 
     column: str
     values: tuple[Literal_, ...]
+    ordered: bool = False  # `values` is the integer range lo..hi
+
+    @property
+    def extras(self) -> tuple[str, ...]:
+        return ("<below>", "<above>") if self.ordered else ("<other>",)
 
     @property
     def size(self) -> int:
-        return len(self.values) + 2
+        return len(self.values) + len(self.extras) + 1
+
+    def label(self, index: int) -> object:
+        if index < len(self.values):
+            return self.values[index]
+        extra = index - len(self.values)
+        return self.extras[extra] if extra < len(self.extras) else None
 
 
 @dataclass(frozen=True, slots=True)
 class CellSpace:
     table: str
     axes: tuple[Axis, ...]
+    unit: str = ""  # the privacy unit column: cells are sets of its values
 
     @property
     def size(self) -> int:
         return math.prod(a.size for a in self.axes)
 
+    @property
+    def fingerprint(self) -> str:
+        """Names the space: a charge's cell numbers mean something only under the policy that made them,
+        so the ledger treats charges on another fingerprint (a changed domain) as covering every cell."""
+        axes = [[a.column, a.ordered, [[type(v).__name__, str(v)] for v in a.values]] for a in self.axes]
+        text = json.dumps([self.table, self.unit, axes], separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
     def axis(self, column: str) -> int | None:
         return next((i for i, a in enumerate(self.axes) if a.column == column), None)
 
     def describe(self, cell: int) -> dict[str, object]:
-        """The cell's coordinates by column name ("<other>" and None for the two extra cells).
+        """The cell's coordinates by column name ("<other>", "<below>", "<above>", None for the extras).
 
         Example:
             >>> space = CellSpace("t", (Axis("region", ("N", "S")),))
             >>> [space.describe(c) for c in range(space.size)]
             [{'region': 'N'}, {'region': 'S'}, {'region': '<other>'}, {'region': None}]
+            >>> [CellSpace("t", (Axis("age", (1, 2), ordered=True),)).describe(c)["age"] for c in range(5)]
+            [1, 2, '<below>', '<above>', None]
         """
         out: dict[str, object] = {}
         for axis in reversed(self.axes):
             cell, index = divmod(cell, axis.size)
-            out[axis.column] = axis.values[index] if index < len(axis.values) else (
-                "<other>" if index == len(axis.values) else None
-            )
+            out[axis.column] = axis.label(index)
         return dict(reversed(list(out.items())))
 
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """The cells of `table` a query can touch; `cells` is None when it can touch every cell."""
+    """The cells of `space` a query can touch; `cells` is None when it can touch every cell."""
 
-    table: str
+    space: CellSpace
     cells: frozenset[int] | None
+
+    @property
+    def table(self) -> str:
+        return self.space.table
 
     def covers(self, table: str, cell: int) -> bool:
         # A charge on another table covers every cell: its units' cells are computed from other rows.
         return self.table != table or self.cells is None or cell in self.cells
+
+    def charged(self) -> CellScope | None:
+        """The scope as the ledger keeps it with the charge (None: every privacy unit)."""
+        if self.cells is None:
+            return None
+        return CellScope.of(self.table, self.space.fingerprint, self.space.size, sorted(self.cells))
 
 
 def cell_space(table: TableSchema) -> CellSpace:
@@ -94,12 +129,12 @@ def cell_space(table: TableSchema) -> CellSpace:
         ...     ColumnSpec("age", "INTEGER", unit_level=True, bounds=(18, 20))))
         >>> space = cell_space(t)
         >>> [a.column for a in space.axes], space.size
-        (['age', 'region'], 20)
+        (['age', 'region'], 24)
     """
     axes = sorted((a for c in table.columns if (a := _axis(c, table)) is not None), key=lambda a: a.column)
     while axes and math.prod(a.size for a in axes) > MAX_CELLS:
         axes.remove(max(axes, key=lambda a: a.size))
-    return CellSpace(table.name, tuple(axes))
+    return CellSpace(table.name, tuple(axes), table.privacy_unit)
 
 
 def _axis(column: ColumnSpec, table: TableSchema) -> Axis | None:
@@ -110,7 +145,7 @@ def _axis(column: ColumnSpec, table: TableSchema) -> Axis | None:
     if column.kind == "integer" and column.bounds is not None:
         lo, hi = math.ceil(column.bounds[0]), math.floor(column.bounds[1])
         if 0 <= hi - lo < MAX_AXIS_VALUES:
-            return Axis(column.name, tuple(range(lo, hi + 1)))
+            return Axis(column.name, tuple(range(lo, hi + 1)), ordered=True)
     return None
 
 
@@ -128,11 +163,11 @@ def scope(space: CellSpace, where: exp.Expr | None) -> Scope:
         True
     """
     if where is None or not space.axes:
-        return Scope(space.table, None)
+        return Scope(space, None)
     true, _ = _truth(where, space)
     if bool(true.all()):
-        return Scope(space.table, None)
-    return Scope(space.table, frozenset(int(i) for i in np.flatnonzero(true)))
+        return Scope(space, None)
+    return Scope(space, frozenset(int(i) for i in np.flatnonzero(true)))
 
 
 def canonical_columns(space: CellSpace, where: exp.Expr | None, keys: tuple[str, ...]) -> tuple[str, ...]:
@@ -165,40 +200,85 @@ def _truth(node: exp.Expr, space: CellSpace) -> tuple[np.ndarray, np.ndarray]:
     axis = space.axis(column.name) if column is not None else None
     if axis is None:
         return every, every  # a row-level column, or one outside the cell space: no unit-level restriction
-    values = space.axes[axis].values
-    atom = _atom(node, values)
-    if atom is None:
+    per = _coordinates(node, space.axes[axis])
+    if per is None:
         return every, every
-    test, other_may_be_true = atom
-    # per coordinate of this axis: (may be TRUE, may be FALSE); NULL compares as NULL
-    true = [bool(test(v)) for v in values] + [other_may_be_true, False]
-    false = [not t for t in true[: len(values)]] + [True, False]
-    if isinstance(node, exp.Is):
-        true, false = [False] * (len(values) + 1) + [True], [True] * (len(values) + 1) + [False]
-    return _broadcast(space, axis, true), _broadcast(space, axis, false)
+    return _broadcast(space, axis, [t for t, _ in per]), _broadcast(space, axis, [f for _, f in per])
 
 
-def _atom(node: exp.Expr, domain: tuple[Literal_, ...]) -> tuple[Callable[[object], bool], bool] | None:
-    """(test of one declared value, may it be TRUE on a value outside the domain) for the atoms analyse.py
-    rebuilds (column on the left, literals on the right); None when the atom restricts nothing."""
-    if isinstance(node, exp.Is):
-        return (lambda _: False), False
-    if isinstance(node, exp.EQ | exp.In):
-        literals = [_value(e) for e in (node.expressions if isinstance(node, exp.In) else [node.expression])]
-        if _UNKNOWN in literals:
-            return None
+Truth = tuple[bool, bool]  # (may be TRUE, may be FALSE)
+_NULL: Truth = (False, False)  # a comparison with NULL is NULL
+
+
+def _coordinates(node: exp.Expr, axis: Axis) -> list[Truth] | None:
+    """The atom's truth per coordinate of the axis (values, extras, NULL), for the atoms analyse.py rebuilds
+    (column on the left, literals on the right); None when it restricts nothing (LIKE and others)."""
+    if isinstance(node, exp.Is):  # IS NULL: the only IS the analysis rebuilds
+        return [(False, True)] * (axis.size - 1) + [(True, False)]
+    literals = _literals(node)
+    if literals is None:
+        return None
+    test = _test(node, literals)
+    if test is None:
+        return None
+    inside = [_truth_of(test, v) for v in axis.values]
+    if axis.ordered:
+        low, high = int(axis.values[0]), int(axis.values[-1])  # type: ignore[call-overload]
+        outside = [_on_range(node, literals, -math.inf, low - 1), _on_range(node, literals, high + 1, math.inf)]
+    else:
         # an undeclared value equals a literal only if that literal is itself undeclared
-        other = any(x not in domain for x in literals)
-        return (lambda v: any(_safe(operator.eq, v, x) for x in literals)), other
-    if type(node) in _COMPARE:
-        compare, literal = _COMPARE[type(node)], _value(node.expression)
-        return None if literal is _UNKNOWN else ((lambda v: _safe(compare, v, literal)), True)
+        equal_only = isinstance(node, exp.EQ | exp.In)
+        outside = [(not equal_only or any(x not in axis.values for x in literals), True)]
+    return [*inside, *outside, _NULL]
+
+
+def _literals(node: exp.Expr) -> list[object] | None:
+    if isinstance(node, exp.In):
+        found = [_value(e) for e in node.expressions]
+    elif isinstance(node, exp.Between):
+        found = [_value(node.args["low"]), _value(node.args["high"])]
+    elif type(node) in _COMPARE:
+        found = [_value(node.expression)]
+    else:
+        return None
+    return None if _UNKNOWN in found else found
+
+
+def _test(node: exp.Expr, literals: list[object]) -> Callable[[object], bool] | None:
+    if isinstance(node, exp.In):
+        return lambda v: any(operator.eq(v, x) for x in literals)
     if isinstance(node, exp.Between):
-        low, high = _value(node.args["low"]), _value(node.args["high"])
-        if _UNKNOWN in (low, high):
-            return None
-        return (lambda v: _safe(operator.ge, v, low) and _safe(operator.le, v, high)), True
-    return None  # LIKE and others: unknown, so no restriction
+        low, high = literals
+        return lambda v: operator.ge(v, low) and operator.le(v, high)
+    compare = _COMPARE.get(type(node))
+    return None if compare is None else (lambda v: compare(v, literals[0]))
+
+
+def _truth_of(test: Callable[[object], bool], value: object) -> Truth:
+    try:
+        holds = bool(test(value))
+    except TypeError:
+        return True, True  # incomparable types: it may go either way
+    return holds, not holds
+
+
+def _on_range(node: exp.Expr, literals: list[object], low: float, high: float) -> Truth:
+    """Truth of the atom for some integer in [low, high] (an infinite end stands for BELOW or ABOVE)."""
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in literals):
+        return True, True
+    numbers = [float(x) for x in literals]  # type: ignore[arg-type]
+    if isinstance(node, exp.In | exp.EQ):
+        return any(low <= x <= high for x in numbers), True
+    if isinstance(node, exp.NEQ):
+        return True, low <= numbers[0] <= high
+    if isinstance(node, exp.Between):
+        lo, hi = numbers
+        return low <= hi and high >= lo, low < lo or high > hi
+    c = numbers[0]
+    return {
+        exp.LT: (low < c, high >= c), exp.LTE: (low <= c, high > c),
+        exp.GT: (high > c, low <= c), exp.GTE: (high >= c, low < c),
+    }[type(node)]  # type: ignore[index]
 
 
 _UNKNOWN = object()
@@ -213,13 +293,6 @@ def _value(node: exp.Expr) -> object:
     if isinstance(node, exp.Boolean):
         return bool(node.this)
     return _UNKNOWN
-
-
-def _safe(compare: Callable[[object, object], bool], left: object, right: object) -> bool:
-    try:
-        return bool(compare(left, right))
-    except TypeError:
-        return True  # incomparable types: assume it may hold
 
 
 def _broadcast(space: CellSpace, axis: int, per_value: list[bool]) -> np.ndarray:

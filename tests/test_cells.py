@@ -1,0 +1,221 @@
+"""Per-cell accounting (accountant/cells.py): exact sums per cell, the bound over spaces, and the admit."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accountant.cells import CellScope, ledgered
+from accountant.errors import BudgetExceeded
+from accountant.events import GaussianEvent, LaplaceEvent
+from accountant.filter import Budget, Entry, additive, cost, usage
+from accountant.ledger import MemoryLedger, SqliteLedger
+
+SIZE = 6
+
+
+def scoped(
+    cells: list[int] | None, epsilon: float = 0.5, *, table: str = "t", space: str = "s", size: int = SIZE
+) -> Entry:
+    scope = None if cells is None else CellScope.of(table, space, size, cells)
+    return Entry(LaplaceEvent(1, 1 / epsilon), epsilon, 0.0, scope)
+
+
+# --- the scope's wire form ------------------------------------------------------------------------------
+
+
+def test_scope_round_trips_and_rejects_malformed_bitmaps() -> None:
+    s = CellScope.of("visits", "abc", 11, [0, 7, 10])
+    assert s.indices().tolist() == [0, 7, 10] and s.count == 3
+    assert CellScope.from_json(s.to_json()) == s
+    with pytest.raises(ValueError, match="padding"):
+        CellScope("t", "s", 11, bytes([0, 0b00010000]))  # bit 11 lies past the 11 cells
+    with pytest.raises(ValueError, match="bytes"):
+        CellScope("t", "s", 11, bytes([0]))
+    with pytest.raises(ValueError, match=r"0\.\.10"):
+        CellScope.of("t", "s", 11, [11])
+    with pytest.raises(ValueError, match="decode"):
+        CellScope.from_json({"table": "t", "space": "s", "size": 11, "cells": "not base64!"})
+
+
+# --- exact sums and the bound ---------------------------------------------------------------------------
+
+
+def test_disjoint_cells_cost_the_maximum_and_overlaps_the_sum() -> None:
+    history = ledgered([scoped([0, 1]), scoped([2, 3]), scoped([4])], "basic")
+    assert history.total[0] == Fraction(3, 2)
+    assert history.bound().amount == Fraction(1, 2)  # disjoint: the max over cells
+    overlapping = ledgered([scoped([0, 1]), scoped([1, 2]), scoped([1, 5])], "basic")
+    assert overlapping.bound().amount == Fraction(3, 2)  # cell 1 is in all three
+    assert overlapping.bound(CellScope.of("t", "s", SIZE, [0, 2])).amount == Fraction(1, 2)  # one charge each
+    assert overlapping.bound(CellScope.of("t", "s", SIZE, [3, 4])).amount == 0  # nobody charged there
+    assert overlapping.bound(CellScope.of("t", "s", SIZE, [])).amount == 0  # a scope of no cell
+
+
+def test_unscoped_charges_other_tables_and_changed_spaces_cover_every_cell() -> None:
+    history = ledgered([
+        scoped([0]), scoped([1]),
+        scoped(None, 0.25),  # every unit
+        scoped([0], 0.125, table="other"),  # another table's cells are not this table's
+        scoped([1], 0.0625, space="old"),  # cells numbered under a policy since changed
+    ], "basic")
+    this = history.space(("t", "s"))
+    assert this is not None
+    assert this.base == (Fraction(0.25 + 0.125 + 0.0625), 0)
+    assert this.cell(0)[0] == this.cell(1)[0] == Fraction(0.5 + 0.25 + 0.125 + 0.0625)
+    assert this.cell(2)[0] == this.base[0]
+    # the worst unit is bounded in every space at once: the smallest of the spaces' maxima
+    other, old = history.space(("t", "other")), history.space(("other", "s"))
+    assert other is None and old is not None
+    assert history.bound().amount == min(this.peak()[0], old.peak()[0], history.total[0])
+
+
+def test_exactly_representable_budgets_are_used_to_the_last_bit() -> None:
+    # ten charges of ε = 0.125 in one cell fill ε = 1.25 exactly; an eleventh in another cell still fits
+    ledger = MemoryLedger()
+    budget = Budget(1.25, 0.0)
+    for _ in range(10):
+        ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 8.0), epsilon=0.125,
+                     delta=0.0, composition="parallel", budget=budget, scope=CellScope.of("t", "s", SIZE, [3]))
+    ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 8.0), epsilon=0.125, delta=0.0,
+                 composition="parallel", budget=budget, scope=CellScope.of("t", "s", SIZE, [2, 4]))
+    with pytest.raises(BudgetExceeded):
+        ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 8.0), epsilon=0.125,
+                     delta=0.0, composition="parallel", budget=budget, scope=CellScope.of("t", "s", SIZE, [3, 5]))
+    with pytest.raises(BudgetExceeded):  # an unscoped charge covers cell 3 too
+        ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 8.0), epsilon=0.125,
+                     delta=0.0, composition="sequential", budget=budget)
+
+
+def _brute_cell(entries: list[Entry], rule: str, table: str, space: str, cell: int) -> tuple[Fraction, Fraction]:
+    amount, delta = Fraction(0), Fraction(0)
+    for entry in entries:
+        s = entry.scope
+        if s is None or s.key != (table, space) or cell in s.indices().tolist():
+            value, extra = cost(entry, rule)  # type: ignore[arg-type]
+            amount += additive(value, rule)  # type: ignore[arg-type]
+            delta += Fraction(extra)
+    return amount, delta
+
+
+events = st.one_of(
+    st.builds(LaplaceEvent, st.integers(1, 3), st.floats(0.5, 1e6)),
+    st.builds(GaussianEvent, st.integers(1, 3), st.floats(0.5, 1e6)),
+)
+scopes = st.one_of(
+    st.none(),
+    st.tuples(st.sampled_from(["t", "u"]), st.sets(st.integers(0, SIZE - 1))),
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(events, scopes, st.floats(1e-9, 3.0), st.floats(0, 1e-6)), max_size=25),
+       st.sampled_from(["basic", "zcdp"]))
+def test_every_cell_sum_is_exact(history: list[tuple[object, object, float, float]], rule: str) -> None:
+    entries = [
+        Entry(event, epsilon, delta, None if s is None else CellScope.of(s[0], "s", SIZE, sorted(s[1])))  # type: ignore[arg-type, index]
+        for event, s, epsilon, delta in history
+    ]
+    found = ledgered(entries, rule)  # type: ignore[arg-type]
+    assert found.total == (usage(entries, rule).amount, usage(entries, rule).delta)  # type: ignore[arg-type]
+    peaks = []
+    for table in ("t", "u"):
+        space = found.space((table, "s"))
+        exact = [_brute_cell(entries, rule, table, "s", c) for c in range(SIZE)]
+        if space is None:
+            assert all(e == found.total for e in exact)
+            continue
+        # exact, except that a sum finer than 2**-256 is rounded up to it (never down)
+        slack = Fraction(len(entries), 2**256)
+        for c in range(SIZE):
+            for got, want in zip(space.cell(c), exact[c], strict=True):
+                assert want <= got <= want + slack
+        if all(e.epsilon >= 2**-100 and (e.delta == 0 or e.delta >= 2**-100) for e in entries):
+            assert [space.cell(c) for c in range(SIZE)] == exact
+            assert space.peak() == (max(e[0] for e in exact), max(e[1] for e in exact))
+            heaviest = space.heaviest(SIZE)
+            assert [exact[c] for c in heaviest] == sorted(exact, reverse=True)
+        peaks.append(space.peak())
+    expected = (min([found.total[0], *(p[0] for p in peaks)]), min([found.total[1], *(p[1] for p in peaks)]))
+    assert found.bound().amount >= expected[0] and found.bound().delta >= expected[1]
+
+
+def test_sums_stay_exact_across_many_limbs_and_thousands_of_cells() -> None:
+    # costs spread over 60 binary orders: the per-cell sums need several 20-bit limbs and their carries
+    size = 5000
+    entries = [
+        Entry(LaplaceEvent(1, 1.0), math.ldexp(1.0, -k) + math.ldexp(1.0, -k - 52), 0.0,
+              CellScope.of("t", "s", size, range(k, size, k + 1)))
+        for k in range(60)
+    ]
+    space = ledgered(entries, "basic").space(("t", "s"))
+    assert space is not None
+    for cell in (0, 1, 2, 59, 60, 119, 4999):
+        expected = sum((Fraction(e.epsilon) for k, e in enumerate(entries) if cell >= k and (cell - k) % (k + 1) == 0),
+                       Fraction(0))
+        assert space.cell(cell)[0] == expected
+
+
+def test_gdp_cells_add_mu_squared() -> None:
+    a, b = (Entry(LaplaceEvent(1, 4.0), 0.25, 0.0, CellScope.of("t", "s", SIZE, c)) for c in ([0, 1], [1, 2]))
+    history = ledgered([a, b], "gdp")
+    (mu, _), = {cost(a, "gdp")}
+    assert history.bound().amount == 2 * Fraction(mu) ** 2  # cell 1: √(μ² + μ²)
+    assert history.bound(CellScope.of("t", "s", SIZE, [0])).amount == Fraction(mu) ** 2
+
+
+def test_sqlite_ledger_keeps_scopes_and_upgrades_version_1_files(tmp_path: object) -> None:
+    import sqlite3
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "old.sqlite"
+    SqliteLedger(path).close()
+    with sqlite3.connect(path) as conn:  # make it a version-1 file: no scope column
+        conn.execute("ALTER TABLE charges DROP COLUMN scope")
+        conn.execute("UPDATE schema_version SET version = 1")
+        conn.execute(
+            "INSERT INTO charges (id, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition)"
+            " VALUES ('old', 'a', 'd', 0, 'q', '{\"kind\":\"laplace\",\"sensitivity\":1,\"scale\":2.0}', 0.5, 0,"
+            " 'sequential')"
+        )
+    conn.close()
+    ledger = SqliteLedger(path)
+    try:
+        budget = Budget(1.0, 0.0)
+        north = CellScope.of("t", "s", SIZE, [0])
+        charge = ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 2.0), epsilon=0.5,
+                              delta=0.0, composition="parallel", budget=budget, scope=north)
+        assert ledger.charges(limit=1)[0] == charge and charge.scope == north
+        ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 2.0), epsilon=0.5, delta=0.0,
+                     composition="parallel", budget=budget, scope=CellScope.of("t", "s", SIZE, [1]))
+        with pytest.raises(BudgetExceeded):  # the old unscoped charge covers cell 2 as well: 0.5 + 0.75 > 1
+            ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(3, 4.0), epsilon=0.75,
+                         delta=0.0, composition="parallel", budget=budget, scope=CellScope.of("t", "s", SIZE, [2]))
+    finally:
+        ledger.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+    conn.close()
+
+
+def test_the_dataset_budget_is_also_per_cell() -> None:
+    ledger = MemoryLedger()
+    shared = Budget(0.5, 0.0)
+    for analyst, cell in (("a", 0), ("b", 1), ("c", 2)):  # three analysts, three disjoint cells: all fit
+        ledger.admit(analyst=analyst, dataset="d", sql_sha256="q", event=LaplaceEvent(1, 2.0), epsilon=0.5, delta=0.0,
+                     composition="parallel", budget=Budget(1.0, 0.0), dataset_budget=shared,
+                     scope=CellScope.of("t", "s", SIZE, [cell]))
+    with pytest.raises(BudgetExceeded) as refused:
+        ledger.admit(analyst="d", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 2.0), epsilon=0.5, delta=0.0,
+                     composition="parallel", budget=Budget(1.0, 0.0), dataset_budget=shared,
+                     scope=CellScope.of("t", "s", SIZE, [2, 3]))
+    assert refused.value.detail["scope"] == "dataset"
+
+
+def test_disagreeing_space_sizes_are_refused() -> None:
+    with pytest.raises(ValueError, match="disagree"):
+        ledgered([scoped([0]), scoped([0], size=SIZE + 1)], "basic")

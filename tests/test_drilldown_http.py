@@ -1,0 +1,101 @@
+"""Parallel composition across queries, end to end (issue #5): a real server on the demo policy, a drill-down
+query by query, and what POST /v1/query and GET /v1/budget say about cells."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from proxy.demo import REGIONS, DemoFiles
+from tests.conftest import StartFresh, spend, sum_up
+
+AGES = 90 - 18 + 1 + 3  # 18..90, BELOW, ABOVE, NULL
+SPACE = (len(REGIONS) + 2) * AGES  # regions, OTHER, NULL
+
+
+def _ask(client: httpx.Client, sql: str, epsilon: float = 0.5) -> httpx.Response:
+    return client.post("/v1/query", json={"sql": sql, "epsilon": epsilon})
+
+
+def _ok(client: httpx.Client, sql: str, epsilon: float = 0.5) -> dict[str, Any]:
+    response = _ask(client, sql, epsilon)
+    assert response.status_code == 200, (sql, response.text)
+    return response.json()  # type: ignore[no-any-return]
+
+
+def _refused(client: httpx.Client, sql: str, epsilon: float = 0.5) -> None:
+    response = _ask(client, sql, epsilon)
+    assert response.status_code == 403, (sql, response.text)
+    assert response.json()["code"] == "budget_exceeded" and response.json()["charged"] is False
+
+
+def test_a_drill_down_is_charged_the_maximum_over_cells(demo: DemoFiles, fresh_server: StartFresh) -> None:
+    server = fresh_server(epsilon=1.0, delta=1e-6)
+    with server.client(demo.analyst_key) as client:
+        north = _ok(client, "SELECT COUNT(*) AS n FROM visits WHERE region = 'north'")
+        scope = north["charge"]["scope"]
+        assert (scope["table"], scope["cells"], scope["of"], scope["truncated"]) == ("visits", AGES, SPACE, False)
+        assert {c["region"] for c in scope["listed"]} == {"north"}
+        assert {c["age"] for c in scope["listed"]} == {*range(18, 91), "<below>", "<above>", None}
+
+        _ok(client, "SELECT COUNT(*) FROM visits WHERE region = 'south'")  # equality
+        _ok(client, "SELECT region, COUNT(*) FROM visits WHERE region IN ('east', 'west') GROUP BY region")  # IN
+        _ok(client, "SELECT AVG(amount) FROM visits WHERE region = 'central' AND age < 30")  # mixed, range
+        _ok(client, "SELECT AVG(amount) FROM visits WHERE region = 'central' AND age >= 30")  # its complement
+        _ok(client, "SELECT COUNT(*) FROM visits WHERE region = 'zz'")  # an undeclared value: only OTHER
+        # a row-level predicate never narrows: this covers every north cell again (0.5 + 0.5 = 1)
+        rowlevel = _ok(client, "SELECT COUNT(*) FROM visits WHERE region = 'north' AND amount > 100")
+        assert rowlevel["charge"]["scope"]["listed"] == scope["listed"]
+        spent = spend(client)
+        assert spent["epsilon_spent"] == 1.0 and spent["epsilon_remaining"] == 0.0  # the north cells are full
+
+        _refused(client, "SELECT SUM(amount) FROM visits WHERE region = 'north'")
+        _refused(client, "SELECT COUNT(*) FROM visits")  # every unit: the north ones are full
+        _refused(client, "SELECT COUNT(*) FROM visits WHERE amount > 1")  # row-level only: every unit
+        _refused(client, "SELECT COUNT(*) FROM visits WHERE region = 'north' OR region = 'west'")  # overlaps north
+        _refused(client, "SELECT COUNT(*) FROM visits WHERE region LIKE 'nor%'")  # LIKE restricts nothing provable
+        _ok(client, "SELECT COUNT(*) FROM visits WHERE region = 'west' OR region = 'east'")  # both at 0.5: fits
+
+        charges = client.get("/v1/budget").json()["budgets"][0]
+        assert charges["epsilon_spent"] == 1.0
+        (space,) = charges["cells"]
+        assert space["table"] == "visits" and space["cells"] == SPACE
+        heaviest = space["heaviest"]
+        assert {c["cell"]["region"] for c in heaviest if c["account"]["epsilon_spent"] == 1.0} >= {"north"}
+        assert space["elsewhere"]["epsilon_spent"] == 0.0  # e.g. region NULL: no charge covers it
+        assert [c["account"]["epsilon_spent"] for c in heaviest] == sorted(
+            (c["account"]["epsilon_spent"] for c in heaviest), reverse=True
+        )
+
+
+def test_sequential_without_cell_accounting_and_across_tables(demo: DemoFiles, fresh_server: StartFresh) -> None:
+    server = fresh_server(epsilon=1.0, delta=1e-6)
+    with server.client(demo.analyst_key) as client:
+        _ok(client, "SELECT COUNT(*) FROM visits WHERE region = 'north'")
+        # another table's cells are computed from other rows: its charges cover every visits cell and back
+        users_south = _ok(client, "SELECT COUNT(*) FROM users WHERE region = 'south'")
+        assert users_south["charge"]["scope"]["table"] == "users"
+        _ok(client, "SELECT COUNT(*) FROM users WHERE region = 'north'")
+        _refused(client, "SELECT SUM(amount) FROM visits WHERE region = 'north'")  # 0.5 + the users charges' 0.5
+        _refused(client, "SELECT COUNT(*) FROM visits WHERE region = 'east'")
+        assert spend(client)["epsilon_spent"] == 1.0
+
+
+def test_preview_and_repeat_follow_the_cells(demo: DemoFiles, fresh_server: StartFresh) -> None:
+    server = fresh_server(epsilon=1.0, delta=1e-6)
+    with server.client(demo.analyst_key) as client:
+        for region in REGIONS:
+            _ok(client, f"SELECT COUNT(*) FROM visits WHERE region = '{region}'", 1.0)
+        preview = client.post("/v1/query/preview", json={"sql": "SELECT COUNT(*) FROM visits WHERE region = 'zz'",
+                                                         "epsilon": 1.0}).json()
+        assert preview["admissible"] is True and preview["charge"]["scope"]["cells"] == AGES
+        assert preview["budget_after"]["epsilon_spent"] == 1.0  # still the maximum over cells
+        blocked = client.post("/v1/query/preview", json={"sql": "SELECT COUNT(*) FROM visits WHERE age > 60",
+                                                         "epsilon": 0.5}).json()
+        assert blocked["admissible"] is False and "ε" in blocked["refusal"]
+        again = _ask(client, "SELECT COUNT(*) FROM visits WHERE region = 'north'", 1.0)
+        assert again.status_code == 200 and again.headers["X-DP-Repeat"] == "true"  # free, byte for byte
+        ledger = client.get("/v1/budget").json()["budgets"][0]
+        assert ledger["epsilon_spent"] == 1.0
+        assert sum_up([1.0] * len(REGIONS)) == 5.0  # what sequential composition would have charged
