@@ -116,22 +116,31 @@ def _mask(cells: bytes, size: int) -> np.ndarray:
 # --- exact per-cell sums ------------------------------------------------------------------------------
 
 
-def _numerators(values: Sequence[Fraction]) -> tuple[list[int], int]:
-    """Integers n_i and a shift g with values_i <= n_i / 2**g (equal unless finer than 2**-_GRID)."""
-    shift = min(_GRID, max((v.denominator.bit_length() - 1 for v in values), default=0))
-    return [-((-v.numerator << shift) // v.denominator) for v in values], shift
+def _numerators(scaled: Sequence[int]) -> tuple[list[int], int]:
+    """For sums given times 2**_SCALE: integers n_i and a shift g with sum_i <= n_i / 2**g, the smallest g
+    that keeps them exact (or _GRID, rounding up what is finer than 2**-_GRID)."""
+    nonzero = [v for v in scaled if v]
+    zeros = min(((v & -v).bit_length() - 1 for v in nonzero), default=_SCALE)  # common factors of two
+    shift = max(0, _SCALE - zeros)
+    if shift <= _GRID:
+        return [v >> (_SCALE - shift) for v in scaled], shift
+    drop = _SCALE - _GRID
+    return [-((-v) >> drop) for v in scaled], _GRID
 
 
-def _cell_sums(masks: Sequence[np.ndarray], totals: Sequence[int], size: int) -> np.ndarray:
-    """Per cell, Σ totals[j] over the masks j holding it: a (size, limbs) int64 array of 20-bit limbs,
+def _cell_sums(scopes: Sequence[CellScope], totals: Sequence[int], size: int) -> np.ndarray:
+    """Per cell, Σ totals[j] over the scopes j holding it: a (size, limbs) int64 array of 20-bit limbs,
     carried (every limb but the last below 2**20), so rows compare lexicographically from the last limb."""
     limbs = max(1, math.ceil(max(t.bit_length() for t in totals) / _LIMB))
+    if not any(totals):  # e.g. δ of pure-ε charges: nothing to add
+        return np.zeros((size, 1), dtype=np.int64)
     parts = np.array([[(t >> (_LIMB * k)) & ((1 << _LIMB) - 1) for k in range(limbs)] for t in totals],
                      dtype=np.float64)
     acc = np.zeros((size, limbs), dtype=np.float64)
     step = max(1, _CHUNK_ELEMENTS // size)
-    for start in range(0, len(masks), step):
-        block = np.stack(masks[start : start + step]).astype(np.float64)
+    for start in range(0, len(scopes), step):
+        packed = np.frombuffer(b"".join(s.cells for s in scopes[start : start + step]), dtype=np.uint8)
+        block = np.unpackbits(packed.reshape(-1, (size + 7) // 8), axis=1, count=size).astype(np.float64)
         acc += block.T @ parts[start : start + step]  # integers < 2**53 at every step: exact
     out = acc.astype(np.int64)
     for k in range(limbs - 1):
@@ -254,14 +263,13 @@ def tally(counted: Iterable[tuple[Entry, int]], rule: Rule) -> Ledgered:
         if len(sizes) != 1:
             raise ValueError(f"charges on the cell space {key} disagree on its size")
         size = sizes.pop()
-        masks = [_mask(s.cells, size) for s in scoped]
-        amounts, amount_shift = _numerators([_exact(g[0]) for g in scoped.values()])
-        deltas, delta_shift = _numerators([_exact(g[1]) for g in scoped.values()])
+        amounts, amount_shift = _numerators([g[0] for g in scoped.values()])
+        deltas, delta_shift = _numerators([g[1] for g in scoped.values()])
         inside = (sum(g[0] for g in scoped.values()), sum(g[1] for g in scoped.values()))
         spaces.append(SpaceUsage(
             key=key, size=size, base=(_exact(total[0] - inside[0]), _exact(total[1] - inside[1])),
-            amount=_cell_sums(masks, amounts, size), amount_shift=amount_shift,
-            delta=_cell_sums(masks, deltas, size), delta_shift=delta_shift,
+            amount=_cell_sums(list(scoped), amounts, size), amount_shift=amount_shift,
+            delta=_cell_sums(list(scoped), deltas, size), delta_shift=delta_shift,
         ))
     return Ledgered(rule, (_exact(total[0]), _exact(total[1])), tuple(spaces))
 

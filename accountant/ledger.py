@@ -411,7 +411,7 @@ def scope_to_text(scope: CellScope | None) -> str | None:
     return None if scope is None else json.dumps(scope.to_json(), separators=(",", ":"))
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=16384)  # at most 16384 × 12.5 kB (a bitmap of 100k cells); far less for usual spaces
 def scope_of(text: str | None) -> CellScope | None:
     """A cell scope from its stored JSON text (cached: stored charges never change)."""
     return None if text is None else CellScope.from_json(json.loads(text))

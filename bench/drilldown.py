@@ -1,6 +1,7 @@
 """Per-cell accounting (docs/privacy.md §7): how many drill-down queries fit, and what admit costs.
 
     /work/venv/bin/python bench/drilldown.py [--epsilon 0.1] [--budget 1.0] [--admits 200] [--postgres URL]
+                                             [--engine-rows 1000000] [--repeat 10]
 
 1. Queries that fit. The drill-down workload is one query per region × age band on `visits` of the demo
    policy: 5 regions × 8 bands, ε each. It is repeated in rounds until nothing more is admitted. Then a
@@ -12,6 +13,9 @@
    have many repeated scopes and a share of unscoped charges. A scoped and an unscoped admit are timed one
    call at a time. "distinct" repeats that with every charge on its own random scope, the worst case for
    the per-cell sum. Timing covers SQLite and, with --postgres, PostgreSQL in a fresh schema.
+3. What the canonical values cost in the engine (with --engine-rows N > 0): a drill-down query on a demo
+   dataset of N visits (N/20 users), run as plain DuckDB (not private), rewritten without cell accounting
+   (sequential) and rewritten with it (canonical MIN per unit). Each is the median of --repeat runs.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from accountant.filter import Budget
 from accountant.ledger import Charge, SqliteLedger, _Admitting
 from accountant.postgres import PostgresLedger
 from proxy.demo import REGIONS, build_demo
+from proxy.engine import Engine
 from proxy.policy import load_policy
 from proxy.query import QueryPlan, plan
 from proxy.query.catalog import Catalog
@@ -159,7 +164,11 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=1.0)
     parser.add_argument("--admits", type=int, default=200)
     parser.add_argument("--postgres", help="also time a PostgreSQL ledger at this URL (a fresh schema)")
+    parser.add_argument("--engine-rows", type=int, default=1_000_000, help="0 skips the engine measurement")
+    parser.add_argument("--repeat", type=int, default=10)
     args = parser.parse_args()
+    if args.engine_rows > 0:
+        engine_cost(args.engine_rows, args.repeat)
 
     with tempfile.TemporaryDirectory() as tmp:
         demo = build_demo(Path(tmp), users=50, rows=100)  # the policy is what matters here, not the data
@@ -203,6 +212,37 @@ def main() -> None:
             if args.postgres:
                 with psycopg.connect(args.postgres, autocommit=True) as conn:
                     conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def engine_cost(rows: int, repeat: int) -> None:
+    """Median engine time of drill-down queries: plain DuckDB, rewritten sequential, rewritten per cell."""
+    import duckdb
+
+    with tempfile.TemporaryDirectory() as tmp:
+        demo = build_demo(Path(tmp), users=max(1, rows // 20), rows=rows)
+        dataset = load_policy(demo.policy).dataset("demo")
+        assert dataset is not None
+        engine = Engine(demo.database)
+        plain = duckdb.connect(str(demo.database), read_only=True, config={"threads": 2})
+        print(f"## engine time, ms (median of {repeat}), {rows} visits of {max(1, rows // 20)} users\n")
+        print("| query | plain DuckDB | sequential (no canonical) | per cell (canonical) | per cell / sequential |")
+        print("|---|---|---|---|---|")
+        queries = [
+            "SELECT COUNT(*), AVG(amount) FROM visits WHERE region = 'north' AND age BETWEEN 25 AND 34",
+            "SELECT category, SUM(amount) FROM visits WHERE age >= 65 GROUP BY category",
+            "SELECT COUNT(*) FROM users WHERE plan = 'pro' AND region = 'east'",
+        ]
+        try:
+            for sql in queries:
+                times = [timed(lambda sql=sql: plain.execute(sql).fetchall(), repeat)[0]]
+                for cells in (False, True):
+                    p = plan(sql, dataset.catalog, epsilon=1.0, delta=1e-8, mechanism="laplace", cells=cells)
+                    times.append(timed(lambda p=p: engine.run(p.sql), repeat)[0])
+                print(f"| `{sql}` | {times[0]:.1f} | {times[1]:.1f} | {times[2]:.1f} | ×{times[2] / times[1]:.2f} |")
+        finally:
+            plain.close()
+            engine.close()
+        print()
 
 
 if __name__ == "__main__":

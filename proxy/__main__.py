@@ -140,7 +140,7 @@ def _explain(args: argparse.Namespace) -> int:
             args.sql, dataset.catalog,
             epsilon=dataset.epsilon if args.epsilon is None else args.epsilon,
             delta=dataset.delta if args.delta is None else args.delta,
-            mechanism=args.mechanism or dataset.mechanism,
+            mechanism=args.mechanism or dataset.mechanism, cells=dataset.cell_accounting,
         )
     except QueryError as err:
         print(json.dumps({"code": err.code, "error": str(err), "detail": err.detail}, default=str), file=sys.stderr)
@@ -150,6 +150,9 @@ def _explain(args: argparse.Namespace) -> int:
     print(json.dumps({
         "epsilon": price.epsilon, "delta": price.delta, "composition": price.composition,
         "partitions": planned.analysis.partitions, "event": to_json(price.event),
+        "cells": None if planned.scope is None else {  # None: the charge covers every privacy unit
+            "table": planned.scope.table, "count": planned.scope.count, "of": planned.scope.size,
+        },
     }, indent=2))
     return 0
 

@@ -145,9 +145,10 @@ def dashboard_data(request: Request, analyst: AnalystDep, env: EnvDep, response:
 
 
 def _spend_series(env: Env, newest_first: tuple[Charge, ...], truncated: bool) -> list[SpendSeries]:
-    """Cumulative ε per analyst and dataset after each charge, summed exactly and rounded up as the ledger
-    does, so each series ends at the spend GET /v1/budget reports. When the window holds only the newest
-    charges, each series starts at the level the older ones left."""
+    """Cumulative ε charged per analyst and dataset after each charge, summed exactly and rounded up as the
+    ledger does, so each series ends at `Ledger.spent` (Σε). That is the budget's spend unless charges are
+    scoped to cells: then the budget table's spend, the worst-off unit's (docs/privacy.md §7), is lower.
+    When the window holds only the newest charges, each series starts at the level the older ones left."""
     grouped: dict[tuple[str, str], list[Charge]] = defaultdict(list)
     for charge in reversed(newest_first):
         grouped[(charge.analyst, charge.dataset)].append(charge)

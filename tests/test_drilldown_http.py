@@ -3,12 +3,17 @@ query by query, and what POST /v1/query and GET /v1/budget say about cells."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
+from proxy.__main__ import main
 from proxy.demo import REGIONS, DemoFiles
-from tests.conftest import StartFresh, spend, sum_up
+from tests.conftest import Server, StartFresh, policy_copy, spend, sum_up
 
 AGES = 90 - 18 + 1 + 3  # 18..90, BELOW, ABOVE, NULL
 SPACE = (len(REGIONS) + 2) * AGES  # regions, OTHER, NULL
@@ -99,3 +104,31 @@ def test_preview_and_repeat_follow_the_cells(demo: DemoFiles, fresh_server: Star
         ledger = client.get("/v1/budget").json()["budgets"][0]
         assert ledger["epsilon_spent"] == 1.0
         assert sum_up([1.0] * len(REGIONS)) == 5.0  # what sequential composition would have charged
+
+
+def test_cell_accounting_false_charges_every_unit(demo: DemoFiles, tmp_path: Path) -> None:
+    policy = policy_copy(demo, tmp_path, epsilon=1.0, delta=1e-6)
+    text, found = re.subn(r"^(max_epsilon = .*)$", r"\1\ncell_accounting = false", policy.read_text(), count=1,
+                          flags=re.MULTILINE)
+    assert found == 1
+    policy.write_text(text)
+    server = Server(tmp_path / "server.log").start(policy)
+    try:
+        with server.client(demo.analyst_key) as client:
+            north = _ok(client, "SELECT COUNT(*) FROM visits WHERE region = 'north'")
+            assert north["charge"]["scope"] is None and north["budget"]["cells"] == []
+            _ok(client, "SELECT COUNT(*) FROM visits WHERE region = 'south'")
+            _refused(client, "SELECT COUNT(*) FROM visits WHERE region = 'east'")  # sequential: 0.5 + 0.5 is all
+    finally:
+        server.stop()
+
+
+def test_explain_names_the_cells(demo: DemoFiles, capsys: pytest.CaptureFixture[str]) -> None:
+    sql = "SELECT COUNT(*) FROM visits WHERE region = 'north' AND age < 30"
+    assert main(["explain", "--policy", str(demo.policy), "--dataset", "demo", sql]) == 0
+    printed = capsys.readouterr().out
+    plan = json.loads(printed[printed.index("\n{") + 1:])
+    assert plan["cells"] == {"table": "visits", "count": 30 - 18 + 1, "of": SPACE}  # ages 18..29 and BELOW
+    assert main(["explain", "--policy", str(demo.policy), "--dataset", "demo", "SELECT COUNT(*) FROM users"]) == 0
+    printed = capsys.readouterr().out
+    assert json.loads(printed[printed.index("\n{") + 1:])["cells"] is None

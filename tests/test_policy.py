@@ -120,6 +120,8 @@ BROKEN = [
     ("unknown_top_key", 'ledger = "ledger.sqlite"', 'ledgr = "ledger.sqlite"', "ledgr"),
     ("ledger_dir_missing", 'ledger = "ledger.sqlite"', 'ledger = "nope/ledger.sqlite"', "ledger"),
     ("unknown_dataset_key", "max_epsilon = 1.0", "max_epsilon = 1.0\nmax_epsilom = 2.0", f"{D}.max_epsilom"),
+    ("cell_accounting_not_bool", "max_epsilon = 1.0", 'max_epsilon = 1.0\ncell_accounting = "yes"',
+     f"{D}.cell_accounting"),
     ("dataset_file_missing", 'path = "demo.duckdb"', 'path = "missing.duckdb"', f"{D}.path"),
     ("dataset_path_not_string", 'path = "demo.duckdb"', "path = 3", f"{D}.path"),
     ("mechanism_unknown", 'mechanism = "laplace"', 'mechanism = "laplase"', f"{D}.mechanism"),

@@ -3,9 +3,13 @@ touch disjoint units even when the data breaks the unit-level declaration."""
 
 from __future__ import annotations
 
+import datetime as dt
+import itertools
+from collections.abc import Iterator
+
 import duckdb
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.query.analyse import analyse
@@ -130,3 +134,73 @@ def test_disjoint_scopes_touch_disjoint_units(first: str, second: str, data: lis
         moved_a = _run(sql_a, rest) != full_a
         moved_b = _run(sql_b, rest) != full_b
         assert not (moved_a and moved_b), f"unit {unit} reaches both scopes"
+
+
+# --- every cell a WHERE can hold in DuckDB is in its scope -------------------------------------------------
+
+TYPED = TableSchema(
+    "u", "uid",
+    (
+        ColumnSpec("uid", "BIGINT"),
+        ColumnSpec("d", "DATE", unit_level=True, public_domain=(dt.date(2024, 1, 1), dt.date(2024, 1, 2))),
+        ColumnSpec("f", "DOUBLE", unit_level=True, public_domain=(0.1, 0.25)),
+        ColumnSpec("n", "INTEGER", unit_level=True, bounds=(10, 12)),
+        ColumnSpec("s", "VARCHAR", unit_level=True, public_domain=("a", "b")),
+        ColumnSpec("x", "DOUBLE", bounds=(0.0, 1.0)),
+    ),
+)
+TYPED_SPACE = cell_space(TYPED)
+# per axis, a value of each coordinate (domain values, the extras, NULL) as DuckDB would hold it
+REPRESENTATIVES: dict[str, list[object]] = {
+    "d": [dt.date(2024, 1, 1), dt.date(2024, 1, 2), dt.date(2030, 5, 5), None],
+    "f": [0.1, 0.25, 0.3, None],
+    "n": [10, 11, 12, -7, 9_007_199_254_740_993, None],
+    "s": ["a", "b", "zz", None],
+}
+TYPED_ATOMS = (
+    "d = '2024-01-01'", "d = DATE '2024-01-02'", "d < '2024-01-02'", "d IN ('2024-01-01', '2030-05-05')",
+    "f = 0.1", "f <> 0.25", "f > 0.2", "f IN (0.3, 0.1)",
+    "n = 11", "n < 11", "n >= 12", "n BETWEEN 11 AND 20", "n = 9007199254740993", "n > 9007199254740992",
+    "n <= -7", "n IN (-7, 10)", "n <> 12", "n = -7",
+    "s = 'a'", "s IN ('b', 'zz')", "s <> 'a'", "s > 'a'", "s LIKE 'a%'", "s IS NULL",
+    "x > 0.5",
+)
+typed_predicates = st.recursive(
+    st.sampled_from(TYPED_ATOMS),
+    lambda inner: st.one_of(
+        st.tuples(inner, inner).map(lambda p: f"({p[0]}) AND ({p[1]})"),
+        st.tuples(inner, inner).map(lambda p: f"({p[0]}) OR ({p[1]})"),
+        inner.map(lambda p: f"NOT ({p})"),
+    ),
+    max_leaves=3,
+)
+
+
+@pytest.fixture(scope="module")
+def every_cell() -> Iterator[duckdb.DuckDBPyConnection]:
+    """One unit per cell of TYPED_SPACE (uid = the cell's index), each with two rows (x = 0 and x = 1)."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE u (uid BIGINT, d DATE, f DOUBLE, n BIGINT, s VARCHAR, x DOUBLE)")
+    axes = [a.column for a in TYPED_SPACE.axes]
+    rows = []
+    for uid, values in enumerate(itertools.product(*(REPRESENTATIVES[c] for c in axes))):
+        by_name = dict(zip(axes, values, strict=True))
+        rows += [(uid, *(by_name[c] for c in "dfns"), x) for x in (0.0, 1.0)]
+    con.execute("INSERT INTO u SELECT * FROM (VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(rows)) + ")",
+                [v for row in rows for v in row])
+    yield con
+    con.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(where=typed_predicates)
+def test_every_cell_where_duckdb_finds_the_predicate_true_is_in_the_scope(
+    every_cell: duckdb.DuckDBPyConnection, where: str
+) -> None:
+    # DuckDB casts a string literal to DATE, a decimal literal to DOUBLE, and reads 2**53 + 1 exactly:
+    # the scope must follow its semantics, not Python's, or a unit would be charged outside its cell.
+    analysis = analyse(parse(f"SELECT COUNT(*) FROM u WHERE {where}"), Catalog((TYPED,)))
+    assert analysis.where is not None
+    sql = f"SELECT DISTINCT uid FROM u WHERE {analysis.where.sql(dialect='duckdb')}"
+    for (uid,) in every_cell.execute(sql).fetchall():
+        assert analysis.scope.cells is None or uid in analysis.scope.cells, (where, TYPED_SPACE.describe(uid))

@@ -20,6 +20,7 @@ import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 
 import numpy as np
 from sqlglot import exp
@@ -218,6 +219,11 @@ def _coordinates(node: exp.Expr, axis: Axis) -> list[Truth] | None:
     literals = _literals(node)
     if literals is None:
         return None
+    families = {_family(v) for v in (*axis.values, *literals)}
+    if len(families) != 1:
+        return None  # e.g. a string compared with a DATE domain: DuckDB casts, Python would not; restrict nothing
+    if any(isinstance(v, float) for v in axis.values):  # a DOUBLE column: DuckDB compares the literal as DOUBLE
+        literals = [float(x) for x in literals]  # type: ignore[arg-type]
     test = _test(node, literals)
     if test is None:
         return None
@@ -230,6 +236,14 @@ def _coordinates(node: exp.Expr, axis: Axis) -> list[Truth] | None:
         equal_only = isinstance(node, exp.EQ | exp.In)
         outside = [(not equal_only or any(x not in axis.values for x in literals), True)]
     return [*inside, *outside, _NULL]
+
+
+def _family(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float | Decimal):
+        return "number"
+    return type(value).__name__
 
 
 def _literals(node: exp.Expr) -> list[object] | None:
@@ -264,9 +278,9 @@ def _truth_of(test: Callable[[object], bool], value: object) -> Truth:
 
 def _on_range(node: exp.Expr, literals: list[object], low: float, high: float) -> Truth:
     """Truth of the atom for some integer in [low, high] (an infinite end stands for BELOW or ABOVE)."""
-    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in literals):
+    if not all(isinstance(x, int | Decimal) and not isinstance(x, bool) for x in literals):
         return True, True
-    numbers = [float(x) for x in literals]  # type: ignore[arg-type]
+    numbers: list[int | Decimal] = literals  # type: ignore[assignment]  # exact: compared with ints and ±inf
     if isinstance(node, exp.In | exp.EQ):
         return any(low <= x <= high for x in numbers), True
     if isinstance(node, exp.NEQ):
@@ -285,11 +299,21 @@ _UNKNOWN = object()
 
 
 def _value(node: exp.Expr) -> object:
+    """A literal's value, exactly as DuckDB reads it: numbers are parsed as decimals, never through float
+    (2**53 + 1 must not become 2**53); -n is a number too. Anything else is unknown (restricts nothing)."""
+    if isinstance(node, exp.Neg):
+        inner = _value(node.this)
+        return -inner if isinstance(inner, int | Decimal) and not isinstance(inner, bool) else _UNKNOWN
     if isinstance(node, exp.Literal):
         if node.is_string:
             return node.this
-        number = float(node.this)
-        return int(number) if number.is_integer() else number
+        try:
+            number = Decimal(node.this)
+        except InvalidOperation:
+            return _UNKNOWN
+        if not number.is_finite():
+            return _UNKNOWN
+        return int(number) if number == number.to_integral_value() else number
     if isinstance(node, exp.Boolean):
         return bool(node.this)
     return _UNKNOWN
