@@ -24,6 +24,7 @@ from accountant.ledger import MemoryLedger
 from proxy.query import plan
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.scope import cell_space
+from tests.test_scope import where_clauses
 
 TABLE = TableSchema(
     "t", "uid",
@@ -45,15 +46,7 @@ ATOMS = (
     "age < 22", "age >= 22", "age BETWEEN 21 AND 22", "age = 20", "age IS NULL", "age > 23", "age <= 19",
     "x > 3", "g = 'a'",  # row-level: they never narrow a scope
 )
-predicates = st.recursive(
-    st.sampled_from(ATOMS),
-    lambda inner: st.one_of(
-        st.tuples(inner, inner).map(lambda p: f"({p[0]}) AND ({p[1]})"),
-        st.tuples(inner, inner).map(lambda p: f"({p[0]}) OR ({p[1]})"),
-        inner.map(lambda p: f"NOT ({p})"),
-    ),
-    max_leaves=3,
-)
+predicates = where_clauses(ATOMS)
 queries = st.tuples(st.one_of(st.none(), predicates), st.sampled_from([None, "r", "g"]), st.sampled_from([0.25, 0.5]))
 rows = st.lists(
     st.tuples(st.integers(0, 6), st.sampled_from(["N", "S", "E", "Z", None]),

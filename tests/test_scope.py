@@ -165,15 +165,22 @@ TYPED_ATOMS = (
     "s = 'a'", "s IN ('b', 'zz')", "s <> 'a'", "s > 'a'", "s LIKE 'a%'", "s IS NULL",
     "x > 0.5",
 )
-typed_predicates = st.recursive(
-    st.sampled_from(TYPED_ATOMS),
-    lambda inner: st.one_of(
-        st.tuples(inner, inner).map(lambda p: f"({p[0]}) AND ({p[1]})"),
-        st.tuples(inner, inner).map(lambda p: f"({p[0]}) OR ({p[1]})"),
-        inner.map(lambda p: f"NOT ({p})"),
-    ),
-    max_leaves=3,
-)
+
+
+def where_clauses(atoms: tuple[str, ...]) -> st.SearchStrategy[str]:
+    """WHERE clauses of up to three atoms combined with AND, OR and NOT."""
+    return st.recursive(
+        st.sampled_from(atoms),
+        lambda inner: st.one_of(
+            st.tuples(inner, inner).map(lambda p: f"({p[0]}) AND ({p[1]})"),
+            st.tuples(inner, inner).map(lambda p: f"({p[0]}) OR ({p[1]})"),
+            inner.map(lambda p: f"NOT ({p})"),
+        ),
+        max_leaves=3,
+    )
+
+
+typed_predicates = where_clauses(TYPED_ATOMS)
 
 
 @pytest.fixture(scope="module")

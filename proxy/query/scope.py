@@ -109,10 +109,6 @@ class Scope:
     def table(self) -> str:
         return self.space.table
 
-    def covers(self, table: str, cell: int) -> bool:
-        # A charge on another table covers every cell: its units' cells are computed from other rows.
-        return self.table != table or self.cells is None or cell in self.cells
-
     def charged(self) -> CellScope | None:
         """The scope as the ledger keeps it with the charge (None: every privacy unit)."""
         if self.cells is None:
