@@ -157,22 +157,26 @@ def refusal(
         return BudgetExceeded(f"{err}; this dataset accounts with {rule!r}", accounting=rule, scope=scope)
     left = account(used, budget, accounting)
     whose = "your" if scope == "analyst" else "the dataset's shared (all analysts)"
+    # per-cell accounting (cells.py): what remains is what the cells this charge reaches have left
+    where = "" if entry.scope is None else f" in the {entry.scope.count} cells of {entry.scope.table} it can reach"
     detail: dict[str, object] = {
         "epsilon_remaining": left.epsilon_remaining,
         "delta_remaining": left.delta_remaining,
         "epsilon_requested": entry.epsilon,
         "delta_requested": entry.delta,
     }
+    if entry.scope is not None:
+        detail.update(cells=entry.scope.count, cells_table=entry.scope.table)
     amount_short = used.amount + additive(amount, rule) > additive(limit.amount, rule)
     if rule == "basic":
         if scope != "analyst":
             detail.update(accounting=rule, scope=scope)
         if amount_short:
             message = (f"query needs ε={_fmt(amount)} but {_fmt(left.epsilon_remaining)} of {whose} "
-                       f"ε={_fmt(budget.epsilon)} remains")
+                       f"ε={_fmt(budget.epsilon)} remains{where}")
         else:
             message = (f"query needs δ={_fmt(delta)} but {_fmt(left.delta_remaining)} of {whose} "
-                       f"δ={_fmt(budget.delta)} remains")
+                       f"δ={_fmt(budget.delta)} remains{where}")
         return BudgetExceeded(message, **detail)
     symbol, name = ("ρ", "rho") if rule == "zcdp" else ("μ", "mu")
     if rule == "zcdp":
@@ -184,7 +188,7 @@ def refusal(
     if amount_short:
         squares = ", μ adding in squares" if rule == "gdp" else ""
         message = (f"query needs {symbol}={_fmt(amount)} but {_fmt(amount_left)} of {whose} "
-                   f"{symbol}={_fmt(limit.amount)} remains ({terms}{squares})")
+                   f"{symbol}={_fmt(limit.amount)} remains{where} ({terms}{squares})")
     else:
         message = (f"query needs δ={_fmt(delta)} for partition selection but {_fmt(left.delta_remaining)} of "
                    f"the δ={_fmt(limit.delta)} that {whose} budget reserves for it remains ({terms}); "

@@ -29,10 +29,14 @@ def _ok(client: httpx.Client, sql: str, epsilon: float = 0.5) -> dict[str, Any]:
     return response.json()  # type: ignore[no-any-return]
 
 
-def _refused(client: httpx.Client, sql: str, epsilon: float = 0.5) -> None:
+def _refused(client: httpx.Client, sql: str, epsilon: float = 0.5) -> dict[str, Any]:
     response = _ask(client, sql, epsilon)
     assert response.status_code == 403, (sql, response.text)
-    assert response.json()["code"] == "budget_exceeded" and response.json()["charged"] is False
+    body = response.json()
+    assert body["code"] == "budget_exceeded" and body["charged"] is False
+    if body["detail"].get("cells") is not None:  # per cell: what is left where this query reaches
+        assert f"in the {body['detail']['cells']} cells of" in body["error"]
+    return body  # type: ignore[no-any-return]
 
 
 def test_a_drill_down_is_charged_the_maximum_over_cells(demo: DemoFiles, fresh_server: StartFresh) -> None:
@@ -55,8 +59,10 @@ def test_a_drill_down_is_charged_the_maximum_over_cells(demo: DemoFiles, fresh_s
         spent = spend(client)
         assert spent["epsilon_spent"] == 1.0 and spent["epsilon_remaining"] == 0.0  # the north cells are full
 
-        _refused(client, "SELECT SUM(amount) FROM visits WHERE region = 'north'")
-        _refused(client, "SELECT COUNT(*) FROM visits")  # every unit: the north ones are full
+        refused = _refused(client, "SELECT SUM(amount) FROM visits WHERE region = 'north'")
+        assert (refused["detail"]["cells"], refused["detail"]["cells_table"]) == (AGES, "visits")
+        assert refused["detail"]["epsilon_remaining"] == 0.0  # in the north cells; the east ones have 0.5
+        assert "cells" not in _refused(client, "SELECT COUNT(*) FROM visits")["detail"]  # every unit
         _refused(client, "SELECT COUNT(*) FROM visits WHERE amount > 1")  # row-level only: every unit
         _refused(client, "SELECT COUNT(*) FROM visits WHERE region = 'north' OR region = 'west'")  # overlaps north
         _refused(client, "SELECT COUNT(*) FROM visits WHERE region LIKE 'nor%'")  # LIKE restricts nothing provable
