@@ -79,6 +79,10 @@ class CellScope:
         mask[picked] = True
         return cls(table, space, size, np.packbits(mask).tobytes())
 
+    def __hash__(self) -> int:
+        # the bitmap's hash is cached by bytes itself: scopes key the per-cell sums of every admit
+        return hash(self.cells)
+
     @property
     def key(self) -> tuple[str, str]:
         return self.table, self.space
