@@ -119,25 +119,35 @@ def _mask(cells: bytes, size: int) -> np.ndarray:
 
 # --- exact per-cell sums ------------------------------------------------------------------------------
 
+_SCALE = 2200  # 2**-2200 divides every float (2**-1074) and every float's square: sums stay integers
 
-def _numerators(scaled: Sequence[int]) -> tuple[list[int], int]:
-    """For sums given times 2**_SCALE: integers n_i and a shift g with sum_i <= n_i / 2**g, the smallest g
-    that keeps them exact (or _GRID, rounding up what is finer than 2**-_GRID)."""
-    nonzero = [v for v in scaled if v]
-    zeros = min(((v & -v).bit_length() - 1 for v in nonzero), default=_SCALE)  # common factors of two
-    shift = max(0, _SCALE - zeros)
-    if shift <= _GRID:
-        return [v >> (_SCALE - shift) for v in scaled], shift
-    drop = _SCALE - _GRID
-    return [-((-v) >> drop) for v in scaled], _GRID
+
+def _scaled(value: float, squared: bool) -> int:
+    """value (or value²) times 2**_SCALE, exactly."""
+    numerator, denominator = value.as_integer_ratio()
+    exponent = denominator.bit_length() - 1  # a float's denominator is a power of two
+    if squared:
+        numerator, exponent = numerator * numerator, 2 * exponent
+    return numerator << (_SCALE - exponent)
+
+
+def _exact(scaled: int) -> Fraction:
+    return Fraction(scaled, 1 << _SCALE)
+
+
+def _units(scaled: int) -> int:
+    """A sum in grid units of 2**-_GRID, rounded up (exact for anything coarser than the grid)."""
+    return -((-scaled) >> (_SCALE - _GRID))
 
 
 def _cell_sums(scopes: Sequence[CellScope], totals: Sequence[int], size: int) -> np.ndarray:
-    """Per cell, Σ totals[j] over the scopes j holding it: a (size, limbs) int64 array of 20-bit limbs,
-    carried (every limb but the last below 2**20), so rows compare lexicographically from the last limb."""
-    limbs = max(1, math.ceil(max(t.bit_length() for t in totals) / _LIMB))
+    """Per cell, Σ totals[j] over the scopes j holding it, as an object array of Python ints.
+
+    The sum runs as 20-bit limbs through a float64 product of the 0/1 scope matrix: every partial sum is
+    an integer below 2**53, so it is exact in any order, and BLAS does the work."""
     if not any(totals):  # e.g. δ of pure-ε charges: nothing to add
-        return np.zeros((size, 1), dtype=np.int64)
+        return np.zeros(size, dtype=object)
+    limbs = max(1, math.ceil(max(t.bit_length() for t in totals) / _LIMB))
     parts = np.array([[(t >> (_LIMB * k)) & ((1 << _LIMB) - 1) for k in range(limbs)] for t in totals],
                      dtype=np.float64)
     acc = np.zeros((size, limbs), dtype=np.float64)
@@ -145,62 +155,38 @@ def _cell_sums(scopes: Sequence[CellScope], totals: Sequence[int], size: int) ->
     for start in range(0, len(scopes), step):
         packed = np.frombuffer(b"".join(s.cells for s in scopes[start : start + step]), dtype=np.uint8)
         block = np.unpackbits(packed.reshape(-1, (size + 7) // 8), axis=1, count=size).astype(np.float64)
-        acc += block.T @ parts[start : start + step]  # integers < 2**53 at every step: exact
-    out = acc.astype(np.int64)
-    for k in range(limbs - 1):
-        out[:, k + 1] += out[:, k] >> _LIMB
-        out[:, k] &= (1 << _LIMB) - 1
-    return out
-
-
-def _value(row: np.ndarray) -> int:
-    return sum(int(limb) << (_LIMB * k) for k, limb in enumerate(row))
-
-
-def _largest(sums: np.ndarray, rows: np.ndarray) -> int:
-    """The largest of the given rows' values, exactly (lexicographic over carried limbs)."""
-    candidates = rows
-    for k in range(sums.shape[1] - 1, -1, -1):
-        column = sums[candidates, k]
-        candidates = candidates[column == column.max()]
-    return _value(sums[candidates[0]])
+        acc += block.T @ parts[start : start + step]
+    out = acc.astype(np.int64).astype(object)
+    return sum((out[:, k] << (_LIMB * k) for k in range(1, limbs)), out[:, 0])  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True)
 class SpaceUsage:
     """The usage of every cell of one space: `base` (charges covering every cell) plus, per cell, the
-    charges scoped to it. Amounts are the rule's additive currency (ε, ρ or μ²) and δ (or δ_sel)."""
+    charges scoped to it. Amounts are the rule's additive currency (ε, ρ or μ²) and δ (or δ_sel); the
+    per-cell arrays hold Python ints in units of 2**-_GRID and are never written after construction."""
 
     key: tuple[str, str]
     size: int
     base: tuple[Fraction, Fraction]
-    amount: np.ndarray  # (size, limbs) carried limbs of the scoped sums, over 2**amount_shift
-    amount_shift: int
+    amount: np.ndarray
     delta: np.ndarray
-    delta_shift: int
 
     def peak(self, within: np.ndarray | None = None) -> tuple[Fraction, Fraction]:
         """The largest usage of a cell (of the cells where `within` is True), per component."""
-        rows = np.arange(self.size) if within is None else np.flatnonzero(within)
-        if rows.size == 0:
+        amount, delta = (self.amount, self.delta) if within is None else (self.amount[within], self.delta[within])
+        if amount.size == 0:
             return Fraction(0), Fraction(0)
-        amount = Fraction(_largest(self.amount, rows), 1 << self.amount_shift)
-        delta = Fraction(_largest(self.delta, rows), 1 << self.delta_shift)
-        return self.base[0] + amount, self.base[1] + delta
+        return self.base[0] + Fraction(amount.max(), 1 << _GRID), self.base[1] + Fraction(delta.max(), 1 << _GRID)
 
     def cell(self, index: int) -> tuple[Fraction, Fraction]:
         """The exact usage of one cell."""
-        amount = Fraction(_value(self.amount[index]), 1 << self.amount_shift)
-        delta = Fraction(_value(self.delta[index]), 1 << self.delta_shift)
-        return self.base[0] + amount, self.base[1] + delta
+        return (self.base[0] + Fraction(self.amount[index], 1 << _GRID),
+                self.base[1] + Fraction(self.delta[index], 1 << _GRID))
 
     def heaviest(self, limit: int) -> list[int]:
         """Up to `limit` cells, the most used first (by amount, then δ; ties by index)."""
-        # lexsort's last key is the primary one: amount's top limb first, δ's lowest limb last
-        keys = [*(self.delta[:, k] for k in range(self.delta.shape[1])),
-                *(self.amount[:, k] for k in range(self.amount.shape[1]))]
-        order = np.lexsort(keys)
-        return [int(i) for i in order[::-1][:limit]]
+        return sorted(range(self.size), key=lambda i: (-self.amount[i], -self.delta[i], i))[:limit]
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +214,96 @@ class Ledgered:
         return Usage(self.rule, amount, delta)
 
 
+class Running:
+    """The per-cell sums of a history that only grows: `add` the charges that are new, read `ledgered()`.
+
+    Sums are additive, so adding a history in parts gives what adding it at once gives (the ledger's
+    memo relies on it). Not thread-safe: its owner serialises access.
+    """
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        self._total = [0, 0]  # times 2**_SCALE
+        self._spaces: dict[tuple[str, str], _Space] = {}
+
+    @property
+    def cells(self) -> int:
+        """How many per-cell sums this holds (what its memory grows with)."""
+        return sum(space.size for space in self._spaces.values())
+
+    def add(self, counted: Iterable[tuple[Entry, int]]) -> None:
+        """Add charges given as (entry, how many identical ones).
+
+        Raises:
+            UnsupportedEvent: as `filter.cost`, for an event the rule cannot account for (nothing added).
+            ValueError: charges on one cell space disagree on its size (nothing added).
+        """
+        # Identical (scope, cost) pairs are summed once: a history repeats a few scopes and costs many times,
+        # and exact sums then cost one big-integer step per distinct pair rather than per charge.
+        counts: Counter[tuple[CellScope | None, float, float]] = Counter()
+        for entry, count in counted:
+            value, extra = cost(entry, self.rule)
+            counts[entry.scope, value, extra] += count
+        squared = self.rule == "gdp"  # GDP adds μ²
+        groups: dict[CellScope | None, list[int]] = {}
+        for (scope, value, extra), count in counts.items():
+            sums = groups.setdefault(scope, [0, 0])
+            sums[0] += count * _scaled(value, squared)
+            sums[1] += count * _scaled(extra, False)
+        by_space: dict[tuple[str, str], dict[CellScope, list[int]]] = {}
+        for scope, sums in groups.items():
+            if scope is not None:
+                known = self._spaces.get(scope.key)
+                if (known.size if known is not None else scope.size) != scope.size or any(
+                    s.size != scope.size for s in by_space.get(scope.key, ())
+                ):
+                    raise ValueError(f"charges on the cell space {scope.key} disagree on its size")
+                by_space.setdefault(scope.key, {})[scope] = sums
+        for i in range(2):
+            self._total[i] += sum(g[i] for g in groups.values())
+        for key, scoped in by_space.items():
+            size = next(iter(scoped)).size
+            space = self._spaces.setdefault(key, _Space(size))
+            space.add(scoped)
+
+    def ledgered(self) -> Ledgered:
+        total = self._total
+        return Ledgered(self.rule, (_exact(total[0]), _exact(total[1])), tuple(
+            SpaceUsage(key=key, size=space.size,
+                       base=(_exact(total[0] - space.inside[0]), _exact(total[1] - space.inside[1])),
+                       amount=space.amount, delta=space.delta)
+            for key, space in self._spaces.items()
+        ))
+
+
+class _Space:
+    """Per-cell sums of one space (grid units), and the total of the charges scoped to it (2**-_SCALE)."""
+
+    _FEW = 8  # up to this many new scopes, add them one by one; more go through one matrix product
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.inside = [0, 0]
+        self.amount = np.zeros(size, dtype=object)
+        self.delta = np.zeros(size, dtype=object)
+
+    def add(self, scoped: dict[CellScope, list[int]]) -> None:
+        self.inside = [self.inside[i] + sum(g[i] for g in scoped.values()) for i in range(2)]
+        # new arrays, never in place: a SpaceUsage handed out earlier keeps the values it was built with
+        if len(scoped) <= self._FEW:
+            amount, delta = self.amount.copy(), self.delta.copy()
+            for scope, (a, d) in scoped.items():
+                mask = scope.mask()
+                amount[mask] += _units(a)
+                if d:
+                    delta[mask] += _units(d)
+            self.amount, self.delta = amount, delta
+            return
+        scopes = list(scoped)
+        self.amount = self.amount + _cell_sums(scopes, [_units(g[0]) for g in scoped.values()], self.size)
+        self.delta = self.delta + _cell_sums(scopes, [_units(g[1]) for g in scoped.values()], self.size)
+
+
 def ledgered(entries: Iterable[Entry], rule: Rule) -> Ledgered:
     """Split a history by scope and sum it exactly, per cell of every space a charge is scoped to.
 
@@ -246,52 +322,10 @@ def ledgered(entries: Iterable[Entry], rule: Rule) -> Ledgered:
 
 
 def tally(counted: Iterable[tuple[Entry, int]], rule: Rule) -> Ledgered:
-    """`ledgered` of a history given as (entry, how many times it was charged): what the ledger reads."""
-    # Identical (scope, cost) pairs are summed once: a history repeats a few scopes and costs many times,
-    # and exact sums then cost one big-integer step per distinct pair rather than per charge.
-    counts: Counter[tuple[CellScope | None, float, float]] = Counter()
-    for entry, count in counted:
-        value, extra = cost(entry, rule)
-        counts[entry.scope, value, extra] += count
-    squared = rule == "gdp"  # GDP adds μ²
-    groups: dict[CellScope | None, list[int]] = {}
-    for (scope, value, extra), count in counts.items():
-        sums = groups.setdefault(scope, [0, 0])
-        sums[0] += count * _scaled(value, squared)
-        sums[1] += count * _scaled(extra, False)
-    total = (sum(g[0] for g in groups.values()), sum(g[1] for g in groups.values()))
-    spaces = []
-    for key in dict.fromkeys(s.key for s in groups if s is not None):
-        scoped = {s: g for s, g in groups.items() if s is not None and s.key == key}
-        sizes = {s.size for s in scoped}
-        if len(sizes) != 1:
-            raise ValueError(f"charges on the cell space {key} disagree on its size")
-        size = sizes.pop()
-        amounts, amount_shift = _numerators([g[0] for g in scoped.values()])
-        deltas, delta_shift = _numerators([g[1] for g in scoped.values()])
-        inside = (sum(g[0] for g in scoped.values()), sum(g[1] for g in scoped.values()))
-        spaces.append(SpaceUsage(
-            key=key, size=size, base=(_exact(total[0] - inside[0]), _exact(total[1] - inside[1])),
-            amount=_cell_sums(list(scoped), amounts, size), amount_shift=amount_shift,
-            delta=_cell_sums(list(scoped), deltas, size), delta_shift=delta_shift,
-        ))
-    return Ledgered(rule, (_exact(total[0]), _exact(total[1])), tuple(spaces))
-
-
-_SCALE = 2200  # 2**-2200 divides every float (2**-1074) and every float's square: sums stay integers
-
-
-def _scaled(value: float, squared: bool) -> int:
-    """value (or value²) times 2**_SCALE, exactly."""
-    numerator, denominator = value.as_integer_ratio()
-    exponent = denominator.bit_length() - 1  # a float's denominator is a power of two
-    if squared:
-        numerator, exponent = numerator * numerator, 2 * exponent
-    return numerator << (_SCALE - exponent)
-
-
-def _exact(scaled: int) -> Fraction:
-    return Fraction(scaled, 1 << _SCALE)
+    """`ledgered` of a history given as (entry, how many times it was charged)."""
+    running = Running(rule)
+    running.add(counted)
+    return running.ledgered()
 
 
 def bound(entries: Iterable[Entry], rule: Rule, within: CellScope | None = None) -> Usage:

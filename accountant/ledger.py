@@ -4,8 +4,9 @@
 budget shared by all its analysts) and records it in one atomic step, before any result exists; there are
 no refunds. `SqliteLedger` makes that step one `BEGIN IMMEDIATE` transaction, so threads and processes
 sharing a file can never overspend. Charges store the exact `Event` (as JSON) next to their (ε, δ) under
-basic composition, so spend can be re-accounted under any rule. The accounting math is not here: the
-pure functions of `filter.py` and `report.py` run on the history read inside the transaction.
+basic composition, so spend can be re-accounted under any rule, and the cells they could touch. The
+accounting math is not here: `cells.py`, `filter.py` and `report.py` run on the history read inside the
+transaction (only what is new since the last admit, see `_Admitting._tallied`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -25,10 +26,10 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Protocol
 
-from accountant.cells import CellScope, tally
+from accountant.cells import CellScope, Ledgered, Running
 from accountant.errors import BudgetExceeded, UnsupportedEvent
 from accountant.events import Event, from_json, to_json
-from accountant.filter import BASIC, Accounting, Budget, Entry, Spend, total
+from accountant.filter import BASIC, Accounting, Budget, Entry, Rule, Spend, total
 from accountant.report import refusal
 
 Clock = Callable[[], datetime]
@@ -185,23 +186,26 @@ def _check_window(since: datetime | None, until: datetime | None, limit: int, of
 class _Admitting(ABC):
     """Check-then-commit through the same code for every ledger: `_write` makes it one atomic step.
 
-    Storage hooks, called only inside `_write()`: `_history(analyst, dataset)` (the analyst's charges, or
-    every analyst's when `analyst` is None, for the dataset budget; identical ones counted once) and
-    `_insert`. A
-    ledger whose locks are finer than the whole store must make `_history(None, dataset)` serialise with
-    every admit on that dataset, or two analysts could overspend the shared dataset budget together.
+    Storage hooks, called only inside `_write()`: `_since(analyst, dataset, seq)` (the analyst's charges,
+    or every analyst's when `analyst` is None, for the dataset budget, from after `seq` on) and `_insert`.
+    A ledger whose locks are finer than the whole store must make `_since(None, dataset, …)` serialise
+    with every admit on that dataset, or two analysts could overspend the shared dataset budget together.
+
+    The per-cell sums of a history are kept between admits (`_memos`) and brought up to date with the
+    charges past their watermark, so an admit reads and sums only what is new (cells.Running).
     """
 
     _clock: Clock
+    _memos: _Memos
 
     @abstractmethod
     def _write(self) -> AbstractContextManager[object]:
         """The write transaction: exclusive against every other admit on the same store."""
 
     @abstractmethod
-    def _history(self, analyst: str | None, dataset: str) -> Iterable[tuple[Entry, int]]:
-        """The analyst's (or, with None, every analyst's) charges on the dataset, inside `_write()`, as
-        (entry, how many identical charges)."""
+    def _since(self, analyst: str | None, dataset: str, seq: int) -> Since:
+        """Inside `_write()`, in one consistent read: how many of the analyst's (or, with None, every
+        analyst's) charges on the dataset have a sequence number <= `seq`, and those after it."""
 
     @abstractmethod
     def _insert(self, charge: Charge) -> None:
@@ -250,10 +254,10 @@ class _Admitting(ABC):
         rule = accounting.rule
         with self._write():
             try:
-                mine = tally(self._history(analyst, dataset), rule).bound(scope)
+                mine = self._tallied(analyst, dataset, rule).bound(scope)
                 refused = refusal(mine, entry, budget, accounting)
                 if refused is None and dataset_budget is not None:
-                    everyone = tally(self._history(None, dataset), rule).bound(scope)
+                    everyone = self._tallied(None, dataset, rule).bound(scope)
                     refused = refusal(everyone, entry, dataset_budget, accounting, scope="dataset")
             except UnsupportedEvent as err:  # a stored charge the rule cannot account for: admit nothing more
                 raise BudgetExceeded(
@@ -277,6 +281,64 @@ class _Admitting(ABC):
             self._insert(charge)
             return charge
 
+    def _tallied(self, analyst: str | None, dataset: str, rule: Rule) -> Ledgered:
+        """The history's per-cell sums under `rule`, inside `_write()`: the memo's, plus the charges past its
+        watermark. Charges are only ever added, so if as many charges as the memo counted still lie at or
+        below its watermark, they are the ones it summed. Otherwise (a charge that took its number early
+        and committed late, which PostgreSQL allows across analysts, or a deleted row) it starts over from
+        the whole history. The memo lives in this process only: a restart reads everything once."""
+        key = (analyst, dataset, rule)
+        memo = self._memos.take(key) or _Memo(Running(rule), 0, 0)
+        seen = self._since(analyst, dataset, memo.last)
+        if seen.before != memo.count:
+            memo = _Memo(Running(rule), 0, 0)
+            seen = self._since(analyst, dataset, 0)
+        memo.running.add(seen.after)  # raises, adding nothing, on a charge the rule cannot account for
+        memo.count = seen.before + sum(count for _, count in seen.after)
+        memo.last = max(memo.last, seen.last)
+        self._memos.put(key, memo)
+        return memo.running.ledgered()
+
+
+@dataclass(frozen=True, slots=True)
+class Since:
+    """One read of a history against a watermark: how many charges lie at or below it, the charges after
+    it as (entry, how many identical ones), and the highest sequence number among those."""
+
+    before: int
+    after: list[tuple[Entry, int]]
+    last: int
+
+
+@dataclass(slots=True)
+class _Memo:
+    running: Running
+    count: int  # charges summed
+    last: int  # the highest sequence number among them
+
+
+class _Memos:
+    """The per-cell sums of recent histories, least recently used dropped first, at most `max_cells`
+    per-cell sums in all (each a Python int of a few hundred bits). Thread-safe; a memo taken out is
+    held by one admit only until it is put back."""
+
+    def __init__(self, *, max_cells: int = 2_000_000, max_memos: int = 256) -> None:
+        self._lock = threading.Lock()
+        self._memos: OrderedDict[tuple[str | None, str, Rule], _Memo] = OrderedDict()
+        self._max_cells, self._max_memos = max_cells, max_memos
+
+    def take(self, key: tuple[str | None, str, Rule]) -> _Memo | None:
+        with self._lock:
+            return self._memos.pop(key, None)
+
+    def put(self, key: tuple[str | None, str, Rule], memo: _Memo) -> None:
+        with self._lock:
+            self._memos[key] = memo
+            while len(self._memos) > self._max_memos or (
+                len(self._memos) > 1 and sum(m.running.cells for m in self._memos.values()) > self._max_cells
+            ):
+                self._memos.popitem(last=False)
+
 
 # --- in memory --------------------------------------------------------------------------------------
 
@@ -289,6 +351,7 @@ class MemoryLedger(_Admitting):
         self._rows: list[Charge] = []  # in insertion order
         self._releases: dict[tuple[str, str, str], StoredRelease] = {}
         self._clock = clock
+        self._memos = _Memos()
 
     def _write(self) -> AbstractContextManager[object]:
         return self._lock
@@ -307,8 +370,11 @@ class MemoryLedger(_Admitting):
             if c.dataset == dataset and (analyst is None or c.analyst == analyst)
         ]
 
-    def _history(self, analyst: str | None, dataset: str) -> Iterable[tuple[Entry, int]]:
-        return Counter(self._entries(analyst, dataset)).items()
+    def _since(self, analyst: str | None, dataset: str, seq: int) -> Since:
+        mine = [(i, c) for i, c in enumerate(self._rows, start=1)
+                if c.dataset == dataset and (analyst is None or c.analyst == analyst)]
+        after = Counter(Entry(c.event, c.epsilon, c.delta, c.scope) for i, c in mine if i > seq)
+        return Since(sum(1 for i, _ in mine if i <= seq), list(after.items()), max((i for i, _ in mine), default=0))
 
     def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
         with self._lock:
@@ -417,16 +483,24 @@ def scope_of(text: str | None) -> CellScope | None:
     return None if text is None else CellScope.from_json(json.loads(text))
 
 
-# Identical charges (same event, cost and scope) are read once with their count: a history repeats a few
-# query shapes many times, and each distinct row costs a JSON lookup and an Entry (10k rows: ~40 ms).
-_GROUPED = "SELECT event, epsilon, delta, scope, COUNT(*) FROM charges"
-_GROUPED_BY = "GROUP BY event, epsilon, delta, scope ORDER BY MIN(seq)"
+def since_sql(clause: str, mark: str) -> str:
+    """One statement, so one snapshot even under READ COMMITTED: the count of the charges matching `clause`
+    up to a sequence number, and those after it, identical ones read once with their count (a history
+    repeats a few query shapes many times). `mark` is the driver's placeholder; parameters: the clause's,
+    the number, the clause's, the number."""
+    return (
+        f"WITH old AS (SELECT COUNT(*) AS n FROM charges WHERE {clause} AND seq <= {mark}),"
+        f" new AS (SELECT MAX(seq) AS last, event, epsilon, delta, scope, COUNT(*) AS k FROM charges"
+        f" WHERE {clause} AND seq > {mark} GROUP BY event, epsilon, delta, scope)"
+        " SELECT old.n, new.last, new.event, new.epsilon, new.delta, new.scope, new.k"
+        " FROM old LEFT JOIN new ON TRUE ORDER BY new.last"
+    )
 
 
-def counted(rows: Iterable[tuple[str, float, float, str | None, int]]) -> list[tuple[Entry, int]]:
-    """(entry, count) from grouped rows (event, ε, δ, scope, count)."""
-    return [(Entry(event_of(text), epsilon, delta, scope_of(scope)), count)
-            for text, epsilon, delta, scope, count in rows]
+def since_of(rows: list[tuple[int, int | None, str, float, float, str | None, int | None]], seq: int) -> Since:
+    after = [(Entry(event_of(text), epsilon, delta, scope_of(scope)), k)
+             for _, _, text, epsilon, delta, scope, k in rows if k is not None]
+    return Since(rows[0][0], after, max((last for _, last, *_ in rows if last is not None), default=seq))
 
 
 def _from_row(row: tuple[str, str, str, int, str, str, float, float, str, str | None]) -> Charge:
@@ -497,6 +571,7 @@ class SqliteLedger(_Admitting):
     ) -> None:
         self._lock = threading.Lock()
         self._clock = clock
+        self._memos = _Memos()
         self._conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
@@ -554,13 +629,15 @@ class SqliteLedger(_Admitting):
             )
             return total(rows)  # summed exactly in Python: SQL SUM() rounds arbitrarily
 
-    def _history(self, analyst: str | None, dataset: str) -> list[tuple[Entry, int]]:
+    def _since(self, analyst: str | None, dataset: str, seq: int) -> Since:
         clause, params = _where(analyst, dataset, None, None)
-        return counted(self._conn.execute(f"{_GROUPED} WHERE {clause} {_GROUPED_BY}", params))
+        rows = self._conn.execute(since_sql(clause, "?"), (*params, seq, *params, seq)).fetchall()
+        return since_of(rows, seq)
 
     def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
         with self._lock:
-            return tuple(entry for entry, count in self._history(analyst, dataset) for entry in [entry] * count)
+            found = self._since(analyst, dataset, 0).after
+        return tuple(entry for entry, count in found for entry in [entry] * count)
 
     def charges(
         self,

@@ -23,18 +23,19 @@ from psycopg import pq
 from accountant.events import to_json
 from accountant.filter import Entry, Spend, total
 from accountant.ledger import (
-    _GROUPED,
-    _GROUPED_BY,
     Charge,
     Clock,
+    Since,
     StoredRelease,
     _Admitting,
     _check_window,
+    _Memos,
     _utcnow,
-    counted,
     event_of,
     scope_of,
     scope_to_text,
+    since_of,
+    since_sql,
 )
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -220,17 +221,17 @@ def _where(
     return " AND ".join(sql for sql, _ in used) or "true", tuple(value for _, value in used)
 
 
-def _history(conn: Connection, analyst: str | None, dataset: str) -> list[tuple[Entry, int]]:
+def _since(conn: Connection, analyst: str | None, dataset: str, seq: int) -> Since:
     clause, params = _where(analyst, dataset, None, None)
-    return counted(conn.execute(f"{_GROUPED} WHERE {clause} {_GROUPED_BY}", params).fetchall())
+    return since_of(conn.execute(since_sql(clause, "%s"), (*params, seq, *params, seq)).fetchall(), seq)
 
 
 class PostgresLedger(_Admitting):
     """A durable ledger in PostgreSQL; safe across threads, processes and hosts sharing the database.
 
     Concurrency design. `admit` is one transaction on one pooled connection: `_write` opens it, and each storage
-    hook takes a transaction-scoped advisory lock before it reads. `_history(analyst, dataset)` locks the pair
-    (analyst, dataset); `_history(None, dataset)`, which only an admit checking the dataset's shared budget
+    hook takes a transaction-scoped advisory lock before it reads. `_since(analyst, dataset, …)` locks the pair
+    (analyst, dataset); `_since(None, dataset, …)`, which only an admit checking the dataset's shared budget
     calls, also locks the dataset. `_insert` adds the charge and COMMIT releases the locks. So every admit on
     one pair, from any process, queues on that pair's lock, and every admit checking a dataset budget also
     queues on the dataset's lock, taken second (always in that order, so they cannot deadlock). Under READ
@@ -247,6 +248,7 @@ class PostgresLedger(_Admitting):
 
     def __init__(self, url: str, *, clock: Clock = _utcnow, timeout_s: float = 30.0, pool_size: int = 8) -> None:
         self._clock = clock
+        self._memos = _Memos()
         self._pool = Pool(url, size=pool_size, timeout_s=timeout_s)
         self._local = threading.local()  # the connection of this thread's open admit, if any
         try:
@@ -274,13 +276,14 @@ class PostgresLedger(_Admitting):
             self._local.locked.add(key)
         return conn
 
-    def _history(self, analyst: str | None, dataset: str) -> list[tuple[Entry, int]]:
+    def _since(self, analyst: str | None, dataset: str, seq: int) -> Since:
         conn = self._locked("pair", analyst, dataset) if analyst is not None else self._locked("dataset", dataset)
-        return _history(conn, analyst, dataset)
+        return _since(conn, analyst, dataset, seq)
 
     def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
         with self._pool.connection() as conn:
-            return tuple(entry for entry, count in _history(conn, analyst, dataset) for entry in [entry] * count)
+            found = _since(conn, analyst, dataset, 0).after
+        return tuple(entry for entry, count in found for entry in [entry] * count)
 
     def _insert(self, charge: Charge) -> None:
         conn = self._locked("pair", charge.analyst, charge.dataset)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -12,8 +14,9 @@ from hypothesis import strategies as st
 from accountant.cells import CellScope, ledgered
 from accountant.errors import BudgetExceeded
 from accountant.events import GaussianEvent, LaplaceEvent
-from accountant.filter import Budget, Entry, additive, cost, usage
+from accountant.filter import Accounting, Budget, Entry, additive, cost, usage
 from accountant.ledger import MemoryLedger, SqliteLedger
+from accountant.report import refusal
 
 SIZE = 6
 
@@ -168,11 +171,10 @@ def test_gdp_cells_add_mu_squared() -> None:
     assert history.bound(CellScope.of("t", "s", SIZE, [0])).amount == Fraction(mu) ** 2
 
 
-def test_sqlite_ledger_keeps_scopes_and_upgrades_version_1_files(tmp_path: object) -> None:
+def test_sqlite_ledger_keeps_scopes_and_upgrades_version_1_files(tmp_path: Path) -> None:
     import sqlite3
-    from pathlib import Path
 
-    path = Path(str(tmp_path)) / "old.sqlite"
+    path = tmp_path / "old.sqlite"
     SqliteLedger(path).close()
     with sqlite3.connect(path) as conn:  # make it a version-1 file: no scope column
         conn.execute("ALTER TABLE charges DROP COLUMN scope")
@@ -219,3 +221,81 @@ def test_the_dataset_budget_is_also_per_cell() -> None:
 def test_disagreeing_space_sizes_are_refused() -> None:
     with pytest.raises(ValueError, match="disagree"):
         ledgered([scoped([0]), scoped([0], size=SIZE + 1)], "basic")
+
+
+# --- the admit's memo of per-cell sums ------------------------------------------------------------------
+
+
+def _in_cell(ledger: SqliteLedger, epsilon: float, *, cell: int = 0) -> None:
+    ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 1 / epsilon), epsilon=epsilon,
+                 delta=0.0, composition="parallel", budget=Budget(1.0, 0.0),
+                 scope=CellScope.of("t", "s", SIZE, [cell]))
+
+
+def _raw_charge(path: object, seq: int, epsilon: float) -> None:
+    """A charge written behind the ledger's back with a chosen sequence number: how a commit that took its
+    number early but landed late (PostgreSQL, another analyst's admit) looks to the memo."""
+    import sqlite3
+
+    scope = CellScope.of("t", "s", SIZE, [0])
+    conn = sqlite3.connect(str(path))
+    with conn:
+        conn.execute(
+            "INSERT INTO charges (seq, id, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition,"
+            " scope) VALUES (?, ?, 'a', 'd', 0, 'q', ?, ?, 0, 'parallel', ?)",
+            (seq, f"raw{seq}", json.dumps({"kind": "laplace", "sensitivity": 1, "scale": 1 / epsilon}), epsilon,
+             json.dumps(scope.to_json())),
+        )
+    conn.close()
+
+
+def test_the_memo_sees_a_charge_that_landed_below_its_watermark(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    ledger = SqliteLedger(path)
+    try:
+        _in_cell(ledger, 0.25)  # seq 1
+        _raw_charge(path, 10, 0.25)
+        _in_cell(ledger, 0.25)  # reads seq 1 and 10 (watermark 10), then takes seq 11
+        _raw_charge(path, 5, 0.25)  # lands below the watermark: the memo must not trust its count
+        with pytest.raises(BudgetExceeded):  # 4 × 0.25 already; without the count check it would see 0.75
+            _in_cell(ledger, 0.25)
+        _in_cell(ledger, 0.25, cell=1)  # another cell still has room: the memo was rebuilt, not poisoned
+    finally:
+        ledger.close()
+
+
+def test_two_ledger_objects_on_one_file_each_see_the_others_charges(tmp_path: Path) -> None:
+    first, second = SqliteLedger(tmp_path / "l.sqlite"), SqliteLedger(tmp_path / "l.sqlite")
+    try:
+        for turn in range(4):  # alternate: each admit must count what the other object wrote
+            _in_cell(first if turn % 2 else second, 0.25)
+        for ledger in (first, second):
+            with pytest.raises(BudgetExceeded):
+                _in_cell(ledger, 0.25)
+    finally:
+        first.close()
+        second.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.sets(st.integers(0, SIZE - 1), min_size=1)),
+                          st.sampled_from([0.125, 0.25, 0.1])), max_size=30),
+       st.sampled_from(["basic", "zcdp", "gdp"]))
+def test_admits_through_the_memo_decide_as_a_fresh_computation_would(
+    requests: list[tuple[set[int] | None, float]], rule: str
+) -> None:
+    ledger = MemoryLedger()
+    accounting = Accounting(rule, 0.0)  # type: ignore[arg-type]
+    budget = Budget(1.0, 1e-6)
+    for cells, epsilon in requests:
+        scope = None if cells is None else CellScope.of("t", "s", SIZE, sorted(cells))
+        entry = Entry(LaplaceEvent(1, 1 / epsilon), epsilon, 0.0, scope)
+        fresh = ledgered(ledger.entries(dataset="d"), rule).bound(scope)  # type: ignore[arg-type]
+        expected = refusal(fresh, entry, budget, accounting) is None
+        try:
+            ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=entry.event, epsilon=epsilon, delta=0.0,
+                         composition="parallel", budget=budget, accounting=accounting, scope=scope)
+            admitted = True
+        except BudgetExceeded:
+            admitted = False
+        assert admitted == expected

@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import mpmath
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mechanisms import gaussian
@@ -122,10 +122,15 @@ def test_rho_for_inverts_the_conversion(epsilon: float, delta: float) -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(sensitivity=positive, epsilon=epsilons, delta=deltas)
+@example(sensitivity=0.0019983481188351445, epsilon=0.0019983481188351445, delta=0.0019983481188351445)
 def test_gaussian_calibration_chain_is_conservative(sensitivity: float, epsilon: float, delta: float) -> None:
-    # what a planner does: (ε, δ) -> ρ -> σ, and back through the maps
+    # what a planner does: (ε, δ) -> ρ -> σ, and back through the maps. epsilon_from_rho finds its Rényi
+    # order numerically, so a smaller ρ can convert to an ε one ulp larger (Hypothesis found
+    # 0.001998348118835145 for 0.0019983481188351445): the chain holds to a relative 1e-12, and the
+    # planner, which retries until the charge is within the request, never charges more than asked
+    # (test_price.test_calibration_never_charges_more_than_asked).
     sigma = gaussian.sigma_for(sensitivity, gaussian.rho_for(epsilon, delta))
-    assert gaussian.epsilon_from_rho(gaussian.rho(sensitivity, sigma), delta) <= epsilon
+    assert gaussian.epsilon_from_rho(gaussian.rho(sensitivity, sigma), delta) <= epsilon * (1 + 1e-12)
 
 
 # --- GDP --------------------------------------------------------------------------------------------
