@@ -251,12 +251,10 @@ class Running:
             sums[0] += count * _scaled(value, squared)
             sums[1] += count * _scaled(extra, False)
         by_space: dict[tuple[str, str], dict[CellScope, list[int]]] = {}
+        sizes = {key: space.size for key, space in self._spaces.items()}
         for scope, sums in groups.items():
             if scope is not None:
-                known = self._spaces.get(scope.key)
-                if (known.size if known is not None else scope.size) != scope.size or any(
-                    s.size != scope.size for s in by_space.get(scope.key, ())
-                ):
+                if sizes.setdefault(scope.key, scope.size) != scope.size:
                     raise ValueError(f"charges on the cell space {scope.key} disagree on its size")
                 by_space.setdefault(scope.key, {})[scope] = sums
         for i in range(2):
