@@ -115,6 +115,10 @@ class Ledger(Protocol):
         sees it: the event and its basic (ε, δ). For reports; admit reads its own inside the transaction."""
         ...
 
+    def tallied(self, *, dataset: str, analyst: str | None = None, rule: Rule = "basic") -> Ledgered:
+        """The per-cell sums of those charges under `rule` (cells.Ledgered), as admit sees them."""
+        ...
+
     def charges(
         self,
         *,
@@ -203,6 +207,10 @@ class _Admitting(ABC):
         """The write transaction: exclusive against every other admit on the same store."""
 
     @abstractmethod
+    def _reading(self) -> AbstractContextManager[object]:
+        """A read outside an admit, in which `_since` may run (its one statement is one snapshot)."""
+
+    @abstractmethod
     def _since(self, analyst: str | None, dataset: str, seq: int) -> Since:
         """Inside `_write()`, in one consistent read: how many of the analyst's (or, with None, every
         analyst's) charges on the dataset have a sequence number <= `seq`, and those after it."""
@@ -281,6 +289,12 @@ class _Admitting(ABC):
             self._insert(charge)
             return charge
 
+    def tallied(self, *, dataset: str, analyst: str | None = None, rule: Rule = "basic") -> Ledgered:
+        """The per-cell sums of the analyst's (or, with None, every analyst's) charges on the dataset under
+        `rule`, exactly as an admit sees them, from the same memo: what reports read."""
+        with self._reading():
+            return self._tallied(analyst, dataset, rule)
+
     def _tallied(self, analyst: str | None, dataset: str, rule: Rule) -> Ledgered:
         """The history's per-cell sums under `rule`, inside `_write()`: the memo's, plus the charges past its
         watermark. Charges are only ever added, so if as many charges as the memo counted still lie at or
@@ -354,6 +368,9 @@ class MemoryLedger(_Admitting):
         self._memos = _Memos()
 
     def _write(self) -> AbstractContextManager[object]:
+        return self._lock
+
+    def _reading(self) -> AbstractContextManager[object]:
         return self._lock
 
     def _insert(self, charge: Charge) -> None:
@@ -628,6 +645,9 @@ class SqliteLedger(_Admitting):
                 "SELECT epsilon, delta FROM charges WHERE analyst = ? AND dataset = ?", (analyst, dataset)
             )
             return total(rows)  # summed exactly in Python: SQL SUM() rounds arbitrarily
+
+    def _reading(self) -> AbstractContextManager[object]:
+        return self._lock  # the connection is this object's; one statement needs no transaction
 
     def _since(self, analyst: str | None, dataset: str, seq: int) -> Since:
         clause, params = _where(analyst, dataset, None, None)

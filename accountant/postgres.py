@@ -13,7 +13,7 @@ import json
 import queue
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -265,6 +265,9 @@ class PostgresLedger(_Admitting):
                 yield
             finally:
                 self._local.conn = None
+
+    def _reading(self) -> AbstractContextManager[object]:
+        return self._write()  # a transaction holding the same locks: it waits for admits in flight
 
     def _locked(self, *key: str) -> Connection:
         """The open admit's connection, holding the advisory lock on `key` (taken once per transaction)."""

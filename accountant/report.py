@@ -9,7 +9,7 @@ add up to the budget's ε. `tightest` is a reporting-only bound for the history 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
@@ -196,14 +196,15 @@ def refusal(
     return BudgetExceeded(message, **detail)
 
 
-def tightest(entries: Sequence[Entry], delta: float) -> tuple[float, Rule]:
+def tightest(history: Sequence[Entry] | Callable[[Rule], Usage], delta: float) -> tuple[float, Rule]:
     """The smallest ε known to hold, at `delta`, for the sequence of charges as it happened: reporting only.
     Per cell (cells.py), like every report: the worst-off unit's charges.
 
     The minimum over basic composition (if Σδ <= `delta`), zCDP and GDP (if Σδ_sel < `delta`, converting
     at the rest of `delta`). Each is a valid (ε, δ) bound for a fixed sequence of mechanisms; an analyst
     who chose queries adaptively is held to the rule in force, never to this number (DESIGN.md §4).
-    Never more than the basic-composition ε when that applies, by construction.
+    Never more than the basic-composition ε when that applies, by construction. `history` is the charges,
+    or what they use under each rule (`rule -> cells.bound`, e.g. from the ledger's memo).
 
     Example:
         >>> from accountant.events import GaussianEvent, LaplaceEvent
@@ -215,13 +216,14 @@ def tightest(entries: Sequence[Entry], delta: float) -> tuple[float, Rule]:
     """
     if not (math.isfinite(delta) and 0 < delta < 1):
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    used_by = history if callable(history) else (lambda rule: bound(history, rule))
     candidates: list[tuple[float, Rule]] = []
-    basic = bound(entries, "basic")
+    basic = used_by("basic")
     if basic.delta <= Fraction(delta):
         candidates.append((_up(basic.amount), "basic"))
     for rule in ("zcdp", "gdp"):
         try:
-            used = bound(entries, rule)
+            used = used_by(rule)
         except UnsupportedEvent:
             continue  # the discrete Gaussian has no GDP bound
         if used.delta < Fraction(delta):

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from pydantic import AfterValidator
 
 from accountant import loss, report
-from accountant.cells import CellScope, ledgered
+from accountant.cells import CellScope, Ledgered, ledgered
 from accountant.errors import UnsupportedEvent
 from accountant.events import to_json
-from accountant.filter import Accounting, Budget, Entry, Usage
+from accountant.filter import Accounting, Budget, Entry, Rule, Usage
 from accountant.ledger import Charge
 from proxy import auth
 from proxy.pipeline import Answer, Env, Prepared, prepare, reply
@@ -132,14 +134,16 @@ def preview(body: QueryRequest, analyst: AnalystDep, env: EnvDep) -> PreviewResp
     mine = env.ledger.entries(dataset=dataset.name, analyst=analyst.name)
     everyone = env.ledger.entries(dataset=dataset.name) if dataset.budget is not None else ()
     entry = Entry(price.event, price.epsilon, price.delta, prepared.plan.scope)
-    refused = _refusal(mine, everyone, entry, prepared.budget, dataset)
+    before, before_all = _given(mine), _given(everyone) if dataset.budget is not None else None
+    refused = _refusal(before, before_all, entry, prepared.budget, dataset)
     return PreviewResponse(
         dataset=dataset.name,
         sql=prepared.plan.sql,
         columns=[o.name for o in prepared.plan.analysis.outputs],
         charge=_charge(price, None, dataset, prepared.plan.scope),
-        budget=_budget(dataset, prepared.budget, mine, everyone),
-        budget_after=_budget(dataset, prepared.budget, (*mine, entry), (*everyone, entry) if everyone else ()),
+        budget=_budget(dataset, prepared.budget, before, before_all),
+        budget_after=_budget(dataset, prepared.budget, _given((*mine, entry)),
+                             _given((*everyone, entry)) if dataset.budget is not None else None),
         admissible=refused is None,
         refusal=None if refused is None else str(refused),
         noise=_noise(prepared.plan.analysis, price),
@@ -257,35 +261,47 @@ def _costs(price: Price) -> list[CostOut]:
     return costs
 
 
+View = Callable[[Rule], Ledgered]  # a history's per-cell sums under a rule (raises UnsupportedEvent)
+
+
+def _stored(env: Env, dataset: str, analyst: str | None) -> View:
+    """The history in the ledger, read through the admit's memo (only what is new since is read)."""
+    return lambda rule: env.ledger.tallied(dataset=dataset, analyst=analyst, rule=rule)
+
+
+def _given(entries: tuple[Entry, ...]) -> View:
+    """A history given as entries (e.g. with a charge that is only being previewed)."""
+    return functools.cache(lambda rule: ledgered(entries, rule))
+
+
 def budget_now(env: Env, analyst: str, dataset: DatasetPolicy, allowed: Budget) -> BudgetOut:
-    mine = env.ledger.entries(dataset=dataset.name, analyst=analyst)
-    everyone = env.ledger.entries(dataset=dataset.name) if dataset.budget is not None else ()
-    return _budget(dataset, allowed, mine, everyone)
+    everyone = _stored(env, dataset.name, None) if dataset.budget is not None else None
+    return _budget(dataset, allowed, _stored(env, dataset.name, analyst), everyone)
 
 
 def _refusal(
-    mine: tuple[Entry, ...], everyone: tuple[Entry, ...], entry: Entry, allowed: Budget, dataset: DatasetPolicy
+    mine: View, everyone: View | None, entry: Entry, allowed: Budget, dataset: DatasetPolicy
 ) -> Exception | None:
     """What `Ledger.admit` would raise for `entry` now (the same pure check), or None if it would admit."""
     rule = dataset.accounting.rule
     try:
-        used = ledgered(mine, rule).bound(entry.scope)
+        used = mine(rule).bound(entry.scope)
         refused = report.refusal(used, entry, allowed, dataset.accounting)
-        if refused is None and dataset.budget is not None:
-            used = ledgered(everyone, rule).bound(entry.scope)
+        if refused is None and everyone is not None and dataset.budget is not None:
+            used = everyone(rule).bound(entry.scope)
             refused = report.refusal(used, entry, dataset.budget, dataset.accounting, scope="dataset")
     except UnsupportedEvent as err:  # the history itself holds an event the rule cannot account for
         return err
     return refused
 
 
-def _accounts(entries: tuple[Entry, ...], allowed: Budget, accounting: Accounting) -> list[AccountOut]:
+def _accounts(history: View, allowed: Budget, accounting: Accounting) -> list[AccountOut]:
     """The worst-off unit's history (the maximum over cells) under basic composition and under the rule in
     force (if another)."""
     out = []
     for rule in dict.fromkeys(("basic", accounting.rule)):
         try:
-            used = ledgered(entries, rule).bound()
+            used = history(rule).bound()
         except UnsupportedEvent:
             continue  # e.g. a discrete Gaussian charged before the dataset moved to gdp: nothing is admitted
         out.append(_account(used, allowed, Accounting(rule, accounting.selection_share)))
@@ -305,11 +321,11 @@ def _account(used: Usage, allowed: Budget, accounting: Accounting) -> AccountOut
 _HEAVIEST_CELLS = 20
 
 
-def _cells(dataset: DatasetPolicy, allowed: Budget, entries: tuple[Entry, ...]) -> list[CellSpaceOut]:
+def _cells(dataset: DatasetPolicy, allowed: Budget, view: View) -> list[CellSpaceOut]:
     """Per cell of every space a charge is scoped to, under the rule in force: the most-charged cells."""
     accounting = dataset.accounting
     try:
-        history = ledgered(entries, accounting.rule)
+        history = view(accounting.rule)
     except UnsupportedEvent:
         return []
     out = []
@@ -325,9 +341,7 @@ def _cells(dataset: DatasetPolicy, allowed: Budget, entries: tuple[Entry, ...]) 
     return out
 
 
-def _budget(
-    dataset: DatasetPolicy, allowed: Budget, mine: tuple[Entry, ...], everyone: tuple[Entry, ...]
-) -> BudgetOut:
+def _budget(dataset: DatasetPolicy, allowed: Budget, mine: View, everyone: View | None) -> BudgetOut:
     """A budget and its history: basic Σε/Σδ spent, and what the rule in force leaves (ε at the budget's δ)."""
     accounting = dataset.accounting
     accounts = _accounts(mine, allowed, accounting)
@@ -335,11 +349,11 @@ def _budget(
     in_force = next((a for a in accounts if a.accounting == accounting.rule), None)
     reported = None
     if allowed.delta > 0:
-        epsilon, rule = report.tightest(mine, allowed.delta)
+        epsilon, rule = report.tightest(lambda rule: mine(rule).bound(), allowed.delta)
         if epsilon < float("inf"):
             reported = ReportedOut(epsilon=epsilon, delta=allowed.delta, accounting=rule)
     shared = None
-    if dataset.budget is not None:
+    if dataset.budget is not None and everyone is not None:
         totals = _accounts(everyone, dataset.budget, accounting)
         total_in_force = next((a for a in totals if a.accounting == accounting.rule), None)
         shared = SharedBudgetOut(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from accountant.cells import CellScope
+from accountant.cells import CellScope, ledgered
 from accountant.errors import BudgetExceeded
 from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ThresholdEvent
 from accountant.filter import BASIC, Accounting, Budget, Entry, Rule, Spend, usage
@@ -340,6 +340,19 @@ class TestCellContract:
         with pytest.raises(BudgetExceeded):  # every unit is in some full cell
             _admit(ledger, 0.125, budget=Budget(0.5, 0.0))
         assert ledger.count() == 16 and ledger.spent("ana", "sales") == Spend(4.0, 0.0)  # Σ: 16 × 0.25
+
+    def test_reports_read_the_same_sums_as_admit(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        for cells in ([0], [1, 2], [0, 2]):
+            self._scoped(ledger, cells, 0.125)
+            self._scoped(ledger, cells, 0.125, analyst="bob")
+        _admit(ledger, 0.125, event=LaplaceEvent(1, 8.0))
+        for analyst in ("ana", "bob", None):
+            for rule in ("basic", "zcdp", "gdp"):
+                fresh = ledgered(ledger.entries(dataset="sales", analyst=analyst), rule)  # type: ignore[arg-type]
+                kept = ledger.tallied(dataset="sales", analyst=analyst, rule=rule)  # type: ignore[arg-type]
+                assert (kept.total, kept.bound()) == (fresh.total, fresh.bound())
+        assert ledger.tallied(dataset="sales", analyst="ana").bound().amount == Fraction(3, 8)  # cell 0 (and 2)
 
     def test_concurrent_admits_never_overspend_a_cell(self, make_ledger: Factory) -> None:
         ledger = make_ledger()
