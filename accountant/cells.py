@@ -13,9 +13,12 @@ loss of any unit is at most the usage of its cell in *every* space, so
 
 and a charge scoped to cells S of one space fits if, for every cell in S, that cell's usage plus the
 charge stays within the capacity (and the same for the other spaces' maxima, which also bound the units
-in S). `bound` computes those maxima exactly: the sums are integers over a common power-of-two
-denominator (every cost is a float or a float's square, so a dyadic rational), added per cell by a float64
-matrix product whose every partial sum is an integer below 2**53, hence exact in any order.
+in S). `Ledgered.bound` computes those maxima exactly. Every cost is a float or a float's square, so a
+dyadic rational, and every sum is an integer over a power of two. Per cell, sums are Python integers in
+units of 2**-256 (exact unless a cost is finer than that, and then rounded up). Many scopes at once are
+added by one float64 matrix product of 20-bit limbs, whose every partial sum is an integer below 2**53,
+so it is exact in any order. `Running` keeps the sums of a history that grows, so that the ledger adds
+only what is new at each admit.
 """
 
 from __future__ import annotations
