@@ -131,11 +131,13 @@ def preview(body: QueryRequest, analyst: AnalystDep, env: EnvDep) -> PreviewResp
     after it) without charging or touching data. `admissible` applies the dataset's admit rule."""
     prepared = prepare(body, analyst, env.policy, env.sampler.salt())
     price, dataset = prepared.plan.price, prepared.dataset
-    mine = env.ledger.entries(dataset=dataset.name, analyst=analyst.name)
-    everyone = env.ledger.entries(dataset=dataset.name) if dataset.budget is not None else ()
+    shared = dataset.budget is not None
+    before, before_all = _stored(env, dataset.name, analyst.name), _stored(env, dataset.name, None) if shared else None
     entry = Entry(price.event, price.epsilon, price.delta, prepared.plan.scope)
-    before, before_all = _given(mine), _given(everyone) if dataset.budget is not None else None
     refused = _refusal(before, before_all, entry, prepared.budget, dataset)
+    # after: the history with this charge, which exists nowhere yet, summed afresh
+    mine = env.ledger.entries(dataset=dataset.name, analyst=analyst.name)
+    everyone = env.ledger.entries(dataset=dataset.name) if shared else ()
     return PreviewResponse(
         dataset=dataset.name,
         sql=prepared.plan.sql,
@@ -143,7 +145,7 @@ def preview(body: QueryRequest, analyst: AnalystDep, env: EnvDep) -> PreviewResp
         charge=_charge(price, None, dataset, prepared.plan.scope),
         budget=_budget(dataset, prepared.budget, before, before_all),
         budget_after=_budget(dataset, prepared.budget, _given((*mine, entry)),
-                             _given((*everyone, entry)) if dataset.budget is not None else None),
+                             _given((*everyone, entry)) if shared else None),
         admissible=refused is None,
         refusal=None if refused is None else str(refused),
         noise=_noise(prepared.plan.analysis, price),
@@ -229,7 +231,7 @@ def _charge(price: Price, charge_id: str | None, dataset: DatasetPolicy, scope: 
 _LISTED_CELLS = 100
 
 
-def _describer(key: tuple[str, str], dataset: DatasetPolicy | None) -> Any:
+def _describer(key: tuple[str, str], dataset: DatasetPolicy | None) -> Callable[[int], dict[str, object]] | None:
     """`CellSpace.describe` for the space `key` names, if the policy in force still has that space."""
     table = None if dataset is None else dataset.catalog.table(key[0])
     space = None if table is None else cell_space(table)
