@@ -258,11 +258,6 @@ def usage(entries: Iterable[Entry], rule: Rule) -> Usage:
     return Usage(rule, amount, delta)
 
 
-def spent_usage(spent: Spend) -> Usage:
-    """A basic-composition `Spend` (Σε, Σδ as the ledger sums its rows) as a `Usage`."""
-    return Usage("basic", Fraction(spent.epsilon), Fraction(spent.delta))
-
-
 def fits(used: Usage, entry: Entry, limit: Capacity) -> bool:
     """Whether the history's usage plus the entry's cost stays within the capacity, exactly.
 

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from accountant.filter import Budget, Spend
+from accountant.filter import Budget
 from accountant.ledger import Charge, Ledger, StoredRelease
 from mechanisms.sampling import Sampler
 from proxy.auth import dataset_for
@@ -75,7 +75,6 @@ class Answer:
     prepared: Prepared
     charge: Charge
     release: Release
-    spent: Spend
 
 
 def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int) -> Prepared:
@@ -143,4 +142,4 @@ def answer(
         rows = env.engine(prepared.dataset.name).run(prepared.plan.sql, env.settings.query_timeout_s)
     with env.timed("release"):
         result = release(rows.rows, prepared.plan.analysis, price, env.sampler)
-    return Answer(prepared, charge, result, env.ledger.spent(analyst.name, prepared.dataset.name))
+    return Answer(prepared, charge, result)
