@@ -74,10 +74,8 @@ def plan(
             f"the query's expressions nest deeper than {MAX_TREE_DEPTH} levels", construct="nesting",
             limit=MAX_TREE_DEPTH,
         )
-    analysis = analyse(select, catalog)
+    analysis = analyse(select, catalog, canonical_units=cells)
     scope = analysis.scope.charged() if cells else None
-    if scope is not None:
-        analysis = analyse(select, catalog, canonical_units=True)
     if noise_multiplier is None:
         priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism)
     else:

@@ -83,9 +83,9 @@ class Analysis:
 def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = False) -> Analysis:
     """Check `select` against the allow-list and the policy, and describe it.
 
-    With `canonical_units`, the cell-space columns the query reads are evaluated on each unit's canonical
-    value (see scope.py): needed only where charges are accounted per cell, and it costs a window over the
-    table, so it is off by default.
+    With `canonical_units`, a query whose scope leaves some cell out reads the cell-space columns as each
+    unit's canonical value (see scope.py): needed only where charges are accounted per cell, and it costs a
+    window over the table, so it is off by default and never used for a query that reaches every cell.
 
     Example:
         >>> from proxy.query.parse import parse
@@ -134,12 +134,13 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
     public_domains = tuple(d for d in domains if d is not None) if partitions == "public" else ()
     aggregates = tuple(scope.aggregates)
     space = cell_space(table)
+    reach = scope_of(space, where_expr)
     return Analysis(
         table=table, keys=keys, aggregates=aggregates, measures=measures_for(aggregates, table),
         outputs=outputs, where=where_expr, having=having_expr, order=order, limit=limit,
         max_groups=max_groups, partitions=partitions, domains=public_domains,
-        scope=scope_of(space, where_expr),
-        canonical=canonical_columns(space, where_expr, keys) if canonical_units else (),
+        scope=reach,
+        canonical=canonical_columns(space, where_expr, keys) if canonical_units and reach.cells is not None else (),
     )
 
 
