@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -19,7 +18,8 @@ from typing import ClassVar
 
 import duckdb
 
-from proxy.query.catalog import TYPE_KINDS, Catalog
+from proxy.query import types
+from proxy.query.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
@@ -150,13 +150,8 @@ class Engine:
                 where = f"table {table.name}: column {column.name}"
                 if found is None:
                     problems.append(f"{where}: not found in the database")
-                elif _kind(found) is None:
-                    problems.append(f"{where}: database type {found} is not supported")
-                elif _kind(found) != column.kind:
-                    problems.append(
-                        f"{where}: declared {column.type} ({column.kind}) but the database has"
-                        f" {found} ({_kind(found)})"
-                    )
+                elif (problem := _type_problem(column.type, found)) is not None:
+                    problems.append(f"{where}: {problem}")
         return tuple(problems)
 
     def close(self) -> None:
@@ -231,10 +226,25 @@ def write_database(path: Path, statements: tuple[str, ...]) -> None:
         Path(f"{temp}.wal").unlink(missing_ok=True)
 
 
-def _kind(duckdb_type: str) -> str | None:
-    """The catalog kind of a DuckDB type name; DECIMAL(p,s) counts as DECIMAL."""
-    base = re.sub(r"\(.*\)$", "", duckdb_type.strip()).upper()
-    return TYPE_KINDS.get(base)
+def _type_problem(declared: str, found: str) -> str | None:
+    """Why a column declared `declared` cannot be read as the database's `found` type, or None.
+
+    Integers of any width compare exactly with integer literals, so only their family must match. FLOAT and
+    DOUBLE round literals differently and DECIMAL(p, s) holds its own grid, so those must match exactly: the
+    scope of a query (scope.py) evaluates comparisons as the declared type does.
+
+    Example:
+        >>> _type_problem("DOUBLE", "FLOAT")
+        'declared DOUBLE but the database has FLOAT; declare type = "FLOAT"'
+        >>> _type_problem("INTEGER", "BIGINT") is None, _type_problem("VARCHAR", "TIMESTAMP")
+        (True, 'database type TIMESTAMP is not supported')
+    """
+    try:
+        actual = types.normalize(found)
+    except ValueError:
+        return f"database type {found} is not supported"
+    same = types.kind(actual) == "integer" == types.kind(declared) or actual == declared
+    return None if same else f'declared {declared} but the database has {actual}; declare type = "{actual}"'
 
 
 def _normalised_memory_limit(memory_limit: str) -> str:

@@ -21,7 +21,8 @@ from typing import ClassVar, Literal, cast, get_args
 
 from accountant.filter import BASIC, DEFAULT_SELECTION_SHARE, RULES, Accounting, Budget, Rule, capacity
 from mechanisms.gdp import MIN_BUDGET_EPSILON
-from proxy.query.catalog import TYPE_KINDS, Catalog, ColumnSpec, Kind, Literal_, Mechanism, TableSchema
+from proxy.query import types
+from proxy.query.catalog import MAX_ABS_BOUND, Catalog, ColumnSpec, Literal_, Mechanism, TableSchema
 from proxy.query.errors import InvalidParameter
 
 Role = Literal["analyst", "admin"]
@@ -379,21 +380,24 @@ def _column(name: str, raw: _Raw, table_loc: str, p: _Problems) -> ColumnSpec | 
     before = len(p.items)
     _check_keys(raw, loc, ("type", "bounds", "unit_level", "groupable", "public_domain"), p)
     type_ = _str(raw, "type", loc, p)
-    if type_ is not None and type_.upper() not in TYPE_KINDS:
-        p.add(f"{loc}.type", f"unsupported type {type_!r}; use one of {', '.join(sorted(TYPE_KINDS))}")
-        type_ = None
+    if type_ is not None:
+        try:
+            type_ = types.normalize(type_)
+        except ValueError as err:
+            p.add(f"{loc}.type", str(err))
+            type_ = None
     unit_level = _bool(raw, "unit_level", loc, p, default=False)
     groupable = _bool(raw, "groupable", loc, p, default=False)
     bounds = _bounds(raw.get("bounds"), f"{loc}.bounds", p) if "bounds" in raw else None
     domain = None
     if "public_domain" in raw and type_ is not None:
-        domain = _public_domain(raw["public_domain"], TYPE_KINDS[type_.upper()], f"{loc}.public_domain", p)
+        domain = _public_domain(raw["public_domain"], type_, f"{loc}.public_domain", p)
         if not groupable:
             p.add(f"{loc}.public_domain", "only a groupable column can have a public domain")
     if len(p.items) > before or type_ is None or unit_level is None or groupable is None:
         return None
     try:
-        return ColumnSpec(name, type_.upper(), bounds, unit_level, domain, groupable)
+        return ColumnSpec(name, type_, bounds, unit_level, domain, groupable)
     except ValueError as err:
         p.add(loc, str(err))
         return None
@@ -405,40 +409,35 @@ def _bounds(value: object, loc: str, p: _Problems) -> tuple[float, float] | None
     if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
         p.add(loc, f"must be [lo, hi] with lo <= hi, both finite numbers, got {value!r}")
         return None
+    if max(abs(lo), abs(hi)) > MAX_ABS_BOUND:
+        # larger bounds would let a sum's arithmetic fail after admission on one person's value (a leak)
+        p.add(loc, f"must lie within ±{MAX_ABS_BOUND:.0e} (larger clamp bounds are refused), got {value!r}")
+        return None
     return lo, hi
 
 
-def _public_domain(value: object, kind: Kind, loc: str, p: _Problems) -> tuple[Literal_, ...] | None:
+def _public_domain(value: object, type_: str, loc: str, p: _Problems) -> tuple[Literal_, ...] | None:
     if not isinstance(value, list) or not value:
-        p.add(loc, f"must be a non-empty array of {kind} values, got {value!r}")
+        p.add(loc, f"must be a non-empty array of {type_} values, got {value!r}")
         return None
-    converted = tuple(_domain_value(v, kind) for v in value)
+    converted = tuple(_domain_value(v, type_) for v in value)
     bad = [v for v, c in zip(value, converted, strict=True) if c is None]
     if bad:
-        p.add(loc, f"values must all be {kind} values, got {', '.join(repr(v) for v in bad)}")
+        p.add(loc, f"values must all be finite {type_} values, got {', '.join(repr(v) for v in bad)}")
         return None
     return cast(tuple[Literal_, ...], converted)
 
 
-def _domain_value(value: object, kind: Kind) -> Literal_ | None:
-    """`value` as a literal of `kind` (dates become ISO strings), or None when it is not one."""
-    match kind:
-        case "integer" if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        case "float" if _is_number(value) and math.isfinite(float(cast(float, value))):
-            return float(cast(float, value))
-        case "string" if isinstance(value, str):
-            return value
-        case "boolean" if isinstance(value, bool):
-            return value
-        case "date" if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
-            return value.isoformat()
-        case "date" if isinstance(value, str):
-            try:
-                return datetime.date.fromisoformat(value).isoformat()
-            except ValueError:
-                return None
-    return None
+def _domain_value(value: object, type_: str) -> Literal_ | None:
+    """`value` as the column type's canonical value (dates become ISO text), or None when it is not one."""
+    if isinstance(value, datetime.datetime) or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    if types.kind(type_) == "float" and isinstance(value, str):
+        return None  # TOML has numbers: a quoted "0.1" is a typo, not a FLOAT
+    try:
+        return types.canonical(type_, value)
+    except ValueError:
+        return None
 
 
 def _analyst(name: str, raw: _Raw, datasets: set[str], p: _Problems) -> AnalystPolicy | None:

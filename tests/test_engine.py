@@ -117,19 +117,22 @@ def test_check_catalog_reports_problems(engine: Engine) -> None:
     def table(name: str, *columns: ColumnSpec) -> TableSchema:
         return TableSchema(name, "user_id", (ColumnSpec("user_id", "BIGINT"), *columns))
 
-    good = Catalog((table("visits", ColumnSpec("amount", "DOUBLE"), ColumnSpec("price", "DOUBLE")),))
+    good = Catalog((table("visits", ColumnSpec("amount", "DOUBLE"), ColumnSpec("price", "DECIMAL(10, 2)")),))
     assert engine.check_catalog(good) == ()
     bad = Catalog(
         (
-            table("visits", ColumnSpec("nope", "DOUBLE"), ColumnSpec("region", "BIGINT")),
+            table("visits", ColumnSpec("nope", "DOUBLE"), ColumnSpec("region", "BIGINT"),
+                  ColumnSpec("price", "DOUBLE")),
             table("ghost"),
         )
     )
     problems = engine.check_catalog(bad)
-    assert len(problems) == 3
+    assert len(problems) == 4
     assert "nope" in problems[0] and "not found" in problems[0]
     assert "region" in problems[1] and "VARCHAR" in problems[1]
-    assert "ghost" in problems[2]
+    # a DECIMAL compares exactly, a DOUBLE rounds: the scope would be computed in the wrong type (issue #10)
+    assert "price" in problems[2] and 'declare type = "DECIMAL(10,2)"' in problems[2]
+    assert "ghost" in problems[3]
 
 
 def test_missing_file_is_misconfigured(tmp_path: Path) -> None:

@@ -12,10 +12,12 @@ import datetime as dt
 import itertools
 import math
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Literal
 
 from sqlglot import exp
 
+from proxy.query import types
 from proxy.query.catalog import Catalog, ColumnSpec, Literal_, TableSchema
 from proxy.query.errors import PolicyError, UnsupportedQuery
 from proxy.query.expr import Agg, Const, Expr, Key, Op
@@ -299,7 +301,7 @@ def _numeric(node: exp.Expr, scope: _Scope, position: str) -> Expr:
     value = _value(node, scope, position)
     if isinstance(value, Key):
         spec = _column(scope.table, scope.keys[value.index])
-        if spec.kind not in ("integer", "float"):
+        if not spec.numeric:
             raise UnsupportedQuery(
                 f"arithmetic on the {spec.kind} key {spec.name!r} is not supported; use numbers and aggregates",
                 construct="ARITHMETIC", column=spec.name, position=position,
@@ -347,7 +349,7 @@ def _aggregate(node: exp.Count | exp.Sum | exp.Avg, scope: _Scope) -> Aggregate:
     if not isinstance(argument, exp.Column):
         raise _inside_aggregate(argument, function)
     spec = scope.column(argument)
-    if spec.kind not in ("integer", "float"):
+    if not spec.numeric:
         raise PolicyError(f"{function}({spec.name}) needs a numeric column", construct=function, column=spec.name)
     if spec.bounds is None:
         raise PolicyError(
@@ -456,8 +458,7 @@ def _predicate(node: exp.Expr, scope: _Scope) -> exp.Expr:
             extra = [k for k, v in node.args.items() if k not in ("this", "expressions") and v]
             if not extra and isinstance(node.this, exp.Column) and 0 < len(node.expressions) <= MAX_IN_LIST:
                 spec = scope.column(node.this)
-                values = [_literal(v, spec) for v in node.expressions]
-                return exp.In(this=_quoted(spec), expressions=values)
+                return types.member(spec.name, spec.type, [_literal(v, spec) for v in node.expressions])
         case exp.Between() if node.args.get("symmetric"):
             raise UnsupportedQuery(
                 "BETWEEN SYMMETRIC is not supported; write BETWEEN low AND high", construct="BETWEEN SYMMETRIC"
@@ -465,15 +466,15 @@ def _predicate(node: exp.Expr, scope: _Scope) -> exp.Expr:
         case exp.Between():
             if isinstance(node.this, exp.Column):
                 spec = scope.column(node.this)
-                return exp.Between(
-                    this=_quoted(spec), low=_literal(node.args["low"], spec), high=_literal(node.args["high"], spec)
-                )
+                low, high = _literal(node.args["low"], spec), _literal(node.args["high"], spec)
+                return types.between(spec.name, spec.type, low, high)
         case exp.Like() | exp.ILike():
             extra = [k for k, v in node.args.items() if k not in ("this", "expression", "negate") and v]
             if not extra and isinstance(node.this, exp.Column):
                 spec = scope.column(node.this)
                 if spec.kind == "string":
-                    like = type(node)(this=_quoted(spec), expression=_literal(node.expression, spec))
+                    pattern = exp.Literal.string(str(_literal(node.expression, spec)))
+                    like = type(node)(this=types.column(spec.name, spec.type), expression=pattern)
                     return exp.Not(this=like) if node.args.get("negate") else like
         case _ if type(node) in _COMPARISONS:
             left, right, cls = node.this, node.expression, type(node)
@@ -481,7 +482,7 @@ def _predicate(node: exp.Expr, scope: _Scope) -> exp.Expr:
                 left, right, cls = right, left, _FLIPPED[cls]
             if isinstance(left, exp.Column):
                 spec = scope.column(left)
-                return cls(this=_quoted(spec), expression=_literal(right, spec))
+                return types.compare(spec.name, spec.type, cls, _literal(right, spec))
     offender = next((a for a in node.iter_expressions() if not isinstance(a, _PREDICATE_LEAVES)), node)
     raise _unsupported(
         offender,
@@ -494,36 +495,47 @@ def _quoted(spec: ColumnSpec) -> exp.Column:
     return exp.column(spec.name, quoted=True)
 
 
-def _literal(node: exp.Expr, spec: ColumnSpec) -> exp.Expr:
-    """Rebuild a literal of the column's kind, so no comparison can fail on a cast at run time."""
+def _literal(node: exp.Expr, spec: ColumnSpec) -> object:
+    """The exact value of a literal of the column's kind (numbers as Decimals, dates as ISO text): the
+    comparison is then rebuilt from it by types.py, so no comparison can fail on a cast at run time."""
     kind = spec.kind
-    if kind in ("integer", "float"):
+    if spec.numeric:
         negative = isinstance(node, exp.Neg)
         inner = node.this if negative else node
         if isinstance(inner, exp.Literal) and not inner.is_string:
-            number = _number(inner)
-            return exp.Literal.number(-number if negative else number)
+            number = _exact(inner)
+            return -number if negative else number
     elif kind == "string":
         if isinstance(node, exp.Literal) and node.is_string:
-            return exp.Literal.string(node.this)
+            return node.this
     elif kind == "boolean":
         if isinstance(node, exp.Boolean):
-            return exp.Boolean(this=bool(node.this))
+            return bool(node.this)
     elif kind == "date":
         text = node.this if isinstance(node, exp.Cast) and node.to.is_type("date") else node
         if isinstance(text, exp.Literal) and text.is_string:
             try:
-                day = dt.date.fromisoformat(text.this)
+                return dt.date.fromisoformat(text.this).isoformat()
             except ValueError:
                 raise PolicyError(
                     f"{text.this!r} is not a date (YYYY-MM-DD) for column {spec.name!r}",
                     construct="LITERAL", column=spec.name,
                 ) from None
-            return exp.cast(exp.Literal.string(day.isoformat()), exp.DataType.build("DATE"))
     raise PolicyError(
         f"column {spec.name!r} ({spec.type}) must be compared with a {kind} literal, not {node.sql()}",
         construct="LITERAL", column=spec.name,
     )
+
+
+def _exact(node: exp.Literal) -> Decimal:
+    """A numeric literal's exact value: 2**53 + 1 must not become 2**53 on its way to a comparison."""
+    try:
+        number = Decimal(node.this)
+    except InvalidOperation:
+        raise UnsupportedQuery(f"{node.this!r} is not a number", construct="LITERAL") from None
+    if not number.is_finite() or abs(number) > MAX_ABS_LITERAL:
+        raise UnsupportedQuery(f"number {node.this} is out of range (|x| <= 1e18)", construct="LITERAL")
+    return number
 
 
 def _number(node: exp.Literal) -> int | float:

@@ -10,21 +10,15 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["integer", "float", "string", "date", "boolean"]
+from proxy.query import types
+from proxy.query.types import TYPE_KINDS, Kind
+from proxy.query.types import Value as Literal_
+
+__all__ = ["TYPE_KINDS", "Catalog", "ColumnSpec", "Kind", "Literal_", "TableSchema"]
+
 Mechanism = Literal["laplace", "gaussian"]
 Adjacency = Literal["add_remove"]
-
-# DuckDB type name -> the kind our checks reason about (literal types, clamping, summability).
-TYPE_KINDS: dict[str, Kind] = {
-    "TINYINT": "integer", "SMALLINT": "integer", "INTEGER": "integer", "INT": "integer",
-    "BIGINT": "integer", "HUGEINT": "integer", "UTINYINT": "integer", "USMALLINT": "integer",
-    "UINTEGER": "integer", "UBIGINT": "integer",
-    "FLOAT": "float", "REAL": "float", "DOUBLE": "float", "DECIMAL": "float",
-    "VARCHAR": "string", "TEXT": "string", "STRING": "string",
-    "DATE": "date", "BOOLEAN": "boolean", "BOOL": "boolean",
-}
-
-Literal_ = str | int | float | bool
+MAX_ABS_BOUND = 1e15  # clamp bounds: a clamped value is below 2^50 on its grid, so no cast of it can fail
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,27 +26,43 @@ class ColumnSpec:
     """One column of a protected table as the policy declares it."""
 
     name: str
-    type: str
+    type: str  # normalised to DuckDB's own name on construction (types.normalize)
     bounds: tuple[float, float] | None = None  # clamp bounds; required to SUM/AVG the column
     unit_level: bool = False  # constant per privacy unit: grouping on it is disjoint per unit (§3)
     public_domain: tuple[Literal_, ...] | None = None  # every value released, no δ spent on keys
     groupable: bool = False  # may appear in GROUP BY
 
     def __post_init__(self) -> None:
-        if self.type.upper() not in TYPE_KINDS:
-            raise ValueError(f"column {self.name}: unsupported type {self.type!r}")
+        try:
+            object.__setattr__(self, "type", types.normalize(self.type))
+        except ValueError as err:
+            raise ValueError(f"column {self.name}: {err}") from None
         if self.bounds is not None:
             lo, hi = self.bounds
             if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
                 raise ValueError(f"column {self.name}: bounds must be finite with lo <= hi, got {self.bounds}")
-            if self.kind not in ("integer", "float"):
+            if not self.numeric:
                 raise ValueError(f"column {self.name}: bounds are only for numeric columns")
-        if self.public_domain is not None and len(set(self.public_domain)) != len(self.public_domain):
-            raise ValueError(f"column {self.name}: public_domain has duplicate values")
+            if max(abs(lo), abs(hi)) > MAX_ABS_BOUND:
+                raise ValueError(f"column {self.name}: bounds must lie within ±{MAX_ABS_BOUND:.0e}, got {self.bounds}")
+        if self.public_domain is not None:
+            try:  # one value per type, as the engine returns it: keys then match (types.canonical)
+                domain = tuple(types.canonical(self.type, v) for v in self.public_domain)
+            except ValueError as err:
+                raise ValueError(f"column {self.name}: public_domain: {err}") from None
+            if any(v is None or (isinstance(v, float) and not math.isfinite(v)) for v in domain):
+                raise ValueError(f"column {self.name}: public_domain values must be finite and not null")
+            if len(set(domain)) != len(domain):
+                raise ValueError(f"column {self.name}: public_domain has duplicate values (as {self.type} values)")
+            object.__setattr__(self, "public_domain", domain)
 
     @property
     def kind(self) -> Kind:
-        return TYPE_KINDS[self.type.upper()]
+        return types.kind(self.type)
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind in ("integer", "float", "decimal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +81,11 @@ class TableSchema:
             raise ValueError(f"table {self.name}: duplicate column names")
         if self.privacy_unit not in names:
             raise ValueError(f"table {self.name}: privacy_unit {self.privacy_unit!r} is not a declared column")
+        unit = self.column(self.privacy_unit)
+        if unit is not None and unit.kind not in ("integer", "decimal", "string", "date"):
+            # floats are not identities: -0.0 = 0.0 and NaN = NaN would merge distinct units in the bounding
+            raise ValueError(f"table {self.name}: privacy_unit {self.privacy_unit!r} must be an integer, DECIMAL, "
+                             f"text or date column, not {unit.type}")
         for bound, value in (("max_groups", self.max_groups), ("max_rows", self.max_rows)):
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
                 raise ValueError(f"table {self.name}: {bound} must be an integer in [1, 10000], got {value!r}")

@@ -3,6 +3,10 @@
 Only this module sees exact values, and it lets none of them out: a group appears only if it is public or
 passed the noisy threshold; every released number carries noise; HAVING, ORDER BY and LIMIT run on noisy
 values; rows come out in key order (or the requested order), never in the engine's data-dependent order.
+Every step is total on any data: exact values are clipped to what the sampler accepts (clipping is
+1-Lipschitz, so no sensitivity grows), and group keys are read as their declared type (types.canonical), so
+the engine's DATE, REAL and DECIMAL values match the policy's public domain and no key reveals a sign (-0.0).
+Noise and estimates are computed per column for all cells at once.
 """
 
 from __future__ import annotations
@@ -10,12 +14,18 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
-from mechanisms.sampling import Sampler
+import numpy as np
+
+from mechanisms.sampling import MAX_ABS_VALUE, Sampler
+from proxy.query import types
 from proxy.query.analyse import Analysis
-from proxy.query.expr import Value, evaluate
+from proxy.query.expr import Agg, Key, Value, evaluate
 from proxy.query.measures import Aggregate, Measure, measures_of
 from proxy.query.price import Price
+
+_LARGEST = MAX_ABS_VALUE - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,28 +49,43 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
         Release(columns=('region', 'n'), rows=(('N', 1), ('S', 10)))
     """
     n_keys = len(analysis.keys)
-    exact = {tuple(row[:n_keys]): tuple(int(v or 0) for v in row[n_keys:]) for row in rows}
+    key_types = tuple(_spec_type(analysis, k) for k in analysis.keys)
+    exact = {
+        tuple(types.canonical(t, v) for t, v in zip(key_types, row[:n_keys], strict=True)):
+            tuple(clip(v) for v in row[n_keys:])
+        for row in rows
+    }
     zeros = (0,) * (1 + len(analysis.measures))
     if analysis.partitions == "private":
-        cells = sorted(exact, key=_sort_key)
         assert price.selection is not None
-        noisy_units = sampler.laplace([exact[c][0] for c in cells], price.selection.scale)
-        cells = [c for c, n in zip(cells, noisy_units, strict=True) if n >= price.selection.threshold]
+        candidates = list(exact)
+        noisy_units = np.asarray(sampler.laplace([exact[c][0] for c in candidates], price.selection.scale))
+        kept = np.flatnonzero(noisy_units >= price.selection.threshold) if candidates else ()
+        cells = sorted((candidates[i] for i in kept), key=_sort_key)
     elif analysis.partitions == "public":
         cells = list(itertools.product(*analysis.domains))
     else:
         cells = [()]
 
-    noisy: list[tuple[int, ...]] = []
+    noisy: dict[Measure, np.ndarray] = {}
     for spec in price.noise:
         values = [exact.get(cell, zeros)[1 + spec.measure] for cell in cells]
         draw = sampler.laplace if spec.mechanism == "laplace" else sampler.gaussian
-        noisy.append(draw(values, spec.scale) if cells else ())
-    by_measure = {analysis.measures[spec.measure]: column for spec, column in zip(price.noise, noisy, strict=True)}
+        noisy[analysis.measures[spec.measure]] = np.asarray(draw(values, spec.scale) if cells else (), dtype=np.int64)
+    columns = [_estimates(a, analysis, noisy) for a in analysis.aggregates]
+    shown = [tuple(_shown(v) for v in cell) for cell in cells]
+    per_cell = list(zip(*columns, strict=True)) if columns else [()] * len(cells)
+
+    if analysis.having is None and not analysis.order and all(isinstance(o.expr, Key | Agg) for o in analysis.outputs):
+        # the common case, columns picked whole: no expression evaluated per cell
+        picked = [_pick(o.expr, shown, columns) for o in analysis.outputs]
+        out_rows = list(zip(*picked, strict=True)) if picked else [()] * len(cells)
+        if analysis.limit is not None:
+            out_rows = out_rows[: analysis.limit]
+        return Release(tuple(o.name for o in analysis.outputs), tuple(out_rows))
 
     out = []
-    for i, cell in enumerate(cells):
-        aggregates = [_estimate(a, analysis, {m: v[i] for m, v in by_measure.items()}) for a in analysis.aggregates]
+    for cell, aggregates in zip(shown, per_cell, strict=True):
         if analysis.having is not None and not evaluate(analysis.having, cell, aggregates):
             continue
         values = tuple(evaluate(o.expr, cell, aggregates) for o in analysis.outputs)
@@ -72,21 +97,54 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
     return Release(tuple(o.name for o in analysis.outputs), tuple(values for values, _, _ in out))
 
 
-def _estimate(aggregate: Aggregate, analysis: Analysis, noisy: dict[Measure, int]) -> Value:
-    """Post-process noisy measures into the aggregate's value (free: DP is closed under post-processing)."""
+def clip(value: object) -> int:
+    """An exact measure as the sampler takes it: NULL is 0, and magnitudes stop just below 2^62.
+
+    Clipping is 1-Lipschitz, so neighbouring inputs stay as close as before: the sensitivity holds, and a
+    sum that a heavy table pushes past 2^62 can no longer fail after admission on one person's value.
+
+    Example:
+        >>> clip(None), clip(5), clip(2**70) == 2**62 - 1, clip(-(2**100)) == -(2**62 - 1)
+        (0, 5, True, True)
+    """
+    number = int(value or 0)  # type: ignore[call-overload]  # DuckDB returns int (HUGEINT included) or None
+    return max(-_LARGEST, min(_LARGEST, number))
+
+
+def _spec_type(analysis: Analysis, key: str) -> str:
+    spec = analysis.table.column(key)
+    assert spec is not None
+    return spec.type
+
+
+def _estimates(aggregate: Aggregate, analysis: Analysis, noisy: dict[Measure, np.ndarray]) -> list[Value]:
+    """Post-process noisy measures into the aggregate's values, all cells at once (DP is closed under
+    post-processing)."""
     measures = measures_of(aggregate, analysis.table)
     first = measures[0]
     value = noisy[first]
     match aggregate.kind:
         case "count" | "count_column" | "count_units":
-            return max(0, value)
+            return np.maximum(value, 0).tolist()  # type: ignore[no-any-return]
         case "sum":
-            return value if first.grid == 1 else value / first.grid
+            return (value if first.grid == 1 else value / first.grid).tolist()  # type: ignore[no-any-return]
     count = noisy[measures[1]]
-    if count <= 0:
-        return None
-    mean = (first.centre + value / count) / first.grid
-    return min(max(mean, first.lo / first.grid), first.hi / first.grid)
+    positive = count > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = (first.centre + value / np.where(positive, count, 1)) / first.grid
+    mean = np.clip(mean, first.lo / first.grid, first.hi / first.grid)
+    return [m if ok else None for m, ok in zip(mean.tolist(), positive.tolist(), strict=True)]
+
+
+def _pick(expr: Key | Agg, cells: list[tuple[Value, ...]], columns: list[list[Value]]) -> list[Value]:
+    return [cell[expr.index] for cell in cells] if isinstance(expr, Key) else columns[expr.index]
+
+
+def _shown(value: object) -> Value:
+    """A key as released: a DECIMAL as a JSON number (int when whole)."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return value  # type: ignore[return-value]
 
 
 def _sort_key(cell: tuple[object, ...]) -> tuple[tuple[bool, str, object], ...]:

@@ -6,7 +6,8 @@ chosen by a keyed hash of the unit's own rows under a fresh random `salt` per qu
 depends only on its own rows, so removing a unit removes only its kept rows and every planned sensitivity
 holds for any data; the salt makes the choice a fresh pseudo-random sample each time.
 
-    __src    the rows of the protected table that pass WHERE (and the public domain), values clamped
+    __src    the rows of the protected table with a privacy unit that pass WHERE (and the public domain),
+             values clamped
     __rows   at most max_rows random rows per (unit, group)                     L∞ bound
     __cells  one row per (unit, group), at most max_groups random groups per unit   L0 bound
     result   per group: distinct units, then one integer column per measure
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 from sqlglot import exp, parse_one
 
+from proxy.query import types
 from proxy.query.analyse import Analysis
+from proxy.query.catalog import TableSchema
 from proxy.query.measures import Measure
 
 UNITS = "__units"
@@ -35,7 +38,7 @@ def rewrite(analysis: Analysis, salt: int = 0) -> str:
         >>> t = TableSchema("orders", "cid", (ColumnSpec("cid", "BIGINT"),
         ...     ColumnSpec("qty", "INTEGER", bounds=(0, 10))), max_rows=2)
         >>> print(rewrite(analyse(parse("SELECT SUM(qty) FROM orders WHERE qty > 1"), Catalog((t,))), 7))
-        WITH __src AS (SELECT "cid" AS __unit, CASE WHEN "qty" IS NULL THEN NULL ELSE LEAST(GREATEST(CAST(ROUND(LEAST(GREATEST(CAST("qty" AS DOUBLE), 0), 10) * 1) AS BIGINT), 0), 10) END AS __v0 FROM "orders" WHERE "qty" > 1), __rows AS (SELECT * FROM __src QUALIFY ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY HASH(7, __unit, __v0)) <= 2), __cells AS (SELECT __unit, SUM(__v0) AS __c0 FROM __rows GROUP BY __unit) SELECT COUNT(*) AS __units, SUM(__c0) AS __m0 FROM __cells
+        WITH __src AS (SELECT "cid" AS __unit, CASE WHEN "qty" IS NULL THEN NULL ELSE LEAST(GREATEST(CAST(ROUND(LEAST(GREATEST(CAST("qty" AS DOUBLE), 0), 10) * 1) AS BIGINT), 0), 10) END AS __v0 FROM "orders" WHERE NOT "cid" IS NULL AND "qty" > 1), __rows AS (SELECT * FROM __src QUALIFY ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY HASH(7, __unit, __v0)) <= 2), __cells AS (SELECT __unit, SUM(__v0) AS __c0 FROM __rows GROUP BY __unit) SELECT COUNT(*) AS __units, SUM(__c0) AS __m0 FROM __cells
     """
     keys = [f"__k{i}" for i in range(len(analysis.keys))]
     source = _source(analysis)
@@ -63,20 +66,29 @@ def rewrite(analysis: Analysis, salt: int = 0) -> str:
 
 def _source(analysis: Analysis) -> exp.Select:
     table = analysis.table
-    projections: list[exp.Expr] = [exp.alias_(_quoted(table.privacy_unit), "__unit")]
-    projections += [exp.alias_(_quoted(key), f"__k{i}") for i, key in enumerate(analysis.keys)]
+    # Units and keys are read under binary collation (types.column): a COLLATE NOCASE column would merge
+    # distinct units in the bounding, or make 'N' and 'n' one group of two scopes.
+    projections: list[exp.Expr] = [exp.alias_(_typed(table, table.privacy_unit), "__unit")]
+    projections += [exp.alias_(_typed(table, key), f"__k{i}") for i, key in enumerate(analysis.keys)]
     projections += [_row_value(analysis.measures[j], j) for j in sorted(set(_inputs(analysis.measures).values()))]
     source = exp.select(*projections).from_(_table(analysis))
-    conditions = [analysis.where] if analysis.where is not None else []
+    # Rows of no privacy unit belong to nobody we can bound: they are dropped, never pooled into one unit.
+    conditions = [exp.Not(this=exp.Is(this=_quoted(table.privacy_unit), expression=exp.Null()))]
+    if analysis.where is not None:
+        conditions.append(analysis.where)
     if analysis.partitions == "public":
         # Rows outside the public domain are dropped before bounding: no unit spends its L0 on them.
-        conditions += [
-            exp.In(this=_quoted(key), expressions=[_literal(v) for v in domain])
-            for key, domain in zip(analysis.keys, analysis.domains, strict=True)
-        ]
-    if conditions:
-        source = source.where(exp.and_(*conditions))
-    return source
+        for key, domain in zip(analysis.keys, analysis.domains, strict=True):
+            spec = table.column(key)
+            assert spec is not None
+            conditions.append(types.member(spec.name, spec.type, list(domain)))
+    return source.where(exp.and_(*conditions))
+
+
+def _typed(table: TableSchema, name: str) -> exp.Expr:
+    spec = table.column(name)
+    assert spec is not None
+    return types.column(spec.name, spec.type)
 
 
 def _table(analysis: Analysis) -> exp.Expr:
@@ -86,10 +98,12 @@ def _table(analysis: Analysis) -> exp.Expr:
     table = exp.table_(analysis.table.name, quoted=True)
     if not analysis.canonical:
         return table
-    unit = exp.to_identifier(analysis.table.privacy_unit, quoted=True).sql(dialect="duckdb")
+    # binary collation: the canonical value must be one function of the unit's rows in every query
+    unit = _typed(analysis.table, analysis.table.privacy_unit).sql(dialect="duckdb")
     replaced = ", ".join(
-        f"MIN({name}) OVER (PARTITION BY {unit}) AS {name}"
-        for name in (exp.to_identifier(c, quoted=True).sql(dialect="duckdb") for c in analysis.canonical)
+        f"MIN({_typed(analysis.table, c).sql(dialect='duckdb')}) OVER (PARTITION BY {unit}) AS "
+        f"{exp.to_identifier(c, quoted=True).sql(dialect='duckdb')}"
+        for c in analysis.canonical
     )
     canonical = parse_one(f"SELECT * REPLACE ({replaced}) FROM {table.sql(dialect='duckdb')}", read="duckdb")
     return exp.Subquery(this=canonical, alias=exp.TableAlias(this=exp.to_identifier("__canon")))
@@ -161,13 +175,3 @@ def _number(value: int | float) -> exp.Literal:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return exp.Literal.number(value)
-
-
-def _literal(value: object) -> exp.Expr:
-    if isinstance(value, bool):
-        return exp.Boolean(this=value)
-    if isinstance(value, int | float):
-        return _number(value)
-    if hasattr(value, "isoformat"):
-        return exp.cast(exp.Literal.string(value.isoformat()), "DATE")  # type: ignore[attr-defined]
-    return exp.Literal.string(str(value))

@@ -20,12 +20,13 @@ import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 import numpy as np
 from sqlglot import exp
 
 from accountant.cells import CellScope
+from proxy.query import types
 from proxy.query.catalog import ColumnSpec, Literal_, TableSchema
 
 MAX_CELLS = 100_000
@@ -193,7 +194,7 @@ def _truth(node: exp.Expr, space: CellSpace) -> tuple[np.ndarray, np.ndarray]:
             return t1 | t2, f1 & f2
         case exp.Boolean():
             return (every, ~every) if node.this else (~every, every)
-    column = node.this if isinstance(node.this, exp.Column) else None
+    column = _column_of(node.this)
     axis = space.axis(column.name) if column is not None else None
     if axis is None:
         return every, every  # a row-level column, or one outside the cell space: no unit-level restriction
@@ -201,6 +202,13 @@ def _truth(node: exp.Expr, space: CellSpace) -> tuple[np.ndarray, np.ndarray]:
     if per is None:
         return every, every
     return _broadcast(space, axis, [t for t, _ in per]), _broadcast(space, axis, [f for _, f in per])
+
+
+def _column_of(node: exp.Expr | None) -> exp.Column | None:
+    """The column an atom compares: types.column wraps text in COLLATE "binary" and a REAL in a CAST."""
+    while isinstance(node, exp.Collate | exp.Cast):
+        node = node.this
+    return node if isinstance(node, exp.Column) else None
 
 
 Truth = tuple[bool, bool]  # (may be TRUE, may be FALSE)
@@ -217,9 +225,7 @@ def _coordinates(node: exp.Expr, axis: Axis) -> list[Truth] | None:
         return None
     families = {_family(v) for v in (*axis.values, *literals)}
     if len(families) != 1:
-        return None  # e.g. a string compared with a DATE domain: DuckDB casts, Python would not; restrict nothing
-    if any(isinstance(v, float) for v in axis.values):  # a DOUBLE column: DuckDB compares the literal as DOUBLE
-        literals = [float(x) for x in literals]  # type: ignore[arg-type]
+        return None  # types.py rebuilds every literal in its column's type: a mismatch is not ours; restrict nothing
     test = _test(node, literals)
     if test is None:
         return None
@@ -244,14 +250,14 @@ def _family(value: object) -> str:
 
 def _literals(node: exp.Expr) -> list[object] | None:
     if isinstance(node, exp.In):
-        found = [_value(e) for e in node.expressions]
+        found = [types.read_literal(e) for e in node.expressions]
     elif isinstance(node, exp.Between):
-        found = [_value(node.args["low"]), _value(node.args["high"])]
+        found = [types.read_literal(node.args["low"]), types.read_literal(node.args["high"])]
     elif type(node) in _COMPARE:
-        found = [_value(node.expression)]
+        found = [types.read_literal(node.expression)]
     else:
         return None
-    return None if _UNKNOWN in found else found
+    return None if types.UNKNOWN in found else found
 
 
 def _test(node: exp.Expr, literals: list[object]) -> Callable[[object], bool] | None:
@@ -289,30 +295,6 @@ def _on_range(node: exp.Expr, literals: list[object], low: float, high: float) -
         exp.LT: (low < c, high >= c), exp.LTE: (low <= c, high > c),
         exp.GT: (high > c, low <= c), exp.GTE: (high >= c, low < c),
     }[type(node)]  # type: ignore[index]
-
-
-_UNKNOWN = object()
-
-
-def _value(node: exp.Expr) -> object:
-    """A literal's value, exactly as DuckDB reads it: numbers are parsed as decimals, never through float
-    (2**53 + 1 must not become 2**53); -n is a number too. Anything else is unknown (restricts nothing)."""
-    if isinstance(node, exp.Neg):
-        inner = _value(node.this)
-        return -inner if isinstance(inner, int | Decimal) and not isinstance(inner, bool) else _UNKNOWN
-    if isinstance(node, exp.Literal):
-        if node.is_string:
-            return node.this
-        try:
-            number = Decimal(node.this)
-        except InvalidOperation:
-            return _UNKNOWN
-        if not number.is_finite():
-            return _UNKNOWN
-        return int(number) if number == number.to_integral_value() else number
-    if isinstance(node, exp.Boolean):
-        return bool(node.this)
-    return _UNKNOWN
 
 
 def _broadcast(space: CellSpace, axis: int, per_value: list[bool]) -> np.ndarray:
