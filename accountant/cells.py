@@ -176,10 +176,14 @@ class SpaceUsage:
     delta: np.ndarray
 
     def peak(self, within: np.ndarray | None = None) -> tuple[Fraction, Fraction]:
-        """The largest usage of a cell (of the cells where `within` is True), per component."""
+        """The largest usage of a cell (of the cells where `within` is True), per component.
+
+        An empty `within` is read as every cell: a charge is never priced at less than the space's peak
+        because its scope was (wrongly) empty.
+        """
+        if within is not None and not within.any():
+            within = None
         amount, delta = (self.amount, self.delta) if within is None else (self.amount[within], self.delta[within])
-        if amount.size == 0:
-            return Fraction(0), Fraction(0)
         return self.base[0] + Fraction(amount.max(), 1 << _GRID), self.base[1] + Fraction(delta.max(), 1 << _GRID)
 
     def cell(self, index: int) -> tuple[Fraction, Fraction]:
@@ -250,7 +254,8 @@ class Running:
         squared = self.rule == "gdp"  # GDP adds μ²
         groups: dict[CellScope | None, list[int]] = {}
         for (scope, value, extra), count in counts.items():
-            sums = groups.setdefault(scope, [0, 0])
+            # a charge with an empty scope (never planned now; a ledger may hold one) covers every cell
+            sums = groups.setdefault(scope if scope is None or scope.count else None, [0, 0])
             sums[0] += count * _scaled(value, squared)
             sums[1] += count * _scaled(extra, False)
         by_space: dict[tuple[str, str], dict[CellScope, list[int]]] = {}

@@ -30,6 +30,7 @@ STATUS: dict[str, int] = {
     "unsupported": 400,
     "policy": 400,
     "invalid_parameter": 400,
+    "empty_scope": 400,
     "budget_exceeded": 403,
     "not_found": 404,
     "method_not_allowed": 405,

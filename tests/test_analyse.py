@@ -70,7 +70,8 @@ def test_where_is_rebuilt_from_checked_literals() -> None:
     assert a.where.sql(dialect="duckdb") == (
         "\"age\" < 30 AND \"day\" >= CAST('2026-01-01' AS DATE) AND \"page\" COLLATE \"binary\" LIKE 'a%'"
         " AND \"region\" COLLATE \"binary\" IN ('N', 'S')"
-        " AND \"amount\" BETWEEN CAST('-1.0' AS DOUBLE) AND CAST('2.5' AS DOUBLE) AND NOT \"flag\" AND \"secret\" IS NULL"
+        " AND \"amount\" BETWEEN CAST('-1.0' AS DOUBLE) AND CAST('2.5' AS DOUBLE)"
+        " AND NOT \"flag\" AND \"secret\" IS NULL"
     )
 
 

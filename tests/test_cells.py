@@ -56,7 +56,15 @@ def test_disjoint_cells_cost_the_maximum_and_overlaps_the_sum() -> None:
     assert overlapping.bound().amount == Fraction(3, 2)  # cell 1 is in all three
     assert overlapping.bound(CellScope.of("t", "s", SIZE, [0, 2])).amount == Fraction(1, 2)  # one charge each
     assert overlapping.bound(CellScope.of("t", "s", SIZE, [3, 4])).amount == 0  # nobody charged there
-    assert overlapping.bound(CellScope.of("t", "s", SIZE, [])).amount == 0  # a scope of no cell
+    # issue #10: a scope of no cell used to cost nothing, so it fitted any budget any number of times
+    assert overlapping.bound(CellScope.of("t", "s", SIZE, [])).amount == Fraction(3, 2)  # as every cell
+
+
+def test_a_charge_with_an_empty_scope_covers_every_cell() -> None:
+    # a ledger may hold such a charge from before issue #10: it counts against every unit, never against none
+    history = ledgered([scoped([0]), scoped([])], "basic")
+    assert history.bound().amount == Fraction(1)
+    assert history.bound(scoped([3]).scope).amount == Fraction(1, 2)
 
 
 def test_unscoped_charges_other_tables_and_changed_spaces_cover_every_cell() -> None:
@@ -98,7 +106,8 @@ def _brute_cell(entries: list[Entry], rule: str, table: str, space: str, cell: i
     amount, delta = Fraction(0), Fraction(0)
     for entry in entries:
         s = entry.scope
-        if s is None or s.key != (table, space) or cell in s.indices().tolist():
+        # an empty scope covers every cell (issue #10): it must never cost nothing
+        if s is None or s.key != (table, space) or not s.count or cell in s.indices().tolist():
             value, extra = cost(entry, rule)  # type: ignore[arg-type]
             amount += additive(value, rule)  # type: ignore[arg-type]
             delta += Fraction(extra)

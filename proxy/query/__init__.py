@@ -10,7 +10,7 @@ from sqlglot import exp
 from accountant.cells import CellScope
 from proxy.query.analyse import Analysis, analyse
 from proxy.query.catalog import Catalog, Mechanism
-from proxy.query.errors import UnsupportedQuery
+from proxy.query.errors import EmptyScope, UnsupportedQuery
 from proxy.query.parse import parse
 from proxy.query.price import Price, price, price_for_noise
 from proxy.query.rewrite import rewrite
@@ -75,6 +75,12 @@ def plan(
             limit=MAX_TREE_DEPTH,
         )
     analysis = analyse(select, catalog, canonical_units=cells)
+    if analysis.scope.cells is not None and not analysis.scope.cells:
+        # no unit can pass this WHERE: nothing to answer, and a charge on no cell must never be made (issue #10)
+        raise EmptyScope(
+            "the WHERE clause holds for no privacy unit under the policy (its conditions on unit-level columns "
+            "contradict each other); remove the contradiction", construct="WHERE",
+        )
     scope = analysis.scope.charged() if cells else None
     if noise_multiplier is None:
         priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism)

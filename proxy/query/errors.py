@@ -30,3 +30,10 @@ class PolicyError(QueryError):
 
 class InvalidParameter(QueryError):
     code = "invalid_parameter"
+
+
+class EmptyScope(QueryError):
+    """The WHERE clause holds for no privacy unit under the policy (e.g. `region = 'N' AND region = 'S'`): the
+    answer would be noise alone, so it is refused before any charge."""
+
+    code = "empty_scope"
