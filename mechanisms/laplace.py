@@ -73,8 +73,14 @@ def ci_halfwidth(scale: float, confidence: float = 0.95) -> int:
     log_alpha = math.log1p(-confidence)
     q = math.exp(-1.0 / scale)
     k = max(0, math.ceil(scale * (math.log(2.0) - math.log1p(q) - log_alpha)) - 1)
-    while _log_tail(k, scale) > log_alpha:
+    # The estimate is off by a few ulps of `scale` at most; past 2^52 a step of 1 no longer moves the float
+    # tail at all, so the steps are bounded (a huge scale used to loop for ever before admission).
+    for _ in range(64):
+        if _log_tail(k, scale) <= log_alpha:
+            break
         k += 1
-    while k > 0 and _log_tail(k - 1, scale) <= log_alpha:
+    for _ in range(64):
+        if not (k > 0 and _log_tail(k - 1, scale) <= log_alpha):
+            break
         k -= 1
     return k

@@ -168,7 +168,8 @@ def _price_at(
         rhos = _split(rho_total, tuple(math.sqrt(n) for n in uses), _share(rho_total, len(analysis.measures)))
         for j, measure in enumerate(analysis.measures):
             # Δ2 = √L0 · per-group sensitivity (§2), rounded up
-            sensitivity = math.nextafter(math.sqrt(l0) * measure.sensitivity(max_rows), math.inf)
+            per_group = measure.sensitivity(max_rows)
+            sensitivity = math.nextafter(math.sqrt(l0) * per_group, math.inf) if per_group else 0.0
             if not sensitivity:
                 sigma = 1.0
             elif noise_multiplier is None:
