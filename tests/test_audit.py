@@ -30,6 +30,7 @@ from accountant.audit import (
     AuditFilter,
     AuditLog,
     AuditRecord,
+    Coverage,
     PostgresAudit,
     SqliteAudit,
     chain,
@@ -38,7 +39,10 @@ from accountant.audit import (
     sql_sha256,
     verify_chain,
 )
-from accountant.ledger import MemoryLedger
+from accountant.errors import BudgetExceeded
+from accountant.filter import Budget
+from accountant.ledger import Charge, Ledger, MemoryLedger
+from accountant.stores import open_ledger
 from proxy import audit_routes
 from proxy.app import create_app
 from proxy.audit_cli import audit_verify
@@ -398,6 +402,88 @@ def test_cli_cannot_check_exits_2_without_echoing_the_password(
     assert audit_verify(address) == 2
     err = capsys.readouterr().err
     assert "not checked" in err and "secret" not in err
+
+
+# --- admissions: a charge and its admitted entry, in one transaction ------------------------------------
+
+ADMITTED_SQL = "SELECT COUNT(*) FROM t"
+
+
+def _ledger_at(store: Store) -> Ledger:
+    return open_ledger(store.address)
+
+
+def _admit_audited(ledger: Ledger, epsilon: float = 0.25, sql: str | None = ADMITTED_SQL) -> Charge:
+    return ledger.admit(analyst="ana", dataset="sales", sql_sha256=sql_sha256(ADMITTED_SQL), event=EVENT,
+                        epsilon=epsilon, delta=0.0, composition="basic", budget=Budget(1.0, 0.0), sql=sql)
+
+
+def test_admit_appends_the_admitted_entry_with_its_charge(store: Store) -> None:
+    audit, ledger = store.make(), _ledger_at(store)
+    try:
+        audit.append(RECORDS[3])  # the chain is shared: admissions follow the log's own entries
+        charge = _admit_audited(ledger)
+        with pytest.raises(BudgetExceeded):
+            _admit_audited(ledger, epsilon=0.9)  # refused: no charge, no entry
+        last, first = audit.entries()
+        assert first.decision == "rejected" and last.prev_hash == first.hash
+        assert (last.seq, last.analyst, last.dataset, last.sql, last.sql_sha256, last.decision, last.charge_id,
+                last.epsilon, last.delta, last.at) == (2, "ana", "sales", ADMITTED_SQL, charge.sql_sha256,
+                                                       "admitted", charge.id, 0.25, 0.0, charge.at)
+        assert audit.verify().ok
+        assert audit.coverage() == Coverage(1, 0, (), 0, ())
+    finally:
+        ledger.close()
+
+
+def test_a_charge_cannot_commit_without_its_entry(store: Store) -> None:
+    ledger = _ledger_at(store)
+    try:
+        with pytest.raises(ValueError, match="sha256"):
+            _admit_audited(ledger, sql="SELECT 2")  # not the SQL whose hash is charged
+        store.sql("DELETE FROM audit_head")  # the chain cannot take the entry now
+        with pytest.raises(RuntimeError, match="head"):
+            _admit_audited(ledger)
+        assert ledger.count() == 0  # the charge rolled back with its entry
+    finally:
+        ledger.close()
+
+
+def test_coverage_finds_charges_without_entries_and_entries_without_charges(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    audit, ledger = store.make(), _ledger_at(store)
+    try:
+        kept = _admit_audited(ledger, epsilon=0.125)
+        silent = _admit_audited(ledger, epsilon=0.125, sql=None)  # a caller that passes no SQL writes no entry
+        edited = _admit_audited(ledger, epsilon=0.125)
+        deleted = _admit_audited(ledger, epsilon=0.125)
+        store.sql("UPDATE charges SET epsilon = 0.0625 WHERE id = ?", edited.id)  # no longer its entry's ε
+        store.sql("DELETE FROM charges WHERE id = ?", deleted.id)  # a refund behind the ledger's back
+        assert audit.verify().ok  # the chain alone cannot see either
+        covered = audit.coverage()
+        assert (covered.charges, covered.unaudited, covered.orphaned) == (3, (silent.id, edited.id), (deleted.id,))
+        assert not covered.ok and kept.id not in covered.unaudited
+        assert audit.coverage(listed=1).unaudited == (silent.id,) and audit.coverage(listed=1).unaudited_count == 2
+        assert audit_verify(store.address) == 1
+        out = capsys.readouterr().out
+        assert "audit log: ok" in out
+        assert f"charges: MISSING: 2 charges have no admitted audit entry: {silent.id}, {edited.id}" in out
+        assert f"1 admitted audit entries have no charge in the ledger: {deleted.id}" in out
+    finally:
+        ledger.close()
+
+
+def test_coverage_of_an_audit_log_without_a_ledger(store: Store) -> None:
+    audit = store.make()
+    audit.append(AuditRecord("ana", "sales", ADMITTED_SQL, "admitted", None, "c9" * 16, 0.5, 0.0))
+    assert audit.coverage() == Coverage(0, 0, (), 1, ("c9" * 16,))
+
+
+def test_memory_ledger_keeps_its_admissions() -> None:
+    ledger = MemoryLedger()
+    charge = _admit_audited(ledger)
+    assert ledger.admissions == [AuditRecord("ana", "sales", ADMITTED_SQL, "admitted", None, charge.id, 0.25, 0.0)]
 
 
 # --- the middleware and the routes on the real app --------------------------------------------------
