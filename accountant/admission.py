@@ -12,7 +12,6 @@ them (id, analyst, dataset, SQL hash, ε, δ) and the `admitted` entries whose c
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -70,8 +69,9 @@ def row_of(entry: AuditEntry, at: object) -> tuple[object, ...]:
             entry.error_code, entry.charge_id, entry.epsilon, entry.delta, entry.prev_hash, entry.hash)
 
 
-def migrate_sqlite(conn: sqlite3.Connection) -> None:
-    """Create or upgrade the audit tables, inside the caller's write transaction (BEGIN IMMEDIATE)."""
+def migrate_sqlite(conn: Any) -> None:
+    """Create or upgrade the audit tables on a `sqlite3.Connection`, inside the caller's write transaction
+    (BEGIN IMMEDIATE). This module opens nothing: the two stores (ledger.py, audit.py) own the connections."""
     conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
                  " component TEXT NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (component, version))")
     applied = [v for (v,) in conn.execute(

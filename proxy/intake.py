@@ -15,6 +15,8 @@ Both refusals are the one error body of proxy/errors.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -43,17 +45,17 @@ class Intake:
                 if env is not None:
                     authenticate(headers.get("authorization"), env.policy)
             except AuthError as err:
-                await _refuse(401, err.code, err.message, dict(err.detail))(scope, receive, send)
+                await _refuse(401, err.code, err.message, dict(err.detail))(_routed(scope), receive, send)
                 return
         if _declared(headers) > self.limit:
-            await self._too_large()(scope, receive, send)
+            await self._too_large()(_routed(scope), receive, send)
             return
         if not reads_body:
             await self.app(scope, receive, send)
             return
         body, last = await _read(receive, self.limit)
         if body is None:
-            await self._too_large()(scope, receive, send)
+            await self._too_large()(_routed(scope), receive, send)
             return
         await self.app(scope, _replay(body, last, receive), send)
 
@@ -65,6 +67,21 @@ class Intake:
 def _refuse(status: int, code: str, message: str, detail: dict[str, object]) -> JSONResponse:
     assert errors.STATUS[code] == status
     return JSONResponse(errors.error_body(status, code, message, detail, False), status_code=status)
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """The route a refused request was for, as `scope["route"]` (what the metrics and the access line read)."""
+
+    path: str
+
+
+def _routed(scope: Scope) -> Scope:
+    """`scope` naming its route template when it is a body route (their paths are their templates), so the
+    metrics and the access line of a refusal here name the route, as for refusals by the route itself."""
+    if (scope["method"], scope["path"]) in BODY_ROUTES:
+        scope.setdefault("route", Template(scope["path"]))
+    return scope
 
 
 def _declared(headers: Headers) -> int:
