@@ -18,9 +18,19 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from accountant.admission import (
+    FIELDS,
+    POSTGRES_MIGRATIONS,
+    Coverage,
+    append,
+    from_us,
+    migrate_sqlite,
+    to_us,
+)
+from accountant.admission import coverage as coverage_of
 from accountant.chain import (
     DECISIONS,
     GENESIS,
@@ -39,12 +49,11 @@ from accountant.postgres import Pool, migrate
 from accountant.stores import store_of
 
 __all__ = [  # the chain's types are part of this module's API
-    "DECISIONS", "GENESIS", "AuditEntry", "AuditFilter", "AuditLog", "AuditRecord", "Decision", "PostgresAudit",
-    "SqliteAudit", "VerifyResult", "chain", "entry_hash", "open_audit", "seal", "sql_sha256", "verify_chain",
+    "DECISIONS", "GENESIS", "AuditEntry", "AuditFilter", "AuditLog", "AuditRecord", "Coverage", "Decision",
+    "PostgresAudit", "SqliteAudit", "VerifyResult", "chain", "entry_hash", "open_audit", "seal", "sql_sha256",
+    "verify_chain",
 ]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 
 
 def _utcnow() -> datetime:
@@ -94,6 +103,11 @@ class AuditLog(Protocol):
         """Check the whole chain and the head, on one consistent snapshot."""
         ...
 
+    def coverage(self, listed: int = 100) -> Coverage:
+        """Check that every charge in the ledger at this address has its `admitted` entry, and that every
+        `admitted` entry has its charge, on one consistent snapshot (admission.coverage)."""
+        ...
+
     def close(self) -> None:
         ...
 
@@ -102,14 +116,6 @@ def _check_page(limit: int, offset: int) -> None:
     for name, number in (("limit", limit), ("offset", offset)):
         if isinstance(number, bool) or not isinstance(number, int) or number < 0:
             raise ValueError(f"{name} must be an integer >= 0, got {number!r}")
-
-
-_FIELDS = "seq, at, analyst, dataset, sql, sql_sha256, decision, error_code, charge_id, epsilon, delta, prev_hash, hash"
-
-
-def _row(entry: AuditEntry, at: object) -> tuple[object, ...]:
-    return (entry.seq, at, entry.analyst, entry.dataset, entry.sql, entry.sql_sha256, entry.decision,
-            entry.error_code, entry.charge_id, entry.epsilon, entry.delta, entry.prev_hash, entry.hash)
 
 
 def _where(filters: AuditFilter, mark: str, at: Any) -> tuple[str, tuple[object, ...]]:
@@ -124,43 +130,12 @@ def _where(filters: AuditFilter, mark: str, at: Any) -> tuple[str, tuple[object,
     return " AND ".join(sql for sql, _ in used) or "1 = 1", tuple(value for _, value in used)
 
 
-# SQLite: `at` holds microseconds since the epoch (as the ledger's at_us); one tuple of statements per version
-_SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        """CREATE TABLE audit_log (
-            seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, analyst TEXT, dataset TEXT, sql TEXT NOT NULL,
-            sql_sha256 TEXT NOT NULL, decision TEXT NOT NULL, error_code TEXT, charge_id TEXT,
-            epsilon REAL NOT NULL, delta REAL NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL
-        )""",
-        "CREATE INDEX audit_by_time ON audit_log (at)",
-        "CREATE INDEX audit_by_analyst ON audit_log (analyst, dataset)",
-        "CREATE TABLE audit_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL, hash TEXT NOT NULL)",
-        f"INSERT INTO audit_head (id, seq, hash) VALUES (1, 0, '{GENESIS}')",
-    ),
-)
-_POSTGRES_MIGRATIONS: tuple[str, ...] = (
-    f"""
-    CREATE TABLE audit_log (
-        seq bigint PRIMARY KEY, at timestamptz NOT NULL, analyst text, dataset text, sql text NOT NULL,
-        sql_sha256 text NOT NULL, decision text NOT NULL, error_code text, charge_id text,
-        epsilon double precision NOT NULL, delta double precision NOT NULL,
-        prev_hash text NOT NULL, hash text NOT NULL
-    );
-    CREATE INDEX audit_by_time ON audit_log (at);
-    CREATE INDEX audit_by_analyst ON audit_log (analyst, dataset);
-    CREATE TABLE audit_head (id integer PRIMARY KEY CHECK (id = 1), seq bigint NOT NULL, hash text NOT NULL);
-    INSERT INTO audit_head (id, seq, hash) VALUES (1, 0, '{GENESIS}');
-    """,
-)
-
-
-def _to_us(moment: datetime) -> int:
-    return (moment - _EPOCH) // _MICROSECOND
+_to_us = to_us
 
 
 def _sqlite_entry(row: tuple[Any, ...]) -> AuditEntry:
     seq, at_us, *rest = row
-    return AuditEntry(seq, _EPOCH + at_us * _MICROSECOND, *rest)
+    return AuditEntry(seq, from_us(at_us), *rest)
 
 
 class SqliteAudit:
@@ -197,32 +172,18 @@ class SqliteAudit:
 
     def _migrate(self) -> None:
         with self._transaction() as conn:
-            conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
-                         " component TEXT NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (component, version))")
-            applied = [v for (v,) in conn.execute(
-                "SELECT version FROM schema_migrations WHERE component = 'audit' ORDER BY version")]
-            if applied != list(range(1, len(applied) + 1)) or len(applied) > len(_SQLITE_MIGRATIONS):
-                raise RuntimeError(f"audit schema versions {applied} are not known to this dp-proxy; upgrade dp-proxy")
-            for version in range(len(applied) + 1, len(_SQLITE_MIGRATIONS) + 1):
-                for statement in _SQLITE_MIGRATIONS[version - 1]:
-                    conn.execute(statement)
-                conn.execute("INSERT INTO schema_migrations (component, version) VALUES ('audit', ?)", (version,))
+            migrate_sqlite(conn)
 
     def append(self, record: AuditRecord) -> AuditEntry:
         with self._transaction() as conn:
-            seq, prev = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
-            entry = seal(record, seq=seq + 1, at=self._clock(), prev_hash=prev)
-            conn.execute(f"INSERT INTO audit_log ({_FIELDS}) VALUES ({', '.join('?' * 13)})",
-                         _row(entry, _to_us(entry.at)))
-            conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (entry.seq, entry.hash))
-        return entry
+            return append(conn, record, self._clock(), postgres=False)
 
     def entries(
         self, filters: AuditFilter = AuditFilter(), limit: int = 100, offset: int = 0
     ) -> tuple[AuditEntry, ...]:
         _check_page(limit, offset)
         clause, params = _where(filters, "?", _to_us)
-        sql = f"SELECT {_FIELDS} FROM audit_log WHERE {clause} ORDER BY seq DESC LIMIT ? OFFSET ?"
+        sql = f"SELECT {FIELDS} FROM audit_log WHERE {clause} ORDER BY seq DESC LIMIT ? OFFSET ?"
         with self._lock:
             rows = self._conn.execute(sql, (*params, limit, offset)).fetchall()
         return tuple(_sqlite_entry(row) for row in rows)
@@ -241,10 +202,20 @@ class SqliteAudit:
             heads = conn.execute("SELECT seq, hash FROM audit_head").fetchall()
             if len(heads) != 1:
                 return VerifyResult(False, 0, None, f"the audit head must be one row, found {len(heads)}")
-            rows = conn.execute(f"SELECT {_FIELDS} FROM audit_log ORDER BY seq")
+            rows = conn.execute(f"SELECT {FIELDS} FROM audit_log ORDER BY seq")
             return verify_chain(map(_sqlite_entry, rows), head=tuple(heads[0]))
         finally:
             conn.close()  # ends the read transaction
+
+    def coverage(self, listed: int = 100) -> Coverage:
+        conn = sqlite3.connect(self._path, timeout=self._timeout_s, isolation_level=None)
+        try:
+            conn.execute("BEGIN")  # one read snapshot: a charge and its admitted entry commit together
+            has_charges = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'charges'").fetchone() is not None
+            return coverage_of(lambda sql: conn.execute(sql).fetchall(), has_charges=has_charges, listed=listed)
+        finally:
+            conn.close()
 
     def close(self) -> None:
         with self._lock:
@@ -264,27 +235,21 @@ class PostgresAudit:
         self._clock = clock
         self._pool = Pool(url, size=pool_size, timeout_s=timeout_s)
         try:
-            migrate(self._pool, "audit", _POSTGRES_MIGRATIONS)
+            migrate(self._pool, "audit", POSTGRES_MIGRATIONS)
         except BaseException:
             self._pool.close()
             raise
 
     def append(self, record: AuditRecord) -> AuditEntry:
         with self._pool.connection() as conn, conn.transaction():
-            head = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE").fetchone()
-            if head is None:
-                raise RuntimeError("the audit head row is missing: the audit log was tampered with")
-            entry = seal(record, seq=head[0] + 1, at=self._clock(), prev_hash=head[1])
-            conn.execute(f"INSERT INTO audit_log ({_FIELDS}) VALUES ({', '.join(['%s'] * 13)})", _row(entry, entry.at))
-            conn.execute("UPDATE audit_head SET seq = %s, hash = %s WHERE id = 1", (entry.seq, entry.hash))
-        return entry
+            return append(conn, record, self._clock(), postgres=True)
 
     def entries(
         self, filters: AuditFilter = AuditFilter(), limit: int = 100, offset: int = 0
     ) -> tuple[AuditEntry, ...]:
         _check_page(limit, offset)
         clause, params = _where(filters, "%s", lambda moment: moment)
-        sql = f"SELECT {_FIELDS} FROM audit_log WHERE {clause} ORDER BY seq DESC LIMIT %s OFFSET %s"
+        sql = f"SELECT {FIELDS} FROM audit_log WHERE {clause} ORDER BY seq DESC LIMIT %s OFFSET %s"
         with self._pool.connection() as conn:
             rows = conn.execute(sql, (*params, limit, offset)).fetchall()
         return tuple(map(_postgres_entry, rows))
@@ -304,8 +269,15 @@ class PostgresAudit:
                 return VerifyResult(False, 0, None, f"the audit head must be one row, found {len(heads)}")
             with conn.cursor(name="audit_verify") as cursor:  # server-side: streams a long log
                 cursor.itersize = 2000
-                cursor.execute(f"SELECT {_FIELDS} FROM audit_log ORDER BY seq")
+                cursor.execute(f"SELECT {FIELDS} FROM audit_log ORDER BY seq")
                 return verify_chain(map(_postgres_entry, cursor), head=tuple(heads[0]))
+
+    def coverage(self, listed: int = 100) -> Coverage:
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")  # one snapshot
+            row = conn.execute("SELECT to_regclass('charges') IS NOT NULL").fetchone()
+            has_charges = bool(row and row[0])
+            return coverage_of(lambda sql: conn.execute(sql).fetchall(), has_charges=has_charges, listed=listed)
 
     def close(self) -> None:
         self._pool.close()

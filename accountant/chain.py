@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
-Decision = Literal["answered", "repeat", "rejected", "failed"]
+# `admitted`: a charge committed (written by the admit, in the charge's own transaction); the others are what
+# became of a request: answered, answered from the stored release (repeat), refused, failed after or before admit
+Decision = Literal["answered", "repeat", "rejected", "failed", "admitted"]
 DECISIONS: tuple[str, ...] = get_args(Decision)
 GENESIS = hashlib.sha256(b"dp-proxy audit log v1").hexdigest()  # the prev_hash of entry 1, forever
 
@@ -39,7 +41,9 @@ class AuditRecord:
     """What became of one request, as the proxy saw it: the input of `append`.
 
     `epsilon`/`delta` are what this request charged (0 for repeats and rejections); `charge_id` links the
-    entry to the ledger (for a repeat, the charge that paid for the stored answer).
+    entry to the ledger (for a repeat, the charge that paid for the stored answer). An `admitted` entry is
+    the charge itself (its id, analyst, dataset, normalised SQL, ε and δ), written with it; the request's
+    outcome follows as an entry of its own with the same `charge_id`.
     """
 
     analyst: str | None  # None: the request did not authenticate

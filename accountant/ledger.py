@@ -26,7 +26,10 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Protocol
 
+from accountant import chain
+from accountant.admission import admission, append, migrate_sqlite
 from accountant.cells import CellScope, Ledgered, Running
+from accountant.chain import AuditRecord
 from accountant.errors import BudgetExceeded, UnsupportedEvent
 from accountant.events import Event, from_json, to_json
 from accountant.filter import BASIC, Accounting, Budget, Entry, Rule, Spend, total
@@ -95,6 +98,7 @@ class Ledger(Protocol):
         accounting: Accounting = BASIC,
         dataset_budget: Budget | None = None,
         scope: CellScope | None = None,
+        sql: str | None = None,
     ) -> Charge:
         """Record the charge if it fits, else raise `BudgetExceeded` and write nothing.
 
@@ -103,6 +107,9 @@ class Ledger(Protocol):
         given, the history of all analysts on the dataset plus this charge passes it for `dataset_budget`
         (cells.py bounds each cell's history): both checks and the insert are one transaction.
         `epsilon`/`delta` are the charge under basic composition; the event is what other rules account.
+        With `sql` (the normalised SQL whose sha256 is `sql_sha256`), the charge's `admitted` audit entry is
+        appended to the audit chain at this address in the same transaction (admission.py): a committed
+        charge always has its entry. The proxy always passes it; tests of the accounting alone may not.
         """
         ...
 
@@ -220,6 +227,10 @@ class _Admitting(ABC):
         """Write one charge, inside `_write()`."""
 
     @abstractmethod
+    def _record(self, record: AuditRecord, at: datetime) -> None:
+        """Append the charge's `admitted` entry to the audit chain, inside `_write()` after `_insert`."""
+
+    @abstractmethod
     def charges(
         self,
         *,
@@ -251,6 +262,7 @@ class _Admitting(ABC):
         accounting: Accounting = BASIC,
         dataset_budget: Budget | None = None,
         scope: CellScope | None = None,
+        sql: str | None = None,
     ) -> Charge:
         """Record the charge if it fits (see `Ledger.admit`), else raise `BudgetExceeded`, writing nothing."""
         _check_request(epsilon, delta, budget)
@@ -258,6 +270,8 @@ class _Admitting(ABC):
             raise TypeError(f"accounting must be an Accounting, got {accounting!r}")
         if dataset_budget is not None and not isinstance(dataset_budget, Budget):
             raise TypeError(f"dataset_budget must be a Budget or None, got {dataset_budget!r}")
+        if sql is not None and chain.sql_sha256(sql) != sql_sha256:
+            raise ValueError("sql_sha256 must be the sha256 of sql, the text the audit entry records")
         entry = Entry(event, float(epsilon), float(delta), scope)
         rule = accounting.rule
         with self._write():
@@ -287,6 +301,8 @@ class _Admitting(ABC):
                 scope=scope,
             )
             self._insert(charge)
+            if sql is not None:  # last: PostgreSQL holds the chain's head lock from here to the commit
+                self._record(admission(charge.id, analyst, dataset, sql, charge.epsilon, charge.delta), charge.at)
             return charge
 
     def tallied(self, *, dataset: str, analyst: str | None = None, rule: Rule = "basic") -> Ledgered:
@@ -366,6 +382,7 @@ class MemoryLedger(_Admitting):
         self._releases: dict[tuple[str, str, str], StoredRelease] = {}
         self._clock = clock
         self._memos = _Memos()
+        self.admissions: list[AuditRecord] = []  # the admitted entries, in order (no chain in memory)
 
     def _write(self) -> AbstractContextManager[object]:
         return self._lock
@@ -375,6 +392,9 @@ class MemoryLedger(_Admitting):
 
     def _insert(self, charge: Charge) -> None:
         self._rows.append(charge)
+
+    def _record(self, record: AuditRecord, at: datetime) -> None:
+        self.admissions.append(record)
 
     def spent(self, analyst: str, dataset: str) -> Spend:
         with self._lock:
@@ -601,6 +621,7 @@ class SqliteLedger(_Admitting):
 
     def _create_schema(self) -> None:
         with _immediate(self._conn):
+            migrate_sqlite(self._conn)  # the audit chain's tables: admit appends to them
             for statement in _SCHEMA:
                 self._conn.execute(statement)
             versions = self._conn.execute("SELECT version FROM schema_version").fetchall()
@@ -638,6 +659,9 @@ class SqliteLedger(_Admitting):
                 scope_to_text(charge.scope),
             ),
         )
+
+    def _record(self, record: AuditRecord, at: datetime) -> None:
+        append(self._conn, record, at, postgres=False)  # inside BEGIN IMMEDIATE: the file's write lock
 
     def spent(self, analyst: str, dataset: str) -> Spend:
         with self._lock:

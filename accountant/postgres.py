@@ -20,6 +20,8 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
+from accountant.admission import POSTGRES_MIGRATIONS, append
+from accountant.chain import AuditRecord
 from accountant.events import to_json
 from accountant.filter import Entry, Spend, total
 from accountant.ledger import (
@@ -253,6 +255,7 @@ class PostgresLedger(_Admitting):
         self._local = threading.local()  # the connection of this thread's open admit, if any
         try:
             migrate(self._pool, "ledger", MIGRATIONS)
+            migrate(self._pool, "audit", POSTGRES_MIGRATIONS)  # the audit chain: admit appends to it
         except BaseException:
             self._pool.close()
             raise
@@ -305,6 +308,10 @@ class PostgresLedger(_Admitting):
                 scope_to_text(charge.scope),
             ),
         )
+
+    def _record(self, record: AuditRecord, at: datetime) -> None:
+        conn = self._locked("pair", record.analyst or "", record.dataset or "")  # the admit's connection
+        append(conn, record, at, postgres=True)  # locks the chain's head row until the admit commits
 
     def spent(self, analyst: str, dataset: str) -> Spend:
         with self._pool.connection() as conn:

@@ -51,7 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                            help="the budget to compare under (default: each budget on the dataset)")
     recommend.add_argument("--sql", default=None, help="the typical query (default: COUNT(*) of the first table)")
 
-    audit = commands.add_parser("audit-verify", help="check the hash chain of the audit log; exit 1 if tampered")
+    audit = commands.add_parser(
+        "audit-verify", help="check the audit log's hash chain and that every charge has its audit entry; exit 1 if not"
+    )
     audit.add_argument("ledger", help="the ledger: a SQLite path, sqlite:///path or postgresql://…")
 
     args = parser.parse_args(argv)

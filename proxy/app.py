@@ -22,6 +22,7 @@ from mechanisms.sampling import SecureSampler
 from proxy import audit_routes, dashboard, errors, logs, ops, routes
 from proxy.audit_trail import AuditTrail
 from proxy.engine import Engine, EngineMisconfigured
+from proxy.intake import Intake
 from proxy.metrics import Metrics
 from proxy.observe import Observe, Rejections
 from proxy.pipeline import Env, StageTimer, untimed
@@ -91,6 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ops.router)
     app.include_router(dashboard.router)
     app.include_router(audit_routes.router)
+    app.add_middleware(Intake, max_body_bytes=settings.max_body_bytes)  # 401 before a body is read; 413
     app.add_middleware(AuditTrail)  # every POST /v1/query: decision, code, charge — hash-chained
     app.add_middleware(Observe, metrics=metrics, rejections=rejections)  # outermost: sees the final response
     return app

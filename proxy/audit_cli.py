@@ -1,8 +1,11 @@
-"""`dpproxy audit-verify LEDGER`: check the audit log's hash chain and print the result.
+"""`dpproxy audit-verify LEDGER`: check the audit log's hash chain and its coverage of the ledger, and print both.
 
-Exit status: 0 the chain is intact, 1 it was tampered with (the first bad entry and why are printed),
-2 it could not be checked (unreachable database, unreadable file, unknown address). The address is not
-echoed: a PostgreSQL URL may hold a password.
+Two checks: the hash chain is intact (`AuditLog.verify`), and every charge in the ledger at that address has
+its `admitted` entry (same id, analyst, dataset, SQL hash, ε and δ) and every `admitted` entry its charge
+(`AuditLog.coverage`). Exit status: 0 both hold, 1 either fails (the first bad entry and why, or the
+charges without an entry and the entries without a charge, are printed), 2 it could not be checked
+(unreachable database, unreadable file, unknown address). The address is not echoed: a PostgreSQL URL may
+hold a password.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Sequence
 from accountant.audit import open_audit
 
 OK, TAMPERED, UNCHECKED = 0, 1, 2
+LISTED = 20  # charge ids printed per kind of gap
 
 
 def audit_verify(url_or_path: str) -> int:
@@ -21,6 +25,7 @@ def audit_verify(url_or_path: str) -> int:
         audit = open_audit(url_or_path)
         try:
             result = audit.verify()
+            covered = audit.coverage(listed=LISTED)
         finally:
             audit.close()
     # any failure to open or read the log means "not checked" (2), never "intact" (0)
@@ -29,10 +34,19 @@ def audit_verify(url_or_path: str) -> int:
         return UNCHECKED
     if result.ok:
         print(f"audit log: ok, {result.checked} entries, head {result.head}")
-        return OK
-    print(f"audit log: TAMPERED at entry {result.first_bad_seq}: {result.reason}"
-          f" ({result.checked} entries verified before it)")
-    return TAMPERED
+    else:
+        print(f"audit log: TAMPERED at entry {result.first_bad_seq}: {result.reason}"
+              f" ({result.checked} entries verified before it)")
+    if covered.ok:
+        print(f"charges: ok, {covered.charges} charges, each with its admitted entry")
+    for count, ids, what in (
+        (covered.unaudited_count, covered.unaudited, "charges have no admitted audit entry"),
+        (covered.orphaned_count, covered.orphaned, "admitted audit entries have no charge in the ledger"),
+    ):
+        if count:
+            more = f" (first {len(ids)})" if count > len(ids) else ""
+            print(f"charges: MISSING: {count} {what}{more}: {', '.join(ids)}")
+    return OK if result.ok and covered.ok else TAMPERED
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -68,11 +68,14 @@ class AuditResponse(BaseModel):
 
 
 class AuditVerifyResponse(BaseModel):
-    ok: bool
+    ok: bool  # the chain is intact and every charge has its admitted entry (and every such entry its charge)
     checked: int
     first_bad_seq: int | None
     reason: str | None
     head: str
+    charges: int
+    unaudited_charges: list[str]  # charges without an admitted entry (at most 100 listed)
+    orphaned_admissions: list[str]  # charge ids of admitted entries without a charge (at most 100 listed)
 
 
 @router.get("/v1/audit", response_model=AuditResponse)
@@ -98,11 +101,14 @@ def audit_entries(
 
 @router.get("/v1/audit/verify", response_model=AuditVerifyResponse)
 def audit_verify(analyst: AnalystDep, audit: AuditDep) -> AuditVerifyResponse:
-    """Check the whole hash chain (admins only); `ok: false` names the first entry that fails, and why."""
+    """Check the whole hash chain, and that every charge has its admitted entry (admins only); `ok: false`
+    names the first entry that fails and why, or the charges without an entry."""
     auth.require_admin(analyst)
-    result = audit.verify()
-    return AuditVerifyResponse(ok=result.ok, checked=result.checked, first_bad_seq=result.first_bad_seq,
-                               reason=result.reason, head=result.head)
+    result, covered = audit.verify(), audit.coverage()
+    return AuditVerifyResponse(ok=result.ok and covered.ok, checked=result.checked,
+                               first_bad_seq=result.first_bad_seq, reason=result.reason, head=result.head,
+                               charges=covered.charges, unaudited_charges=list(covered.unaudited),
+                               orphaned_admissions=list(covered.orphaned))
 
 
 def _out(entry: AuditEntry) -> AuditEntryOut:

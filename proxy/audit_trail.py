@@ -1,14 +1,24 @@
 """Record every POST /v1/query in the audit log (accountant/audit.py) before its response leaves.
 
 `AuditTrail` is a pure ASGI middleware that holds the response back until its entry is appended, so no
-answer is ever released unaudited. If the append fails, the client gets the canonical 500 body instead
-(`charged` as the request was); a charged answer is not lost, since repeating the request returns the
-stored release (and is audited as a repeat). The audit log is `app.state.audit`.
+answer is ever released unaudited. If the append fails, or the entry cannot be made (an answer without the
+request the route parsed, or SQL whose hash is not the charge's), the client gets the canonical 500 body
+instead (`charged` as the request was); a charged answer is not lost, since repeating the request returns
+the stored release (and is audited as a repeat). The audit log is `app.state.audit`.
 
-What is recorded: the analyst holding the bearer key (authenticated again, by hash, as routes do); the
-dataset as a policy name (the request's, or the analyst's only one); the SQL as sqlglot normalises it,
-so its sha256 is the ledger's `sql_sha256` (the text as sent, capped, when it does not parse); the
-decision, error code and charge id; and the (ε, δ) this request charged (0 for repeats and rejections).
+Two kinds of entry describe a charged request. The charge's `admitted` entry is written by `Ledger.admit`
+in the transaction that commits the charge, so a crash at any moment leaves no charge without its entry.
+The outcome (`answered`, `failed` with its code, e.g. `timeout`) follows here, with the same charge id.
+
+What is recorded is what the route parsed, never a re-read of the raw body: the route leaves the
+`QueryRequest` it validated in `request.state.query`, and the pipeline's admit leaves the `Charge` in
+`request.state.charge`. So: the analyst holding the bearer key (authenticated again, by hash, as routes
+do); the dataset as a policy name (the request's, or the analyst's only one); the SQL as sqlglot
+normalises it, whose sha256 is the ledger's `sql_sha256` (checked for a charged request; the text as
+parsed when it does not parse as SQL); the decision, error code and charge id; and the (ε, δ) this request
+charged (0 for repeats and rejections). A request the route never parsed — no key or an unknown one (401,
+refused by `proxy.intake` before its body is read), a body too large (413), or not JSON of the documented
+shape (400) — is recorded with empty SQL: nothing of its body is read, hashed, parsed or stored.
 """
 
 from __future__ import annotations
@@ -24,39 +34,38 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from accountant.audit import AuditLog, AuditRecord, Decision
+from accountant.audit import AuditLog, AuditRecord, Decision, sql_sha256
+from accountant.ledger import Charge
 from proxy import errors
 from proxy.auth import AuthError, authenticate, dataset_for
 from proxy.pipeline import Env
 from proxy.query.errors import QueryError
-from proxy.query.guard import MAX_LENGTH
 from proxy.query.parse import parse
+from proxy.schemas import QueryRequest
 
 log = logging.getLogger(__name__)
 
 PATH = "/v1/query"
-_BODY_LIMIT = 1 << 20  # bytes of request body kept to read its sql and dataset
 
 
 @dataclass(slots=True)
-class Exchange:
-    """One request as the middleware saw it pass: its body, and the response held back."""
+class Held:
+    """The response of one request, held back until its entry is appended."""
 
-    body: bytearray = field(default_factory=bytearray)
-    response: list[Message] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
 
     @property
     def status(self) -> int:
-        return next((int(m["status"]) for m in self.response if m["type"] == "http.response.start"), 500)
+        return next((int(m["status"]) for m in self.messages if m["type"] == "http.response.start"), 500)
 
     @property
     def headers(self) -> Headers:
-        start = next((m for m in self.response if m["type"] == "http.response.start"), None)
+        start = next((m for m in self.messages if m["type"] == "http.response.start"), None)
         return Headers(raw=start["headers"] if start else [])
 
     @property
-    def response_body(self) -> bytes:
-        return b"".join(m.get("body", b"") for m in self.response if m["type"] == "http.response.body")
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.messages if m["type"] == "http.response.body")
 
 
 class AuditTrail:
@@ -67,41 +76,35 @@ class AuditTrail:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != PATH:
             await self.app(scope, receive, send)
             return
-        seen = Exchange()
-
-        async def noting() -> Message:
-            message = await receive()
-            if message["type"] == "http.request" and len(seen.body) <= _BODY_LIMIT:
-                seen.body += message.get("body", b"")
-            return message
+        held = Held()
 
         async def holding(message: Message) -> None:
-            seen.response.append(message)
+            held.messages.append(message)
 
         try:
-            await self.app(scope, noting, holding)
+            await self.app(scope, receive, holding)
         # any exception: it is a failed request to record, then re-raised for the error handler to render
         except Exception:
-            await self._append(scope, seen, raised=True)
+            await self._append(scope, held, raised=True)
             raise
-        if not await self._append(scope, seen, raised=False):
+        if not await self._append(scope, held, raised=False):
             charged = bool(scope.get("state", {}).get("charged", False))
             body = errors.error_body(500, "internal", "internal error", {}, charged)
             await JSONResponse(body, status_code=500)(scope, receive, send)
             return
-        for message in seen.response:
+        for message in held.messages:
             await send(message)
 
-    async def _append(self, scope: Scope, seen: Exchange, *, raised: bool) -> bool:
+    async def _append(self, scope: Scope, held: Held, *, raised: bool) -> bool:
         """Build and append the entry in the thread pool (parsing and the log block); False, logged, on failure."""
         app_state = scope["app"].state
         env: Env | None = getattr(app_state, "env", None)
         state: Mapping[str, Any] = scope.get("state", {})
-        headers = Headers(scope=scope)
+        authorization = Headers(scope=scope).get("authorization")
 
         def append() -> None:
             audit: AuditLog = app_state.audit
-            audit.append(audit_record(env, headers, seen, state, raised=raised))
+            audit.append(audit_record(env, authorization, held, state, raised=raised))
 
         try:
             await run_in_threadpool(append)
@@ -113,36 +116,47 @@ class AuditTrail:
 
 
 def audit_record(
-    env: Env | None, headers: Headers, seen: Exchange, state: Mapping[str, Any], *, raised: bool = False
+    env: Env | None, authorization: str | None, held: Held, state: Mapping[str, Any], *, raised: bool = False
 ) -> AuditRecord:
-    """The entry for one /v1/query exchange (`raised`: the app raised instead of responding)."""
-    request = _json(seen.body)
-    sql = request.get("sql") if isinstance(request.get("sql"), str) else ""
-    analyst, dataset = _who(env, headers.get("authorization"), request.get("dataset"))
-    status = 500 if raised else seen.status
+    """The entry for one /v1/query exchange (`raised`: the app raised instead of responding), from what the
+    route parsed (`state["query"]`) and admitted (`state["charge"]`); raises if that cannot be recorded."""
+    query: QueryRequest | None = state.get("query")
+    charge: Charge | None = state.get("charge")
+    analyst, dataset = _who(env, authorization, query)
+    sql = "" if query is None else _normalised(query.sql)  # only a route that authenticated parses a query
+    status = 500 if raised else held.status
+    code: str | None = None
+    charge_id = None if charge is None else charge.id
+    epsilon, delta = (0.0, 0.0) if charge is None else (charge.epsilon, charge.delta)
     if status < 400:
-        repeat = seen.headers.get("x-dp-repeat") == "true"
-        charge_id = seen.headers.get("x-dp-charge-id")
-        decision: Decision = "repeat" if repeat else "answered"
-        code = None
-        epsilon, delta = (0.0, 0.0) if repeat else _charge_in(_json(seen.response_body))
+        if query is None:
+            raise ValueError("an answer to a request the route did not parse")
+        if held.headers.get("x-dp-repeat") == "true":
+            decision: Decision = "repeat"
+            charge_id, epsilon, delta = held.headers.get("x-dp-charge-id"), 0.0, 0.0
+        elif charge is None or held.headers.get("x-dp-charge-id") != charge.id:
+            raise ValueError("an answer without the charge that paid for it")
+        else:
+            decision = "answered"
     else:
-        answer = {} if raised else _json(seen.response_body)
+        answer = {} if raised else _json(held.body)
         decision = "failed" if status >= 500 else "rejected"
         code = answer.get("code") if isinstance(answer.get("code"), str) else "internal"
-        charged = bool(state.get("charged", False))
-        charge_id = state.get("charge_id") if charged else None
-        epsilon, delta = _charge_of(env, analyst, dataset, charge_id) if charge_id else (0.0, 0.0)
+    if charge is not None:
+        if sql_sha256(sql) != charge.sql_sha256:
+            raise ValueError(f"the SQL to record is not the SQL charge {charge.id} paid for")
+        analyst, dataset = charge.analyst, charge.dataset
     return AuditRecord(
-        analyst=analyst, dataset=dataset, sql=_normalised(sql), decision=decision, error_code=_clean(code),
+        analyst=analyst, dataset=dataset, sql=sql, decision=decision, error_code=_clean(code),
         charge_id=_clean(charge_id), epsilon=epsilon, delta=delta,
     )
 
 
-def _json(body: bytes | bytearray) -> dict[str, Any]:
+def _json(body: bytes) -> dict[str, Any]:
+    """An error body this app rendered (proxy/errors.py), as a dict."""
     try:
         parsed = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return parsed if isinstance(parsed, dict) else {}
 
@@ -155,14 +169,14 @@ def _clean(text: str | None) -> str | None:
 
 
 def _normalised(sql: str) -> str:
-    """The SQL as the pipeline normalises it (sqlglot, DuckDB dialect), or the text as sent, capped."""
+    """The SQL as the pipeline normalises it (sqlglot, DuckDB dialect), or the text as parsed, when it does not."""
     try:
-        return parse(sql).sql(dialect="duckdb") if sql else ""
+        return parse(sql).sql(dialect="duckdb")
     except (QueryError, RecursionError):
-        return _clean(sql[:MAX_LENGTH]) or ""
+        return _clean(sql) or ""
 
 
-def _who(env: Env | None, authorization: str | None, requested: object) -> tuple[str | None, str | None]:
+def _who(env: Env | None, authorization: str | None, query: QueryRequest | None) -> tuple[str | None, str | None]:
     """The authenticated analyst and the request's dataset, as policy names (or None)."""
     if env is None:
         return None, None
@@ -171,26 +185,7 @@ def _who(env: Env | None, authorization: str | None, requested: object) -> tuple
     except AuthError:
         return None, None
     try:
-        name, _ = dataset_for(analyst, requested if isinstance(requested, str) else None)
+        name, _ = dataset_for(analyst, None if query is None else query.dataset)
     except AuthError:
         return analyst.name, None
     return analyst.name, name
-
-
-def _charge_in(answer: Mapping[str, Any]) -> tuple[float, float]:
-    """(ε, δ) of the charge in an answer body, as the client was told."""
-    charge = answer.get("charge")
-    if not isinstance(charge, dict):
-        raise ValueError("an answer without its charge")
-    return float(charge["epsilon"]), float(charge["delta"])
-
-
-def _charge_of(env: Env | None, analyst: str | None, dataset: str | None, charge_id: str) -> tuple[float, float]:
-    """(ε, δ) of a charge committed by a request that then failed: one of the analyst's newest charges."""
-    if env is None or analyst is None or dataset is None:
-        raise ValueError(f"charge {charge_id} of an unknown analyst or dataset")
-    newest = env.ledger.charges(analyst=analyst, dataset=dataset, limit=100)
-    found = next((c for c in newest if c.id == charge_id), None)
-    if found is None:
-        raise ValueError(f"charge {charge_id} is not among the newest charges of {analyst} on {dataset}")
-    return found.epsilon, found.delta

@@ -32,6 +32,7 @@ STATUS: dict[str, int] = {
     "invalid_parameter": 400,
     "empty_scope": 400,
     "budget_exceeded": 403,
+    "payload_too_large": 413,
     "not_found": 404,
     "method_not_allowed": 405,
     "execution_failed": 500,

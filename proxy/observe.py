@@ -6,8 +6,9 @@
 `errors.error_response`, so even a 500 carries the request id and keeps the connection open.
 
 The analyst is the holder of the bearer key (authenticated again here, by hash, as routes do), and the
-dataset is the request's `dataset` field or the analyst's only dataset: only names from the policy are
-recorded, never SQL, literals, query strings or results.
+dataset is the request's `dataset` field as the route parsed it (`request.state.query`; no body is read
+here) or the analyst's only dataset: only names from the policy are recorded, never SQL, literals, query
+strings or results.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,8 +31,7 @@ from proxy.auth import AuthError, authenticate
 from proxy.metrics import Metrics
 from proxy.pipeline import Env
 
-_PEEKED_PATHS = ("/v1/query", "/v1/query/preview")  # POST bodies that name a dataset
-_PEEK_LIMIT = 1 << 20  # bytes of request body parsed for its dataset; larger bodies are passed on unread
+_QUERY_PATHS = ("/v1/query", "/v1/query/preview")  # POST bodies that name a dataset
 _CAPTURE_LIMIT = 1 << 16  # bytes of an error body kept to read its code
 _CODE = re.compile(r"[a-z_]{1,64}")
 _NOT_A_QUERY = object()  # requests other than queries have no dataset in the access line
@@ -107,8 +106,8 @@ class Observe:
         self.metrics.in_flight.inc()  # from the headers on: a request still receiving its body is in flight
         with logs.request_context(rid) as context:
             try:
-                if scope["method"] == "POST" and scope["path"] in _PEEKED_PATHS:
-                    receive, requested = await _peek_dataset(receive)
+                if scope["method"] == "POST" and scope["path"] in _QUERY_PATHS:
+                    requested = None  # the route leaves what it parsed in request.state.query
                 await self.app(scope, receive, observed_send)
             except Exception as exc:
                 if outcome.status is not None:  # the response has begun: nothing else can be sent
@@ -126,6 +125,9 @@ class Observe:
         status = outcome.status or 499  # no response was sent: the client went away first
         code = "ok" if status < 400 else "client_closed" if status == 499 else _error_code(outcome.body, status)
         env: Env | None = getattr(scope["app"].state, "env", None)
+        query = scope.get("state", {}).get("query")  # the QueryRequest the route parsed, if it got that far
+        if requested is not _NOT_A_QUERY and query is not None:
+            requested = query.dataset
         analyst, dataset = _who(env, headers.get("authorization"), requested)
         self.metrics.request_done(route, scope["method"], code, seconds)
         if status >= 400 and route.startswith("/v1/"):
@@ -137,33 +139,6 @@ class Observe:
             stages_ms={k: round(v * 1000, 3) for k, v in context.stages.items()},
             charge_id=outcome.charge_id or state.get("charge_id"),
         )
-
-
-async def _peek_dataset(receive: Receive) -> tuple[Receive, object]:
-    """Read the whole request body, note its `dataset` field, and hand the same messages on."""
-    messages: list[Message] = []
-    body = bytearray()
-    while True:
-        message = await receive()
-        messages.append(message)
-        if message["type"] != "http.request":
-            break
-        body += message.get("body", b"")
-        if not message.get("more_body", False):
-            break
-    requested = None
-    if len(body) <= _PEEK_LIMIT:
-        try:
-            parsed = json.loads(body)
-        except ValueError:
-            parsed = None
-        requested = parsed.get("dataset") if isinstance(parsed, dict) else None
-
-    async def replay() -> Message:
-        return messages.pop(0) if messages else await receive()
-
-    replayed: Callable[[], Awaitable[Message]] = replay
-    return replayed, requested
 
 
 def _error_code(body: bytes, status: int) -> str:

@@ -136,6 +136,7 @@ def answer(
             event=price.event, epsilon=price.epsilon, delta=price.delta, composition=price.composition,
             budget=prepared.budget, accounting=prepared.dataset.accounting,
             dataset_budget=prepared.dataset.budget, scope=prepared.plan.scope,
+            sql=prepared.plan.normalized_sql,  # its admitted audit entry commits with the charge
         )
     on_admitted(charge)  # from here on, every failure reports charged: true
     with env.timed("execute"):

@@ -64,7 +64,7 @@ def _moment(text: str | None) -> dt.datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
 
 
-router = APIRouter(responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 500, 504)})
+router = APIRouter(responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 413, 500, 504)})
 
 
 def get_env(request: Request) -> Env:
@@ -103,9 +103,12 @@ def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: EnvDep
     Repeating an identical request returns the first answer byte for byte, without a new charge
     (header `X-DP-Repeat: true`): repeats cannot average the noise away."""
 
+    request.state.query = body  # what this route parsed: the audit trail records it (proxy/audit_trail.py)
+
     def admitted(charge: Charge) -> None:
         request.state.charged = True
         request.state.charge_id = charge.id
+        request.state.charge = charge
 
     result = reply(body, analyst, env, admitted, lambda answer: _render(answer, env))
     headers = {"X-DP-Repeat": str(result.repeat).lower(), "X-DP-Charge-Id": result.charge_id}
@@ -126,9 +129,10 @@ def _render(result: Answer, env: Env) -> bytes:
 
 
 @router.post("/v1/query/preview", response_model=PreviewResponse, tags=["query"])
-def preview(body: QueryRequest, analyst: AnalystDep, env: EnvDep) -> PreviewResponse:
+def preview(body: QueryRequest, request: Request, analyst: AnalystDep, env: EnvDep) -> PreviewResponse:
     """The plan of a query (rewritten SQL, charge under each accounting, noise, and the budget before and
     after it) without charging or touching data. `admissible` applies the dataset's admit rule."""
+    request.state.query = body  # what this route parsed: the access log names its dataset
     prepared = prepare(body, analyst, env.policy, env.sampler.salt())
     price, dataset = prepared.plan.price, prepared.dataset
     shared = dataset.budget is not None

@@ -26,6 +26,8 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     rejections_kept: int = Field(500, ge=1, le=100_000)  # recent rejections kept per process (dashboard)
     readiness_timeout_s: float = Field(2.0, gt=0, le=60)  # per /readyz check (ledger, each engine)
+    # the largest request body read (proxy/intake.py); larger ones get 413 without being read
+    max_body_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
 
     @field_validator("ledger", mode="before")
     @classmethod

@@ -23,7 +23,6 @@ import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
-from starlette.datastructures import Headers
 
 from accountant.audit import (
     GENESIS,
@@ -31,20 +30,26 @@ from accountant.audit import (
     AuditFilter,
     AuditLog,
     AuditRecord,
+    Coverage,
     PostgresAudit,
     SqliteAudit,
     chain,
     open_audit,
     seal,
+    sql_sha256,
     verify_chain,
 )
-from accountant.ledger import MemoryLedger
+from accountant.errors import BudgetExceeded
+from accountant.filter import Budget
+from accountant.ledger import Charge, Ledger, MemoryLedger
+from accountant.stores import open_ledger
 from proxy import audit_routes
 from proxy.app import create_app
 from proxy.audit_cli import audit_verify
-from proxy.audit_trail import AuditTrail, Exchange, audit_record
+from proxy.audit_trail import AuditTrail, Held, audit_record
 from proxy.demo import DemoFiles
 from proxy.policy import load_policy
+from proxy.schemas import QueryRequest
 from proxy.settings import Settings
 from tests.conftest import free_port, policy_copy
 from tests.pg_fixtures import execute, fresh_schema
@@ -399,6 +404,88 @@ def test_cli_cannot_check_exits_2_without_echoing_the_password(
     assert "not checked" in err and "secret" not in err
 
 
+# --- admissions: a charge and its admitted entry, in one transaction ------------------------------------
+
+ADMITTED_SQL = "SELECT COUNT(*) FROM t"
+
+
+def _ledger_at(store: Store) -> Ledger:
+    return open_ledger(store.address)
+
+
+def _admit_audited(ledger: Ledger, epsilon: float = 0.25, sql: str | None = ADMITTED_SQL) -> Charge:
+    return ledger.admit(analyst="ana", dataset="sales", sql_sha256=sql_sha256(ADMITTED_SQL), event=EVENT,
+                        epsilon=epsilon, delta=0.0, composition="basic", budget=Budget(1.0, 0.0), sql=sql)
+
+
+def test_admit_appends_the_admitted_entry_with_its_charge(store: Store) -> None:
+    audit, ledger = store.make(), _ledger_at(store)
+    try:
+        audit.append(RECORDS[3])  # the chain is shared: admissions follow the log's own entries
+        charge = _admit_audited(ledger)
+        with pytest.raises(BudgetExceeded):
+            _admit_audited(ledger, epsilon=0.9)  # refused: no charge, no entry
+        last, first = audit.entries()
+        assert first.decision == "rejected" and last.prev_hash == first.hash
+        assert (last.seq, last.analyst, last.dataset, last.sql, last.sql_sha256, last.decision, last.charge_id,
+                last.epsilon, last.delta, last.at) == (2, "ana", "sales", ADMITTED_SQL, charge.sql_sha256,
+                                                       "admitted", charge.id, 0.25, 0.0, charge.at)
+        assert audit.verify().ok
+        assert audit.coverage() == Coverage(1, 0, (), 0, ())
+    finally:
+        ledger.close()
+
+
+def test_a_charge_cannot_commit_without_its_entry(store: Store) -> None:
+    ledger = _ledger_at(store)
+    try:
+        with pytest.raises(ValueError, match="sha256"):
+            _admit_audited(ledger, sql="SELECT 2")  # not the SQL whose hash is charged
+        store.sql("DELETE FROM audit_head")  # the chain cannot take the entry now
+        with pytest.raises(RuntimeError, match="head"):
+            _admit_audited(ledger)
+        assert ledger.count() == 0  # the charge rolled back with its entry
+    finally:
+        ledger.close()
+
+
+def test_coverage_finds_charges_without_entries_and_entries_without_charges(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    audit, ledger = store.make(), _ledger_at(store)
+    try:
+        kept = _admit_audited(ledger, epsilon=0.125)
+        silent = _admit_audited(ledger, epsilon=0.125, sql=None)  # a caller that passes no SQL writes no entry
+        edited = _admit_audited(ledger, epsilon=0.125)
+        deleted = _admit_audited(ledger, epsilon=0.125)
+        store.sql("UPDATE charges SET epsilon = 0.0625 WHERE id = ?", edited.id)  # no longer its entry's ε
+        store.sql("DELETE FROM charges WHERE id = ?", deleted.id)  # a refund behind the ledger's back
+        assert audit.verify().ok  # the chain alone cannot see either
+        covered = audit.coverage()
+        assert (covered.charges, covered.unaudited, covered.orphaned) == (3, (silent.id, edited.id), (deleted.id,))
+        assert not covered.ok and kept.id not in covered.unaudited
+        assert audit.coverage(listed=1).unaudited == (silent.id,) and audit.coverage(listed=1).unaudited_count == 2
+        assert audit_verify(store.address) == 1
+        out = capsys.readouterr().out
+        assert "audit log: ok" in out
+        assert f"charges: MISSING: 2 charges have no admitted audit entry: {silent.id}, {edited.id}" in out
+        assert f"1 admitted audit entries have no charge in the ledger: {deleted.id}" in out
+    finally:
+        ledger.close()
+
+
+def test_coverage_of_an_audit_log_without_a_ledger(store: Store) -> None:
+    audit = store.make()
+    audit.append(AuditRecord("ana", "sales", ADMITTED_SQL, "admitted", None, "c9" * 16, 0.5, 0.0))
+    assert audit.coverage() == Coverage(0, 0, (), 1, ("c9" * 16,))
+
+
+def test_memory_ledger_keeps_its_admissions() -> None:
+    ledger = MemoryLedger()
+    charge = _admit_audited(ledger)
+    assert ledger.admissions == [AuditRecord("ana", "sales", ADMITTED_SQL, "admitted", None, charge.id, 0.25, 0.0)]
+
+
 # --- the middleware and the routes on the real app --------------------------------------------------
 
 COUNT = "select region, count(*) as n from visits group by region"
@@ -464,21 +551,24 @@ def test_every_query_request_is_audited(wired: Wired, demo: DemoFiles) -> None:
 
     entries = audit.entries()
     assert [(e.seq, e.analyst, e.decision, e.error_code) for e in reversed(entries)] == [
-        (1, "analyst", "answered", None),
-        (2, "analyst", "repeat", None),
-        (3, "analyst", "rejected", "sql_syntax"),
-        (4, "analyst", "rejected", "budget_exceeded"),
-        (5, None, "rejected", "unauthenticated"),
+        (1, "analyst", "admitted", None),  # written by the admit, with the charge
+        (2, "analyst", "answered", None),
+        (3, "analyst", "repeat", None),
+        (4, "analyst", "rejected", "sql_syntax"),
+        (5, "analyst", "rejected", "budget_exceeded"),
+        (6, None, "rejected", "unauthenticated"),
     ]
-    first, again = entries[-1], entries[-2]
+    admitted, first, again = entries[-1], entries[-2], entries[-3]
     charge = answered.json()["charge"]
-    assert (first.charge_id, first.epsilon, first.delta) == (charge["id"], charge["epsilon"], charge["delta"])
+    for entry in (admitted, first):
+        assert (entry.charge_id, entry.epsilon, entry.delta) == (charge["id"], charge["epsilon"], charge["delta"])
     assert (again.charge_id, again.epsilon, again.delta) == (charge["id"], 0.0, 0.0)  # a repeat charges nothing
     assert first.sql == "SELECT region, COUNT(*) AS n FROM visits GROUP BY region" and first.dataset == "demo"
     (ledger_entry,) = client.get("/v1/ledger", headers={"Authorization": f"Bearer {demo.admin_key}"}).json()["charges"]
-    assert first.sql_sha256 == ledger_entry["sql_sha256"]  # the same normalised SQL as the ledger's
-    assert entries[2].sql == BROKEN  # unparsable: kept as sent
-    assert audit.verify().ok
+    assert first.sql_sha256 == admitted.sql_sha256 == ledger_entry["sql_sha256"]  # the SQL the ledger charged
+    assert entries[2].sql == BROKEN  # unparsable: kept as parsed from the JSON
+    assert entries[0].sql == ""  # no key: its body was never read
+    assert audit.verify().ok and audit.coverage().ok
 
 
 def test_audit_route_is_for_admins_and_filters(wired: Wired, demo: DemoFiles) -> None:
@@ -487,11 +577,11 @@ def test_audit_route_is_for_admins_and_filters(wired: Wired, demo: DemoFiles) ->
         _post(client, demo.analyst_key, {"sql": sql, "epsilon": 0.25})
     admin = {"Authorization": f"Bearer {demo.admin_key}"}
     page = client.get("/v1/audit", headers=admin).json()
-    assert (page["ok"], page["total"], page["limit"], page["offset"]) == (True, 3, 100, 0)
-    assert [e["decision"] for e in page["entries"]] == ["rejected", "repeat", "answered"]
+    assert (page["ok"], page["total"], page["limit"], page["offset"]) == (True, 4, 100, 0)
+    assert [e["decision"] for e in page["entries"]] == ["rejected", "repeat", "answered", "admitted"]
     assert client.get("/v1/audit", params={"decision": "repeat"}, headers=admin).json()["total"] == 1
     paged = client.get("/v1/audit", params={"limit": 1, "offset": 1}, headers=admin).json()
-    assert (paged["total"], [e["seq"] for e in paged["entries"]]) == (3, [2])
+    assert (paged["total"], [e["seq"] for e in paged["entries"]]) == (4, [3])
     assert client.get("/v1/audit", params={"analyst": "nobody"}, headers=admin).json()["total"] == 0
     future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     assert client.get("/v1/audit", params={"since": future}, headers=admin).json()["total"] == 0
@@ -501,7 +591,7 @@ def test_audit_route_is_for_admins_and_filters(wired: Wired, demo: DemoFiles) ->
     assert (refused.status_code, refused.json()["code"]) == (403, "forbidden")
     assert client.get("/v1/audit").status_code == 401
     verified = client.get("/v1/audit/verify", headers=admin).json()
-    assert (verified["ok"], verified["checked"], verified["first_bad_seq"]) == (True, 3, None)
+    assert (verified["ok"], verified["checked"], verified["first_bad_seq"]) == (True, 4, None)
 
 
 def test_an_answer_is_withheld_when_the_audit_log_fails(wired: Wired, demo: DemoFiles, tmp_path: Path) -> None:
@@ -515,7 +605,8 @@ def test_an_answer_is_withheld_when_the_audit_log_fails(wired: Wired, demo: Demo
     try:
         again = _post(client, demo.analyst_key, {"sql": COUNT, "epsilon": 0.25})  # paid for: not lost
         assert again.status_code == 200 and again.headers["x-dp-repeat"] == "true"
-        assert [e.decision for e in working.entries()] == ["repeat"]
+        # the admitted entry was written by the admit (with the charge); the withheld answer's was refused
+        assert [e.decision for e in working.entries()] == ["repeat", "admitted"]
     finally:
         working.close()
 
@@ -523,14 +614,14 @@ def test_an_answer_is_withheld_when_the_audit_log_fails(wired: Wired, demo: Demo
 def test_a_failure_after_admit_records_its_charge(demo: DemoFiles) -> None:
     policy = load_policy(demo.policy)
     ledger = MemoryLedger()
-
-    charge = ledger.admit(analyst="analyst", dataset="demo", sql_sha256="ab" * 32, event=EVENT, epsilon=0.5,
-                          delta=1e-9, composition="basic", budget=policy.analysts[0].budgets[0][1])
+    sql = "SELECT COUNT(*) FROM visits"
+    charge = ledger.admit(analyst="analyst", dataset="demo", sql_sha256=sql_sha256(sql), event=EVENT, epsilon=0.5,
+                          delta=1e-9, composition="basic", budget=policy.analysts[0].budgets[0][1], sql=sql)
     env = SimpleNamespace(policy=policy, ledger=ledger)
-    headers = Headers({"authorization": f"Bearer {demo.analyst_key}"})
-    seen = Exchange(bytearray(b'{"sql": "select count(*) from visits"}'))
-    record = audit_record(env, headers, seen, {"charged": True, "charge_id": charge.id}, raised=True)  # type: ignore[arg-type]
+    state = {"query": QueryRequest(sql="select count(*) from visits"), "charged": True, "charge": charge}
+    record = audit_record(env, f"Bearer {demo.analyst_key}", Held(), state, raised=True)  # type: ignore[arg-type]
     assert (record.decision, record.error_code, record.charge_id, record.epsilon, record.delta) == (
         "failed", "internal", charge.id, 0.5, 1e-9
     )
-    assert (record.analyst, record.dataset, record.sql) == ("analyst", "demo", "SELECT COUNT(*) FROM visits")
+    assert (record.analyst, record.dataset, record.sql) == ("analyst", "demo", sql)
+    assert ledger.admissions == [AuditRecord("analyst", "demo", sql, "admitted", None, charge.id, 0.5, 1e-9)]

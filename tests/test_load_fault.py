@@ -1,20 +1,29 @@
 """Load and faults: concurrent analysts query a live server while it is killed with SIGKILL and restarted.
 
 Afterwards every answer a client received has its charge in the ledger (no charge lost, no uncharged
-answer), the recorded spend equals the sum of the recorded charges, and no analyst is over budget.
-The load is bounded in count and time and goes to 127.0.0.1 only.
+answer), the recorded spend equals the sum of the recorded charges, no analyst is over budget, and every
+charge has its `admitted` audit entry and the chain verifies (`dpproxy audit-verify` exits 0), however the
+kills fell between a charge's commit and its answer (issue #10: charges killed in that window used to have
+no audit entry). Run on a SQLite ledger and on a PostgreSQL one. The load is bounded in count and time and
+goes to 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import httpx
+import pytest
 
+from accountant.audit import AuditFilter, open_audit
+from proxy.audit_cli import audit_verify
 from proxy.demo import DemoFiles
 from tests.conftest import StartFresh, spend, sum_up
+from tests.pg_fixtures import fresh_schema
 
 WORKERS = 6
 REQUESTS_PER_WORKER = 25  # HTTP answers each worker waits for; transport errors are retried
@@ -55,8 +64,21 @@ def _all_charges(admin: httpx.Client) -> list[dict[str, Any]]:
             return charges
 
 
-def test_answers_keep_their_charges_through_sigkill_and_restart(fresh_server: StartFresh, demo: DemoFiles) -> None:
-    server = fresh_server(epsilon=BUDGET, delta=1e-6)
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """The server's DPPROXY_LEDGER: none (the policy copy's SQLite file) or a fresh PostgreSQL schema."""
+    with ExitStack() as stack:
+        if request.param == "sqlite":
+            yield {}
+        else:
+            _, url = stack.enter_context(fresh_schema())
+            yield {"DPPROXY_LEDGER": url}
+
+
+def test_answers_keep_their_charges_through_sigkill_and_restart(
+    fresh_server: StartFresh, demo: DemoFiles, ledger_env: dict[str, str]
+) -> None:
+    server = fresh_server(epsilon=BUDGET, delta=1e-6, env=ledger_env)
     answers: list[dict[str, Any]] = []
     refusals: list[int] = []
     failures: list[str] = []
@@ -97,3 +119,23 @@ def test_answers_keep_their_charges_through_sigkill_and_restart(fresh_server: St
     # the load really ran into the faults and the budgets: some requests died with the server, some were refused
     assert len(answers) + len(refusals) == WORKERS * REQUESTS_PER_WORKER
     assert refusals and failures
+
+    # every committed charge has its admitted audit entry, written in the charge's own transaction
+    assert server.policy is not None
+    address = ledger_env.get("DPPROXY_LEDGER") or str(server.policy.parent / "ledger.sqlite")
+    audit = open_audit(address)
+    try:
+        assert audit.verify().ok
+        mentioned = {e.charge_id for e in audit.entries(limit=10 * WORKERS * REQUESTS_PER_WORKER)}
+        assert set(recorded) - mentioned == set()  # no charge the audit log never mentions
+        covered = audit.coverage(listed=len(ledger))
+        assert (covered.charges, covered.unaudited, covered.orphaned) == (len(ledger), (), ())
+        admitted = audit.entries(AuditFilter(decision="admitted"), limit=len(ledger) + 1)
+        assert sorted(e.charge_id or "" for e in admitted) == sorted(recorded)
+        for entry in admitted:
+            charge = recorded[entry.charge_id or ""]
+            assert (entry.analyst, entry.sql_sha256, entry.epsilon) == (
+                charge["analyst"], charge["sql_sha256"], charge["epsilon"])
+    finally:
+        audit.close()
+    assert audit_verify(address) == 0

@@ -3,7 +3,8 @@
 Worker threads send distinct queries to both replicas at once, for two analysts, until both budgets run
 out. Afterwards: answers × charge equals each analyst's recorded spend, no analyst is over budget, every
 answer's charge is in the ledger, and the replicas' shared audit chain verifies with one entry per
-request. The load is bounded (WORKERS × REQUESTS requests) and goes to 127.0.0.1 only.
+request and one `admitted` entry per charge. The load is bounded (WORKERS × REQUESTS requests) and goes
+to 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -165,10 +166,15 @@ def test_replicas_share_one_audit_chain(load: Load) -> None:
     audit = PostgresAudit(load.url)
     try:
         result = audit.verify()
-        assert (result.ok, result.checked) == (True, WORKERS * REQUESTS), result  # one chain, one entry each
+        charged = sum(len(answers) for answers in load.answers.values())
+        # one chain: one entry per request, and one admitted entry per charge (written with the charge)
+        assert (result.ok, result.checked) == (True, WORKERS * REQUESTS + charged), result
         for name, answers in load.answers.items():
-            entries = audit.entries(AuditFilter(analyst=name, decision="answered"), limit=1000)
-            assert sorted(e.charge_id or "" for e in entries) == sorted(a["id"] for a in answers)
+            for decision in ("admitted", "answered"):
+                entries = audit.entries(AuditFilter(analyst=name, decision=decision), limit=1000)
+                assert sorted(e.charge_id or "" for e in entries) == sorted(a["id"] for a in answers)
+        covered = audit.coverage()
+        assert (covered.ok, covered.charges) == (True, charged)
         assert audit.count(AuditFilter(decision="rejected")) == load.refusals
     finally:
         audit.close()
