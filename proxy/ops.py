@@ -11,6 +11,7 @@ else (give that to Prometheus, not an admin key).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -139,11 +140,27 @@ class Ready(BaseModel):
     ok: bool = True
 
 
+async def _own_thread(check: Callable[[], dict[str, str | None]]) -> dict[str, str | None]:
+    """`check()` on a thread of its own, awaited: neither the event loop nor a pool thread waits for it."""
+    loop = asyncio.get_running_loop()
+    found: asyncio.Future[dict[str, str | None]] = loop.create_future()
+
+    def run() -> None:
+        result = check()  # readiness() catches every failure of its checks
+        loop.call_soon_threadsafe(lambda: found.done() or found.set_result(result))
+
+    threading.Thread(target=run, name="dpproxy-readyz", daemon=True).start()
+    return await found
+
+
 @router.get("/readyz", include_in_schema=False, responses={200: {"model": Ready},
                                   503: {"model": ErrorResponse, "description": "not ready (code `unavailable`)"}})
-def readyz(request: Request, env: EnvDep) -> JSONResponse:
-    """Readiness: 200 when the ledger can be read and every dataset's engine answers `SELECT 1`."""
-    found = readiness(env, getattr(request.app.state, "ledger_file", None))
+async def readyz(request: Request) -> JSONResponse:
+    """Readiness: 200 when the ledger can be read and every dataset's engine answers `SELECT 1`. Answered
+    apart from the thread pools that serve queries and other routes, so a busy server still answers it."""
+    env: Env = request.app.state.env
+    ledger_file = getattr(request.app.state, "ledger_file", None)
+    found = await _own_thread(lambda: readiness(env, ledger_file))
     failed = sorted({"ledger" if name == "ledger" else "engine" for name, why in found.items() if why})
     if not failed:
         return JSONResponse({"ok": True}, headers=NO_STORE)
