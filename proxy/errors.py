@@ -62,6 +62,7 @@ def error_response(request: Request, exc: Exception) -> JSONResponse:
         case StarletteHTTPException() if exc.status_code in (404, 405):
             code = "not_found" if exc.status_code == 404 else "method_not_allowed"
             message, detail = str(exc.detail), {}
+            headers.update({k: v for k, v in (exc.headers or {}).items() if k.lower() == "allow"})  # 405: RFC 9110
         case StarletteHTTPException() if 400 <= exc.status_code < 500:
             # e.g. FastAPI's "There was an error parsing the body" for a body that is not UTF-8 JSON
             code, message, detail = "invalid_request", str(exc.detail), {}

@@ -40,10 +40,12 @@ def free_port() -> int:
 
 
 class Server:
-    """One `python -m proxy serve --policy FILE --port P` subprocess; its output goes to `log`."""
+    """One `python -m proxy serve --policy FILE --port P` subprocess; its output goes to `log`; `settings`
+    are DPPROXY_* variables for it (no others reach it)."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, settings: dict[str, str] | None = None) -> None:
         self.log = log
+        self.settings = dict(settings or {})
         self.policy: Path | None = None
         self.port: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -69,6 +71,7 @@ class Server:
         """Run the process; True once it is ready, False if it exited first."""
         assert self.policy is not None and self.port is not None
         env = {k: v for k, v in os.environ.items() if not k.startswith("DPPROXY_")}  # settings come from argv
+        env.update(self.settings)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), env.get("PYTHONPATH"))))
         env["PYTHONUNBUFFERED"] = "1"  # the log is complete whenever a test reads it
         argv = [sys.executable, "-m", "proxy", "serve",
