@@ -3,8 +3,9 @@
 Query and preview requests wait here for one of `workers` threads; every other route (budget, ledger,
 datasets, the dashboard) keeps Starlette's own thread pool, and /healthz and /readyz answer without either,
 so queries can never hold up those. Waiting requests get a thread in turn by analyst (round robin, not
-first come, first served), and while others wait no analyst runs on more than `workers - 1` threads: one
-analyst's burst of heavy queries delays another analyst by at most one query, not by the whole burst.
+first come, first served), and no analyst ever runs on more than `workers - 1` of them (at least one), so a
+thread is free, or next to be free, for everyone else: one analyst's burst of heavy queries waits for its own
+earlier queries, never in front of another analyst's.
 
 A query's post-admit time limit (proxy/deadline.py) is kept here too: when it passes, the request ends as a
 `timeout` at once; the thread finishes its query (the engine is interrupted; release cannot be) and only
@@ -27,8 +28,8 @@ T = TypeVar("T")
 
 
 class FairSlots:
-    """`size` slots handed out round robin by owner; an owner holds at most `per_owner` of them while
-    others wait. Event-loop only (no locks).
+    """`size` slots handed out round robin by owner; an owner never holds more than `per_owner` of them.
+    Event-loop only (no locks).
 
     Example:
         >>> async def demo():

@@ -26,7 +26,7 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     rejections_kept: int = Field(500, ge=1, le=100_000)  # recent rejections kept per process (dashboard)
     readiness_timeout_s: float = Field(2.0, gt=0, le=60)  # per /readyz check (ledger, each engine)
-    query_workers: int = Field(4, ge=1, le=64)  # threads that run queries and previews (proxy/runner.py)
+    query_workers: int = Field(2, ge=1, le=64)  # threads that run queries and previews (proxy/runner.py)
     interactive_docs: bool = False  # serve /docs and /redoc (third-party scripts from a CDN; see docs/operations.md)
 
     @field_validator("ledger", mode="before")
