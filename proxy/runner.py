@@ -99,6 +99,11 @@ class FairSlots:
                 del self._waiting[owner]
 
 
+def _consumed(future: asyncio.Future[object]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 class QueryRunner:
     """Runs pipeline work for analysts on `workers` dedicated threads (see the module docstring)."""
 
@@ -130,6 +135,7 @@ class QueryRunner:
                 return await asyncio.wait_for(asyncio.shield(result), deadline.remaining())
             except TimeoutError:
                 if deadline.expire():
+                    result.add_done_callback(_consumed)  # the worker's own timeout, when it ends, goes nowhere
                     raise ExecutionTimeout() from None
         return await result
 

@@ -146,6 +146,7 @@ def test_a_query_past_its_deadline_is_a_charged_timeout_and_is_never_released(se
     assert again.status_code == 504 and again.headers.get("x-dp-repeat") != "true", again.text
     assert again.json()["detail"]["charge_id"] != charge_id
     assert len(charges_of(server, big.admin_key, "analyst")) == 2
+    assert "never retrieved" not in server.log.read_text()  # the abandoned work's own timeout is consumed
 
 
 # --- a bounded query pool ------------------------------------------------------------------------------
