@@ -143,11 +143,12 @@ def _render(result: Answer, env: Env) -> bytes:
 
 
 @router.post("/v1/query/preview", response_model=PreviewResponse, tags=["query"], responses=RATE_LIMITED)
-async def preview(body: QueryRequest, request: Request, analyst: AnalystDep, env: EnvDep) -> PreviewResponse:
+async def preview(body: QueryRequest, request: Request, analyst: AnalystDep, env: EnvDep) -> Response:
     """The plan of a query (rewritten SQL, charge under each accounting, noise, and the budget before and
     after it) without charging or touching data. `admissible` applies the dataset's admit rule."""
-    previewed: PreviewResponse = await _run(request, analyst, lambda _: _preview(body, analyst, env), env)
-    return previewed
+    rendered: bytes = await _run(request, analyst, lambda _: _preview(body, analyst, env).model_dump_json().encode(),
+                                 env)  # rendered on the query thread, not the event loop
+    return Response(rendered, media_type="application/json")
 
 
 def _preview(body: QueryRequest, analyst: AnalystPolicy, env: Env) -> PreviewResponse:
