@@ -110,7 +110,7 @@ def _serve(args: argparse.Namespace) -> int:
     from proxy.logs import dict_config
 
     uvicorn.run(
-        create_app(settings), host=settings.host, port=settings.port, access_log=False,
+        create_app(settings), host=settings.host, port=settings.port, access_log=False, server_header=False,
         log_config=dict_config(settings.log_format, settings.log_level),  # JSON from the first line on
     )
     return 0

@@ -19,15 +19,18 @@ from fastapi import FastAPI
 from accountant.audit import open_audit
 from accountant.stores import open_ledger
 from mechanisms.sampling import SecureSampler
-from proxy import audit_routes, dashboard, errors, logs, ops, routes
+from proxy import apidocs, audit_routes, dashboard, errors, logs, ops, routes
 from proxy.audit_trail import AuditTrail
 from proxy.engine import Engine, EngineMisconfigured
+from proxy.hygiene import Hygiene
 from proxy.intake import Intake
 from proxy.metrics import Metrics
 from proxy.observe import Observe, Rejections
 from proxy.pipeline import Env, StageTimer, untimed
 from proxy.policy import load_policy
+from proxy.runner import QueryRunner
 from proxy.settings import Settings
+from proxy.throttle import Throttle
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +70,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.env = env
         app.state.audit = open_audit(settings.ledger or str(env.policy.ledger))  # same store as the ledger
         app.state.ledger_file = ops.LedgerFile.of(env)
+        app.state.runner = QueryRunner(settings.query_workers)  # queries run apart from the other routes
         sigterm = _SigtermExit()
         sigterm.arm()
         try:
             yield
         finally:
+            app.state.runner.close()
             app.state.audit.close()
             _close(env)
             log.info("shut down: requests drained, ledger and engines closed")
@@ -83,17 +88,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Differentially private SQL over HTTP: GROUP BY answers with noise, charged to a budget.",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None, redoc_url=None,  # opt-in: proxy/apidocs.py
+        redirect_slashes=False,  # `/v1/budget/` is a 404, not a redirect built from the Host header
     )
     metrics = Metrics(lambda: getattr(app.state, "env", None))
     rejections = Rejections(settings.rejections_kept)
     app.state.metrics, app.state.rejections = metrics, rejections
+    app.state.throttle = Throttle()  # per-analyst limits of the query routes
     errors.install(app)
     app.include_router(routes.router)
     app.include_router(ops.router)
     app.include_router(dashboard.router)
     app.include_router(audit_routes.router)
+    if settings.interactive_docs:
+        apidocs.install(app)
     app.add_middleware(Intake, max_body_bytes=settings.max_body_bytes)  # 401 before a body is read; 413
     app.add_middleware(AuditTrail)  # every POST /v1/query: decision, code, charge — hash-chained
+    app.add_middleware(Hygiene)  # encoded slashes are 404; HEAD answers as GET without the body
     app.add_middleware(Observe, metrics=metrics, rejections=rejections)  # outermost: sees the final response
     return app
 

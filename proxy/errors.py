@@ -19,6 +19,7 @@ from accountant.errors import AccountantError
 from proxy.auth import AuthError
 from proxy.engine import EngineError
 from proxy.query.errors import QueryError
+from proxy.throttle import RateLimited
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ STATUS: dict[str, int] = {
     "payload_too_large": 413,
     "not_found": 404,
     "method_not_allowed": 405,
+    "rate_limited": 429,
     "execution_failed": 500,
     "timeout": 504,
     "unavailable": 503,
@@ -49,7 +51,11 @@ def error_body(status: int, code: str, message: str, detail: dict[str, object], 
 def error_response(request: Request, exc: Exception) -> JSONResponse:
     """Map any exception to the canonical body. Only here may a handler catch everything."""
     charged = bool(getattr(request.state, "charged", False))
+    headers: dict[str, str] = {}
     match exc:
+        case RateLimited():
+            code, message, detail = exc.code, str(exc), dict(exc.detail)
+            headers["Retry-After"] = str(exc.retry_after_s)
         case QueryError() | AuthError() | AccountantError() | EngineError():
             code, message, detail = exc.code, str(exc), dict(exc.detail)
         case RequestValidationError():
@@ -58,6 +64,7 @@ def error_response(request: Request, exc: Exception) -> JSONResponse:
         case StarletteHTTPException() if exc.status_code in (404, 405):
             code = "not_found" if exc.status_code == 404 else "method_not_allowed"
             message, detail = str(exc.detail), {}
+            headers.update({k: v for k, v in (exc.headers or {}).items() if k.lower() == "allow"})  # 405: RFC 9110
         case StarletteHTTPException() if 400 <= exc.status_code < 500:
             # e.g. FastAPI's "There was an error parsing the body" for a body that is not UTF-8 JSON
             code, message, detail = "invalid_request", str(exc.detail), {}
@@ -67,7 +74,7 @@ def error_response(request: Request, exc: Exception) -> JSONResponse:
     status = STATUS.get(code, 500)
     if charged and status >= 500:
         detail["charge_id"] = getattr(request.state, "charge_id", None)
-    return JSONResponse(error_body(status, code, message, detail, charged), status_code=status)
+    return JSONResponse(error_body(status, code, message, detail, charged), status_code=status, headers=headers)
 
 
 def _validation_item(error: object) -> dict[str, object]:
@@ -82,6 +89,6 @@ def install(app: FastAPI) -> None:
 
     # Domain errors get their own registration: a handler for Exception alone runs in Starlette's
     # ServerErrorMiddleware, which logs a traceback and closes the connection even for a 400.
-    for exc_type in (QueryError, AuthError, AccountantError, EngineError, RequestValidationError,
+    for exc_type in (QueryError, AuthError, AccountantError, EngineError, RateLimited, RequestValidationError,
                      StarletteHTTPException, Exception):
         app.add_exception_handler(exc_type, handle)

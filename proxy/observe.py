@@ -34,6 +34,9 @@ from proxy.pipeline import Env
 _QUERY_PATHS = ("/v1/query", "/v1/query/preview")  # POST bodies that name a dataset
 _CAPTURE_LIMIT = 1 << 16  # bytes of an error body kept to read its code
 _CODE = re.compile(r"[a-z_]{1,64}")
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})  # others: "other"
+_OUTCOMES = frozenset({"ok", "client_closed"})
+_HTTP_CODE = re.compile(r"http_[1-5]\d\d")
 _NOT_A_QUERY = object()  # requests other than queries have no dataset in the access line
 
 
@@ -96,6 +99,8 @@ class Observe:
             if message["type"] == "http.response.start":
                 out = MutableHeaders(scope=message)
                 out["x-request-id"] = rid
+                if scope["path"].startswith("/v1/"):  # budgets, ledgers and answers: never kept by a cache
+                    out["cache-control"] = "no-store"
                 outcome.status = int(message["status"])
                 outcome.capture = outcome.status >= 400 and out.get("content-type", "").startswith("application/json")
                 outcome.charge_id = out.get("x-dp-charge-id")
@@ -124,21 +129,34 @@ class Observe:
         route = getattr(scope.get("route"), "path", None) or "unmatched"  # a template, never the raw path
         status = outcome.status or 499  # no response was sent: the client went away first
         code = "ok" if status < 400 else "client_closed" if status == 499 else _error_code(outcome.body, status)
+        method, code = label(scope["method"], code)
         env: Env | None = getattr(scope["app"].state, "env", None)
         query = scope.get("state", {}).get("query")  # the QueryRequest the route parsed, if it got that far
         if requested is not _NOT_A_QUERY and query is not None:
             requested = query.dataset
         analyst, dataset = _who(env, headers.get("authorization"), requested)
-        self.metrics.request_done(route, scope["method"], code, seconds)
+        self.metrics.request_done(route, method, code, seconds)
         if status >= 400 and route.startswith("/v1/"):
             self.rejections.add(Rejection(datetime.now(UTC), analyst, dataset, route, status, code))
         state: dict[str, Any] = scope.get("state", {})
         logs.access(
-            request_id=context.request_id, method=scope["method"], route=route, status=status, code=code,
+            request_id=context.request_id, method=method, route=route, status=status, code=code,
             analyst=analyst, dataset=dataset, duration_ms=round(seconds * 1000, 3),
             stages_ms={k: round(v * 1000, 3) for k, v in context.stages.items()},
             charge_id=outcome.charge_id or state.get("charge_id"),
         )
+
+
+def label(method: str, code: str) -> tuple[str, str]:
+    """The method and outcome code as metric labels: a client's invented method or code becomes "other",
+    so the number of series stays bounded (routes are already templates, or "unmatched").
+
+    Example:
+        >>> label("GET", "ok"), label("M000007XYZ", "not_found"), label("POST", "made_up"), label("PUT", "http_418")
+        (('GET', 'ok'), ('other', 'not_found'), ('POST', 'other'), ('PUT', 'http_418'))
+    """
+    known = code in errors.STATUS or code in _OUTCOMES or _HTTP_CODE.fullmatch(code) is not None
+    return (method if method in _METHODS else "other"), (code if known else "other")
 
 
 def _error_code(body: bytes, status: int) -> str:

@@ -11,12 +11,13 @@ else (give that to Prometheus, not an admin key).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
 import os
-import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -92,26 +93,30 @@ class LedgerFile:
             raise PermissionError("the ledger file is not readable and writable")
 
 
-def _within(timeout_s: float, check: Callable[[], None]) -> str | None:
-    """None when `check` returns within `timeout_s`, else why not (a lock, an error)."""
-    outcome: list[str | None] = []
+_PROBE_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dpproxy-readyz")
 
-    def run() -> None:
+
+async def _within(timeout_s: float, check: Callable[[], None]) -> str | None:
+    """None when `check` returns within `timeout_s`, else why not (a lock, an error). The check runs on the
+    probe threads, never on the event loop or a thread that serves queries or other routes; one that hangs
+    keeps its thread until it ends (the ledger and the engines have time limits of their own)."""
+
+    def run() -> str | None:
         try:
             check()
-            outcome.append(None)
         except Exception as err:
-            outcome.append(f"{type(err).__name__}: {err}")
+            return f"{type(err).__name__}: {err}"
+        return None
 
-    worker = threading.Thread(target=run, name="dpproxy-readyz", daemon=True)
-    worker.start()
-    worker.join(timeout_s)
-    return outcome[0] if outcome else f"no answer within {timeout_s:g} s"
+    try:
+        return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(_PROBE_THREADS, run), timeout_s)
+    except TimeoutError:
+        return f"no answer within {timeout_s:g} s"
 
 
-def readiness(env: Env, ledger_file: LedgerFile | None) -> dict[str, str | None]:
+async def readiness(env: Env, ledger_file: LedgerFile | None) -> dict[str, str | None]:
     """Component -> None when it works, else the reason: the ledger file and a read, and `SELECT 1` on every
-    engine (with its database file still in place)."""
+    engine (with its database file still in place); the checks run at once."""
 
     def ledger() -> None:
         if ledger_file is not None:
@@ -129,10 +134,9 @@ def readiness(env: Env, ledger_file: LedgerFile | None) -> dict[str, str | None]
         return check
 
     timeout = env.settings.readiness_timeout_s
-    found = {"ledger": _within(timeout, ledger)}
-    for name, _ in env.engines:
-        found[f"dataset:{name}"] = _within(timeout, engine(name))
-    return found
+    checks = {"ledger": ledger, **{f"dataset:{name}": engine(name) for name, _ in env.engines}}
+    found = await asyncio.gather(*(_within(timeout, check) for check in checks.values()))
+    return dict(zip(checks, found, strict=True))
 
 
 class Ready(BaseModel):
@@ -141,9 +145,12 @@ class Ready(BaseModel):
 
 @router.get("/readyz", include_in_schema=False, responses={200: {"model": Ready},
                                   503: {"model": ErrorResponse, "description": "not ready (code `unavailable`)"}})
-def readyz(request: Request, env: EnvDep) -> JSONResponse:
-    """Readiness: 200 when the ledger can be read and every dataset's engine answers `SELECT 1`."""
-    found = readiness(env, getattr(request.app.state, "ledger_file", None))
+async def readyz(request: Request) -> JSONResponse:
+    """Readiness: 200 when the ledger can be read and every dataset's engine answers `SELECT 1`. Answered
+    apart from the thread pools that serve queries and other routes, so a busy server still answers it."""
+    env: Env = request.app.state.env
+    ledger_file = getattr(request.app.state, "ledger_file", None)
+    found = await readiness(env, ledger_file)
     failed = sorted({"ledger" if name == "ledger" else "engine" for name, why in found.items() if why})
     if not failed:
         return JSONResponse({"ok": True}, headers=NO_STORE)

@@ -1,7 +1,9 @@
 """The request path (DESIGN.md §1): plan (pure, free to reject) → admit (atomic charge) → run → release.
 
 A charge is committed before any result exists and is never refunded: if the engine fails afterwards, the
-charge stays and the error says so (`charged: true`). An identical request (same analyst, dataset,
+charge stays and the error says so (`charged: true`). The post-admit work (execute, release, render) has
+one time limit, `query_timeout_s` from admission (proxy/deadline.py): an answer not ready by then is a
+charged `timeout` and is never released. An identical request (same analyst, dataset,
 normalised SQL and effective parameters) gets the stored release back, byte for byte, at no charge, so
 repeating a query can never average its noise away (DESIGN.md §5).
 """
@@ -19,6 +21,7 @@ from accountant.filter import Budget
 from accountant.ledger import Charge, Ledger, StoredRelease
 from mechanisms.sampling import Sampler
 from proxy.auth import dataset_for
+from proxy.deadline import Deadline
 from proxy.engine import Engine
 from proxy.policy import AnalystPolicy, DatasetPolicy, Policy, check_accountable
 from proxy.query import QueryPlan, plan
@@ -110,15 +113,19 @@ def reply(
     env: Env,
     on_admitted: Callable[[Charge], None],
     render: Callable[[Answer], bytes],
+    deadline: Deadline | None = None,
 ) -> Reply:
-    """The answer to `req`: the stored release of an identical earlier request, else a new charged one."""
+    """The answer to `req`: the stored release of an identical earlier request, else a new charged one,
+    delivered within `deadline` (default: `query_timeout_s` from admission)."""
+    deadline = deadline or Deadline(env.settings.query_timeout_s)
     with env.timed("plan"):
         prepared = prepare(req, analyst, env.policy, env.sampler.salt())
     stored = env.ledger.stored_release(analyst.name, prepared.dataset.name, prepared.request_sha256)
     if stored is not None:
         return Reply(stored.body, stored.charge_id, repeat=True)
-    result = answer(prepared, analyst, env, on_admitted)
+    result = answer(prepared, analyst, env, on_admitted, deadline)
     body = render(result)
+    deadline.deliver()  # from here on the answer is released; if too late, a charged timeout instead
     env.ledger.store_release(
         StoredRelease(analyst.name, prepared.dataset.name, prepared.request_sha256, result.charge.id, body)
     )
@@ -126,9 +133,11 @@ def reply(
 
 
 def answer(
-    prepared: Prepared, analyst: AnalystPolicy, env: Env, on_admitted: Callable[[Charge], None]
+    prepared: Prepared, analyst: AnalystPolicy, env: Env, on_admitted: Callable[[Charge], None],
+    deadline: Deadline | None = None,
 ) -> Answer:
-    """Admit, run and release one prepared query."""
+    """Admit, run and release one prepared query; the deadline's clock starts at admission."""
+    deadline = deadline or Deadline(env.settings.query_timeout_s)
     price = prepared.plan.price
     with env.timed("admit"):
         charge = env.ledger.admit(
@@ -139,8 +148,12 @@ def answer(
             sql=prepared.plan.normalized_sql,  # its admitted audit entry commits with the charge
         )
     on_admitted(charge)  # from here on, every failure reports charged: true
+    deadline.start()
     with env.timed("execute"):
-        rows = env.engine(prepared.dataset.name).run(prepared.plan.sql, env.settings.query_timeout_s)
+        deadline.check()
+        rows = env.engine(prepared.dataset.name).run(prepared.plan.sql, deadline.remaining())
     with env.timed("release"):
+        deadline.check()
         result = release(rows.rows, prepared.plan.analysis, price, env.sampler)
+    deadline.check()
     return Answer(prepared, charge, result)

@@ -15,12 +15,13 @@ import re
 import sys
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal, cast, get_args
 
 from accountant.filter import BASIC, DEFAULT_SELECTION_SHARE, RULES, Accounting, Budget, Rule, capacity
 from mechanisms.gdp import MIN_BUDGET_EPSILON
+from proxy.limits import LIMIT_KEYS, AnalystLimits, read_limits
 from proxy.query import types
 from proxy.query.catalog import MAX_ABS_BOUND, Catalog, ColumnSpec, Literal_, Mechanism, TableSchema
 from proxy.query.errors import InvalidParameter
@@ -94,12 +95,13 @@ class DatasetPolicy:
 
 @dataclass(frozen=True, slots=True)
 class AnalystPolicy:
-    """One API key holder: its role and a budget per dataset it may query."""
+    """One API key holder: its role, a budget per dataset it may query, and its request limits."""
 
     name: str
     role: Role
     key_sha256: str  # sha256 hex of the API key; the key itself is never stored
     budgets: tuple[tuple[str, Budget], ...]  # (dataset name, budget)
+    limits: AnalystLimits = field(default_factory=AnalystLimits)
 
     def __post_init__(self) -> None:
         if self.role not in get_args(Role):
@@ -443,7 +445,7 @@ def _domain_value(value: object, type_: str) -> Literal_ | None:
 def _analyst(name: str, raw: _Raw, datasets: set[str], p: _Problems) -> AnalystPolicy | None:
     loc = f"analysts.{name}"
     before = len(p.items)
-    _check_keys(raw, loc, ("role", "key_sha256", "budgets"), p)
+    _check_keys(raw, loc, ("role", "key_sha256", "budgets", *LIMIT_KEYS), p)
     role = _str(raw, "role", loc, p)
     if role is not None and role not in get_args(Role):
         p.add(f"{loc}.role", f"must be one of {', '.join(get_args(Role))}, got {role!r}")
@@ -458,9 +460,10 @@ def _analyst(name: str, raw: _Raw, datasets: set[str], p: _Problems) -> AnalystP
         budget = _budget(budget_raw, budget_loc, p)
         if len(p.items) == before and budget is not None:
             budgets.append((dataset, budget))
-    if len(p.items) > before or role is None or key is None:
+    limits = read_limits(raw, loc, p.add)
+    if len(p.items) > before or role is None or key is None or limits is None:
         return None
-    return AnalystPolicy(name, cast(Role, role), key, tuple(budgets))
+    return AnalystPolicy(name, cast(Role, role), key, tuple(budgets), limits)
 
 
 # --- small typed readers: each reports its own problem and returns None on failure ---------------------

@@ -17,7 +17,8 @@ from accountant.events import to_json
 from accountant.filter import Accounting, Budget, Entry, Rule, Usage
 from accountant.ledger import Charge
 from proxy import auth
-from proxy.pipeline import Answer, Env, Prepared, prepare, reply
+from proxy.deadline import Deadline
+from proxy.pipeline import Answer, Env, Prepared, Reply, prepare, reply
 from proxy.policy import AnalystPolicy, DatasetPolicy
 from proxy.query.analyse import Analysis
 from proxy.query.expr import Agg
@@ -83,8 +84,21 @@ AnalystDep = Annotated[AnalystPolicy, Depends(get_analyst)]
 
 
 @router.get("/healthz", tags=["ops"])
-def healthz() -> dict[str, bool]:
+async def healthz() -> dict[str, bool]:
+    """Liveness, answered on the event loop: no thread pool, no I/O."""
     return {"ok": True}
+
+
+RATE_LIMITED: dict[int | str, dict[str, Any]] = {429: {
+    "model": ErrorResponse, "description": "too many requests of this analyst (`rate_limited`); nothing charged",
+    "headers": {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "string"}}},
+}}
+
+
+async def _run(request: Request, analyst: AnalystPolicy, work: Callable[[Deadline], Any], env: Env) -> Any:
+    """`work` on the query pool (proxy/runner.py), within the analyst's limits (proxy/throttle.py)."""
+    with request.app.state.throttle.admitted(analyst.name, analyst.limits):
+        return await request.app.state.runner.run(analyst.name, work, env.settings.query_timeout_s)
 
 
 @router.post(
@@ -95,9 +109,9 @@ def healthz() -> dict[str, bool]:
         "X-DP-Repeat": {"description": "true when this is the stored answer of an identical earlier request "
                                        "(nothing charged)", "schema": {"type": "string"}},
         "X-DP-Charge-Id": {"description": "the charge that paid for this answer", "schema": {"type": "string"}},
-    }}},
+    }}, **RATE_LIMITED},
 )
-def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: EnvDep) -> Response:
+async def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: EnvDep) -> Response:
     """Answer one SQL query with a differentially private release, charging the budget first.
 
     Repeating an identical request returns the first answer byte for byte, without a new charge
@@ -110,7 +124,10 @@ def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: EnvDep
         request.state.charge_id = charge.id
         request.state.charge = charge
 
-    result = reply(body, analyst, env, admitted, lambda answer: _render(answer, env))
+    def work(deadline: Deadline) -> Reply:
+        return reply(body, analyst, env, admitted, lambda answer: _render(answer, env), deadline)
+
+    result: Reply = await _run(request, analyst, work, env)
     headers = {"X-DP-Repeat": str(result.repeat).lower(), "X-DP-Charge-Id": result.charge_id}
     return Response(result.body, media_type="application/json", headers=headers)
 
@@ -128,11 +145,17 @@ def _render(result: Answer, env: Env) -> bytes:
     ).model_dump_json().encode()
 
 
-@router.post("/v1/query/preview", response_model=PreviewResponse, tags=["query"])
-def preview(body: QueryRequest, request: Request, analyst: AnalystDep, env: EnvDep) -> PreviewResponse:
+@router.post("/v1/query/preview", response_model=PreviewResponse, tags=["query"], responses=RATE_LIMITED)
+async def preview(body: QueryRequest, request: Request, analyst: AnalystDep, env: EnvDep) -> Response:
     """The plan of a query (rewritten SQL, charge under each accounting, noise, and the budget before and
     after it) without charging or touching data. `admissible` applies the dataset's admit rule."""
     request.state.query = body  # what this route parsed: the access log names its dataset
+    rendered: bytes = await _run(request, analyst, lambda _: _preview(body, analyst, env).model_dump_json().encode(),
+                                 env)  # rendered on the query thread, not the event loop
+    return Response(rendered, media_type="application/json")
+
+
+def _preview(body: QueryRequest, analyst: AnalystPolicy, env: Env) -> PreviewResponse:
     prepared = prepare(body, analyst, env.policy, env.sampler.salt())
     price, dataset = prepared.plan.price, prepared.dataset
     shared = dataset.budget is not None

@@ -28,6 +28,8 @@ class Settings(BaseSettings):
     readiness_timeout_s: float = Field(2.0, gt=0, le=60)  # per /readyz check (ledger, each engine)
     # the largest request body read (proxy/intake.py); larger ones get 413 without being read
     max_body_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    query_workers: int = Field(2, ge=1, le=64)  # threads that run queries and previews (proxy/runner.py)
+    interactive_docs: bool = False  # serve /docs and /redoc (third-party scripts from a CDN; see docs/operations.md)
 
     @field_validator("ledger", mode="before")
     @classmethod

@@ -40,11 +40,12 @@ def free_port() -> int:
 
 
 class Server:
-    """One `python -m proxy serve --policy FILE --port P` subprocess; its output goes to `log`."""
+    """One `python -m proxy serve --policy FILE --port P` subprocess; its output goes to `log`; `settings`
+    are DPPROXY_* variables for it (no others reach it)."""
 
-    def __init__(self, log: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, log: Path, settings: dict[str, str] | None = None) -> None:
         self.log = log
-        self.env = dict(env or {})  # DPPROXY_* settings for this server (the caller's own are cleared)
+        self.settings = dict(settings or {})
         self.policy: Path | None = None
         self.port: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -70,7 +71,7 @@ class Server:
         """Run the process; True once it is ready, False if it exited first."""
         assert self.policy is not None and self.port is not None
         env = {k: v for k, v in os.environ.items() if not k.startswith("DPPROXY_")}  # settings come from argv
-        env |= self.env
+        env.update(self.settings)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), env.get("PYTHONPATH"))))
         env["PYTHONUNBUFFERED"] = "1"  # the log is complete whenever a test reads it
         argv = [sys.executable, "-m", "proxy", "serve",
@@ -206,14 +207,16 @@ def admin(server: Server, demo: DemoFiles) -> Iterator[httpx.Client]:
 
 @pytest.fixture
 def fresh_server(demo: DemoFiles, tmp_path: Path) -> Iterator[StartFresh]:
-    """`fresh_server(epsilon=..., delta=..., env=...)` starts a server with its own policy copy and empty
-    ledger (`directory/ledger.sqlite` beside its `policy`), and `env` its DPPROXY_* settings."""
+    """`fresh_server(epsilon=..., delta=..., settings=...)` starts a server with its own policy copy and empty
+    ledger (`directory/ledger.sqlite` beside its `policy`), and `settings` its DPPROXY_* variables."""
     started: list[Server] = []
 
-    def start(*, epsilon: float | None = None, delta: float | None = None, env: dict[str, str] | None = None) -> Server:
+    def start(
+        *, epsilon: float | None = None, delta: float | None = None, settings: dict[str, str] | None = None
+    ) -> Server:
         directory = tmp_path / f"fresh-{len(started)}"
         policy = policy_copy(demo, directory, epsilon=epsilon, delta=delta)
-        fresh = Server(directory / "server.log", env)
+        fresh = Server(directory / "server.log", settings)
         started.append(fresh)
         return fresh.start(policy)
 

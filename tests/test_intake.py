@@ -121,7 +121,7 @@ def test_a_padded_body_over_the_limit_is_refused_unread_and_audited(fresh: Serve
 def test_a_padded_body_within_a_raised_limit_is_audited_with_its_sql(
     fresh_server: StartFresh, demo: DemoFiles
 ) -> None:
-    server = fresh_server(epsilon=5.0, env={"DPPROXY_MAX_BODY_BYTES": str(4 * 1024 * 1024)})
+    server = fresh_server(epsilon=5.0, settings={"DPPROXY_MAX_BODY_BYTES": str(4 * 1024 * 1024)})
     padded = f'{{"sql": "{COUNT.lower()}", "epsilon": 0.1' + " " * 2_000_000 + "}"
     with server.client(demo.analyst_key) as client:
         response = client.post("/v1/query", content=padded, headers={"Content-Type": "application/json"})

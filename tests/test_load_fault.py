@@ -78,7 +78,7 @@ def ledger_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
 def test_answers_keep_their_charges_through_sigkill_and_restart(
     fresh_server: StartFresh, demo: DemoFiles, ledger_env: dict[str, str]
 ) -> None:
-    server = fresh_server(epsilon=BUDGET, delta=1e-6, env=ledger_env)
+    server = fresh_server(epsilon=BUDGET, delta=1e-6, settings=ledger_env)
     answers: list[dict[str, Any]] = []
     refusals: list[int] = []
     failures: list[str] = []
