@@ -25,7 +25,8 @@ from proxy.deadline import Deadline
 from proxy.engine import Engine
 from proxy.policy import AnalystPolicy, DatasetPolicy, Policy, check_accountable
 from proxy.query import QueryPlan, plan
-from proxy.query.errors import InvalidParameter
+from proxy.query.analyse import public_cells
+from proxy.query.errors import InvalidParameter, PolicyError
 from proxy.query.release import Release, release
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
@@ -102,6 +103,14 @@ def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int
             parameter="noise_multiplier", max_epsilon=dataset.max_epsilon,
         )
     check_accountable(dataset, mechanism, planned.analysis.partitions)  # free: before any charge
+    cells = len(public_cells(planned.analysis)) if planned.analysis.partitions == "public" else 0
+    if cells > dataset.max_release_cells:  # the declared domains say how much work a release is: refuse it free
+        raise PolicyError(
+            f"this GROUP BY would release {cells} cells (every combination of its keys' public domains); this "
+            f"dataset releases at most {dataset.max_release_cells} per query: group by fewer keys, or filter "
+            "with WHERE and group by the rest", construct="GROUP BY", cells=cells,
+            max_release_cells=dataset.max_release_cells,
+        )
     knob = epsilon if req.noise_multiplier is None else ["noise_multiplier", req.noise_multiplier]
     identity = json.dumps([name, planned.normalized_sql, knob, delta, mechanism])
     return Prepared(dataset, budget, planned, hashlib.sha256(identity.encode()).hexdigest())

@@ -23,6 +23,7 @@ from accountant.filter import BASIC, DEFAULT_SELECTION_SHARE, RULES, Accounting,
 from mechanisms.gdp import MIN_BUDGET_EPSILON
 from proxy.limits import LIMIT_KEYS, AnalystLimits, read_limits
 from proxy.query import types
+from proxy.query.analyse import MAX_PUBLIC_CELLS
 from proxy.query.catalog import MAX_ABS_BOUND, Catalog, ColumnSpec, Literal_, Mechanism, TableSchema
 from proxy.query.errors import InvalidParameter
 
@@ -83,6 +84,7 @@ class DatasetPolicy:
     accounting: Accounting = BASIC  # the admit rule (privacy filter) of every budget on this dataset
     budget: Budget | None = None  # the total over all analysts, enforced with each analyst's budget
     cell_accounting: bool = True  # charge a query only in the cells its WHERE can reach (docs/privacy.md §7)
+    max_release_cells: int = MAX_PUBLIC_CELLS  # a public-domain GROUP BY releasing more cells is refused, free
 
     def __post_init__(self) -> None:
         problems = _dataset_number_problems(self.mechanism, self.epsilon, self.delta, self.max_epsilon)
@@ -227,7 +229,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     loc = f"datasets.{name}"
     before = len(p.items)
     keys = ("path", "mechanism", "epsilon", "delta", "max_epsilon", "accounting", "selection_delta_share",
-            "budget", "cell_accounting", "tables")
+            "budget", "cell_accounting", "max_release_cells", "tables")
     _check_keys(raw, loc, keys, p)
     file = _str(raw, "path", loc, p)
     path = base / file if file is not None else None
@@ -254,6 +256,9 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
             for problem in budget_problems(total, accounting):
                 p.add(f"{loc}.budget", problem)
     cell_accounting = _bool(raw, "cell_accounting", loc, p, default=True)
+    max_release_cells = _int(raw, "max_release_cells", loc, p, default=MAX_PUBLIC_CELLS)
+    if max_release_cells is not None and not 1 <= max_release_cells <= MAX_PUBLIC_CELLS:
+        p.add(f"{loc}.max_release_cells", f"must be an integer in [1, {MAX_PUBLIC_CELLS}], got {max_release_cells}")
     declared = _named_tables(raw, "tables", loc, _IDENTIFIER, p)
     if not declared and isinstance(raw.get("tables", {}), dict):
         p.add(f"{loc}.tables", "declare at least one protected table")
@@ -262,9 +267,10 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     if len(p.items) > before or path is None or mechanism is None or accounting is None:
         return None
     assert epsilon is not None and delta is not None and max_epsilon is not None and cell_accounting is not None
+    assert max_release_cells is not None
     return DatasetPolicy(
         name, path, Catalog(tables), cast(Mechanism, mechanism), epsilon, delta, max_epsilon, accounting, total,
-        cell_accounting,
+        cell_accounting, max_release_cells,
     )
 
 

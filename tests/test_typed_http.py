@@ -26,6 +26,7 @@ ledger = "ledger.sqlite"
 path = "typed.duckdb"
 epsilon = 0.5
 max_epsilon = 1.0
+max_release_cells = 6
 
 [datasets.typed.tables.people]
 privacy_unit = "uid"
@@ -126,3 +127,13 @@ def test_date_and_real_public_keys_match(server: Server) -> None:
     counts = {(day, f): n for day, f, n in rows}
     assert set(counts) == {(day, f) for day in ("2024-01-01", "2024-01-02") for f in (0.10000000149011612, 0.5)}
     # at ε = 1e-4 the noise is huge; the keys matching at all is the point (they used to be noise around 0)
+
+
+def test_a_release_larger_than_the_policy_allows_is_refused_for_free(eve: httpx.Client) -> None:
+    # issue #11: the work of a release is bounded before admission, from the declared domains alone
+    refused = _ask(eve, "SELECT d, r, day, COUNT(*) AS n FROM people GROUP BY d, r, day", 0.1)
+    body = refused.json()
+    assert refused.status_code == 400 and body["code"] == "policy" and body["charged"] is False
+    assert body["detail"] == {"construct": "GROUP BY", "cells": 12, "max_release_cells": 6}
+    assert _spent(eve) == 0.0
+    _answer(_ask(eve, "SELECT d, r, COUNT(*) AS n FROM people GROUP BY d, r", 0.1))  # 6 cells: answered

@@ -49,10 +49,9 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
         Release(columns=('region', 'n'), rows=(('N', 1), ('S', 10)))
     """
     n_keys = len(analysis.keys)
-    key_types = tuple(_spec_type(analysis, k) for k in analysis.keys)
+    read = [types.reader(_spec_type(analysis, k)) for k in analysis.keys]
     exact = {
-        tuple(types.canonical(t, v) for t, v in zip(key_types, row[:n_keys], strict=True)):
-            tuple(clip(v) for v in row[n_keys:])
+        tuple(r(v) for r, v in zip(read, row[:n_keys], strict=True)): tuple(clip(v) for v in row[n_keys:])
         for row in rows
     }
     zeros = (0,) * (1 + len(analysis.measures))
@@ -108,7 +107,7 @@ def clip(value: object) -> int:
         (0, 5, True, True)
     """
     number = int(value or 0)  # type: ignore[call-overload]  # DuckDB returns int (HUGEINT included) or None
-    return max(-_LARGEST, min(_LARGEST, number))
+    return number if -_LARGEST <= number <= _LARGEST else max(-_LARGEST, min(_LARGEST, number))
 
 
 def _spec_type(analysis: Analysis, key: str) -> str:
