@@ -21,7 +21,7 @@ from accountant.cells import ledgered
 from accountant.errors import BudgetExceeded
 from accountant.filter import Budget
 from accountant.ledger import MemoryLedger
-from proxy.query import plan
+from proxy.query import plan, types
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.errors import EmptyScope
 from proxy.query.scope import cell_space
@@ -144,3 +144,103 @@ def test_a_drill_down_is_charged_the_maximum_over_cells_not_the_sum() -> None:
     assert admitted == 5  # every region, OTHER and NULL once; the sixth overlaps region N
     history = ledgered(ledger.entries(dataset="d"), "basic")
     assert history.total[0] == 5 and history.bound().amount == 1
+
+
+# --- the same oracle over the types that used to break scopes (issue #10) ---------------------------------
+
+TYPED = TableSchema(
+    "t", "uid",
+    (
+        ColumnSpec("uid", "VARCHAR"),
+        ColumnSpec("f", "REAL", unit_level=True, groupable=True, public_domain=(0.1, 0.5)),
+        ColumnSpec("d", "DECIMAL(38,0)", unit_level=True, public_domain=(1, 2**53 + 1)),
+        ColumnSpec("r", "VARCHAR", unit_level=True, groupable=True, public_domain=("N", "n")),
+        ColumnSpec("x", "DOUBLE", bounds=(0.0, 10.0)),
+    ),
+    max_groups=2, max_rows=3,
+)
+TYPED_SPACE = cell_space(TYPED)
+TYPED_ATOMS = (
+    "f = 0.1", "f >= 0.1000000015", "f = 0.10000000149011612", "f < 0.5", "f > 0.3", "f IS NULL",
+    "d = 9007199254740993", "d = 9007199254740992", "d > 9007199254740992.5", "d IN (1, 2)",
+    "r = 'N'", "r = 'n'", "r <> 'N'", "r IN ('n', 'x')", "x > 3",
+)
+typed_rows = st.lists(
+    st.tuples(st.sampled_from(["a", "A", "b", "B", "c"]),
+              st.sampled_from([0.1, 0.10000000149011612, 0.5, 0.3, float("nan"), -0.0, None]),
+              st.sampled_from([1, 2**53, 2**53 + 1, None]),
+              st.sampled_from(["N", "n", "x", None]), st.floats(0, 10)),
+    max_size=20,
+)
+
+
+def _typed_cell(con: duckdb.DuckDBPyConnection, unit: str) -> int:
+    """The unit's cell from its canonical values, read as the rewrite reads them (binary collation, REAL
+    widened) and placed as scope.py places them (types.canonical equality; NaN and others are OTHER)."""
+    row = con.execute(
+        'SELECT MIN(d), MIN(CAST(f AS DOUBLE)), MIN(r COLLATE "binary") FROM t WHERE uid COLLATE "binary" = ?',
+        (unit,),
+    ).fetchone()
+    assert row is not None
+    index = 0
+    for axis, value in zip(TYPED_SPACE.axes, row, strict=True):  # axes are sorted by name: d, f, r
+        spec = TYPED.column(axis.column)
+        assert spec is not None
+        seen = types.canonical(spec.type, value)
+        if seen is None:
+            position = axis.size - 1
+        else:
+            position = axis.values.index(seen) if seen in axis.values else len(axis.values)
+        index = index * axis.size + position
+    return index
+
+
+@settings(max_examples=30, deadline=None)
+@given(typed_rows, st.lists(st.tuples(st.one_of(st.none(), where_clauses(TYPED_ATOMS)),
+                                      st.sampled_from([None, "f", "r"]), st.sampled_from([0.25, 0.5])),
+                            min_size=1, max_size=6))
+def test_the_oracle_holds_for_real_decimal_and_collated_columns(
+    data: list[tuple[object, ...]], sequence: list[tuple[str | None, str | None, float]]
+) -> None:
+    con = duckdb.connect()
+    con.execute('CREATE TABLE t (uid VARCHAR COLLATE NOCASE, f REAL, d DECIMAL(38,0), r VARCHAR COLLATE NOCASE,'
+                " x DOUBLE)")
+    if data:
+        con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)", data)
+    units = sorted({str(row[0]) for row in data})
+    ledger = MemoryLedger()
+    truth = dict.fromkeys(units, Fraction(0))
+
+    def run(sql: str, without: str | None = None) -> list[tuple[object, ...]]:
+        if without is None:
+            return sorted(con.execute(sql).fetchall(), key=repr)
+        con.execute("BEGIN")
+        try:
+            con.execute('DELETE FROM t WHERE uid COLLATE "binary" = ?', (without,))
+            return sorted(con.execute(sql).fetchall(), key=repr)
+        finally:
+            con.execute("ROLLBACK")
+
+    for where, key, epsilon in sequence:
+        select = f"SELECT {key + ', ' if key else ''}COUNT(*), SUM(x) FROM t"
+        sql = select + (f" WHERE {where}" if where else "") + (f" GROUP BY {key}" if key else "")
+        try:
+            planned = plan(sql, Catalog((TYPED,)), epsilon=epsilon, delta=0.0, mechanism="laplace", salt=7)
+        except EmptyScope:
+            continue
+        try:
+            ledger.admit(analyst="a", dataset="d", sql_sha256=planned.sql_sha256, event=planned.price.event,
+                         epsilon=planned.price.epsilon, delta=0.0, composition=planned.price.composition,
+                         budget=BUDGET, scope=planned.scope)
+        except BudgetExceeded:
+            continue
+        full = run(planned.sql)
+        for unit in units:
+            if run(planned.sql, without=unit) != full:
+                truth[unit] += Fraction(planned.price.epsilon)
+    history = ledgered(ledger.entries(dataset="d"), "basic")
+    assert max(truth.values(), default=Fraction(0)) <= Fraction(BUDGET.epsilon)  # no unit past the budget
+    space = history.space(("t", TYPED_SPACE.fingerprint))
+    for unit, lost in truth.items():
+        assert (history.total[0] if space is None else space.cell(_typed_cell(con, unit))[0]) >= lost, unit
+    con.close()
