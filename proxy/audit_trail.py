@@ -123,7 +123,8 @@ def audit_record(
     query: QueryRequest | None = state.get("query")
     charge: Charge | None = state.get("charge")
     analyst, dataset = _who(env, authorization, query)
-    sql = "" if query is None else _normalised(query.sql)  # only a route that authenticated parses a query
+    # only a route that authenticated parses a query; it is read in the dialect the pipeline read it in
+    sql = "" if query is None else _normalised(query.sql, _dialect(env, dataset, query))
     status = 500 if raised else held.status
     code: str | None = None
     charge_id = None if charge is None else charge.id
@@ -168,10 +169,16 @@ def _clean(text: str | None) -> str | None:
     return text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
 
 
-def _normalised(sql: str) -> str:
-    """The SQL as the pipeline normalises it (sqlglot, DuckDB dialect), or the text as parsed, when it does not."""
+def _dialect(env: Env | None, dataset: str | None, query: QueryRequest) -> str:
+    found = None if env is None or dataset is None else env.policy.dataset(dataset)
+    return query.dialect or (found.dialect if found is not None else "duckdb")
+
+
+def _normalised(sql: str, dialect: str) -> str:
+    """The SQL as the pipeline normalises it (read in `dialect`, printed as DuckDB's), or the text as parsed,
+    when it does not parse."""
     try:
-        return parse(sql).sql(dialect="duckdb")
+        return parse(sql, dialect).sql(dialect="duckdb")
     except (QueryError, RecursionError):
         return _clean(sql) or ""
 

@@ -26,6 +26,7 @@ from proxy.query import types
 from proxy.query.analyse import MAX_PUBLIC_CELLS
 from proxy.query.catalog import MAX_ABS_BOUND, Catalog, ColumnSpec, Literal_, Mechanism, TableSchema
 from proxy.query.errors import InvalidParameter
+from proxy.sql_reading import READING_KEYS, read_sql_reading
 
 Role = Literal["analyst", "admin"]
 
@@ -85,6 +86,7 @@ class DatasetPolicy:
     budget: Budget | None = None  # the total over all analysts, enforced with each analyst's budget
     cell_accounting: bool = True  # charge a query only in the cells its WHERE can reach (docs/privacy.md §7)
     max_release_cells: int = MAX_PUBLIC_CELLS  # a public-domain GROUP BY releasing more cells is refused, free
+    dialect: str = "duckdb"  # the SQL dialect of its queries unless a request names one (proxy/sql_reading.py)
 
     def __post_init__(self) -> None:
         problems = _dataset_number_problems(self.mechanism, self.epsilon, self.delta, self.max_epsilon)
@@ -229,7 +231,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     loc = f"datasets.{name}"
     before = len(p.items)
     keys = ("path", "mechanism", "epsilon", "delta", "max_epsilon", "accounting", "selection_delta_share",
-            "budget", "cell_accounting", "max_release_cells", "tables")
+            "budget", "cell_accounting", "max_release_cells", "tables", *READING_KEYS)
     _check_keys(raw, loc, keys, p)
     file = _str(raw, "path", loc, p)
     path = base / file if file is not None else None
@@ -259,6 +261,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     max_release_cells = _int(raw, "max_release_cells", loc, p, default=MAX_PUBLIC_CELLS)
     if max_release_cells is not None and not 1 <= max_release_cells <= MAX_PUBLIC_CELLS:
         p.add(f"{loc}.max_release_cells", f"must be an integer in [1, {MAX_PUBLIC_CELLS}], got {max_release_cells}")
+    reading = read_sql_reading(raw, loc, p.add)
     declared = _named_tables(raw, "tables", loc, _IDENTIFIER, p)
     if not declared and isinstance(raw.get("tables", {}), dict):
         p.add(f"{loc}.tables", "declare at least one protected table")
@@ -267,10 +270,13 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     if len(p.items) > before or path is None or mechanism is None or accounting is None:
         return None
     assert epsilon is not None and delta is not None and max_epsilon is not None and cell_accounting is not None
-    assert max_release_cells is not None
+    assert max_release_cells is not None and reading is not None
+    # a table may be qualified with one of the dataset's schemas, and with its name or its file's (DuckDB's
+    # name for the database): `demo.main.visits`
+    catalog = Catalog(tables, schemas=reading.schemas, databases=tuple(dict.fromkeys((name, path.stem))))
     return DatasetPolicy(
-        name, path, Catalog(tables), cast(Mechanism, mechanism), epsilon, delta, max_epsilon, accounting, total,
-        cell_accounting, max_release_cells,
+        name, path, catalog, cast(Mechanism, mechanism), epsilon, delta, max_epsilon, accounting, total,
+        cell_accounting, max_release_cells, reading.dialect,
     )
 
 

@@ -20,6 +20,11 @@ class QueryRequest(BaseModel):
         None, ge=0, lt=1, strict=True, description="δ for this query; defaults to the dataset's"
     )
     mechanism: Literal["laplace", "gaussian"] | None = None
+    dialect: str | None = Field(
+        None, max_length=32,
+        description="the SQL dialect of `sql`: duckdb, postgres, mysql, bigquery, snowflake or tsql; defaults to "
+                    "the dataset's",
+    )
     noise_multiplier: float | None = Field(
         None, gt=0, strict=True,
         description="instead of epsilon: noise = this multiple of each aggregate's sensitivity (Laplace b, "

@@ -81,7 +81,8 @@ def test_valid_policy_loads_into_frozen_values(tmp_path: Path, monkeypatch: pyte
     )
     assert policy == Policy(
         datasets=(
-            DatasetPolicy("demo", base / "demo.duckdb", Catalog((visits,)), "laplace", 0.1, 1e-8, 1.0),
+            DatasetPolicy("demo", base / "demo.duckdb", Catalog((visits,), databases=("demo",)), "laplace",
+                          0.1, 1e-8, 1.0),
         ),
         analysts=(
             AnalystPolicy("alice", "analyst", ALICE_HASH, (("demo", Budget(3.0, 1e-6)),)),

@@ -52,6 +52,7 @@ def plan(
     salt: int = 0,
     noise_multiplier: float | None = None,
     cells: bool = True,
+    dialect: str = "duckdb",
 ) -> QueryPlan:
     """Check, price and rewrite one query without touching data or budget.
 
@@ -59,7 +60,8 @@ def plan(
     `noise_multiplier`, the noise is given (scale = multiplier · sensitivity) and `epsilon` is ignored: the
     plan reports what that noise costs. With `cells` (per-cell accounting, accountant/cells.py), a query
     whose WHERE provably leaves out some cells of its table is charged only for the cells it keeps, and
-    reads the cell-space columns as each unit's canonical value, so that every unit is in one cell.
+    reads the cell-space columns as each unit's canonical value, so that every unit is in one cell. `dialect`
+    is the SQL dialect of `sql` (parse.DIALECTS); the normalised SQL, and so a repeat's identity, is DuckDB's.
 
     Example:
         >>> from proxy.query.catalog import ColumnSpec, TableSchema
@@ -68,7 +70,7 @@ def plan(
         >>> p.normalized_sql, p.price.epsilon
         ('SELECT COUNT(*) FROM orders', 0.5)
     """
-    select = parse(sql)
+    select = parse(sql, dialect)
     if _depth(select) > MAX_TREE_DEPTH:
         raise UnsupportedQuery(
             f"the query's expressions nest deeper than {MAX_TREE_DEPTH} levels", construct="nesting",

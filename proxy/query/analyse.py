@@ -20,8 +20,10 @@ from sqlglot import exp
 from proxy.query import types
 from proxy.query.catalog import Catalog, ColumnSpec, Literal_, TableSchema
 from proxy.query.errors import PolicyError, UnsupportedQuery
+from proxy.query.errors import construct_name as _construct
 from proxy.query.expr import Agg, Const, Expr, Key, Op
 from proxy.query.measures import Aggregate, Measure, measures_for
+from proxy.query.resolve import check_qualifiers, resolve_table
 from proxy.query.scope import Scope, canonical_columns, cell_space
 from proxy.query.scope import scope as scope_of
 
@@ -101,8 +103,8 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
     for name, value in select.args.items():
         if name not in _SELECT_ARGS and value:
             raise _unsupported_clause(name, value)
-    table, alias = _resolve_table(select, catalog)
-    scope = _Scope(table, alias)
+    table, alias = resolve_table(select, catalog)
+    scope = _Scope(table, alias, catalog)
     keys = _group_keys(select, scope)
     scope.keys = keys
     outputs = tuple(_output(node, scope) for node in select.expressions)
@@ -154,9 +156,10 @@ def public_cells(analysis: Analysis) -> tuple[tuple[Literal_, ...], ...]:
 class _Scope:
     """Name resolution for one query: the table, its alias, the keys and the aggregates met so far."""
 
-    def __init__(self, table: TableSchema, alias: str | None) -> None:
+    def __init__(self, table: TableSchema, alias: str | None, catalog: Catalog) -> None:
         self.table = table
         self.alias = alias
+        self.catalog = catalog
         self.keys: tuple[str, ...] = ()
         self.outputs: tuple[Output, ...] = ()
         self.aggregates: list[Aggregate] = []
@@ -164,11 +167,7 @@ class _Scope:
     def column(self, node: exp.Column) -> ColumnSpec:
         if not isinstance(node.this, exp.Identifier):
             raise _unsupported(node.this, "a column reference")
-        if node.args.get("db") or node.args.get("catalog"):
-            raise UnsupportedQuery(
-                f"qualified column {node.sql()} is not supported; name the column alone",
-                construct="COLUMN", column=node.sql(),
-            )
+        check_qualifiers(node, self.catalog)  # main.visits.region: the schema must be this dataset's
         qualifier = node.table
         if qualifier and qualifier.lower() not in {self.table.name.lower(), (self.alias or "").lower()}:
             raise PolicyError(
@@ -187,39 +186,6 @@ class _Scope:
         if aggregate not in self.aggregates:
             self.aggregates.append(aggregate)
         return Agg(self.aggregates.index(aggregate))
-
-
-def _resolve_table(select: exp.Select, catalog: Catalog) -> tuple[TableSchema, str | None]:
-    source = select.args.get("from_")
-    if source is None:
-        raise UnsupportedQuery("the query needs FROM <protected table>", construct="FROM")
-    table = source.this
-    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
-        inner = table.this if isinstance(table, exp.Table) else table
-        construct = _construct(inner)
-        raise UnsupportedQuery(
-            f"{construct} is not allowed in FROM; query one protected table by name",
-            construct=construct, position="FROM",
-        )
-    for name, value in table.args.items():
-        if name not in ("this", "alias") and value:
-            raise UnsupportedQuery(
-                f"{_arg_construct(name)} on the table is not supported; name one table",
-                construct=_arg_construct(name), position="FROM",
-            )
-    alias = None
-    if table.args.get("alias"):
-        table_alias = table.args["alias"]
-        if table_alias.args.get("columns"):
-            raise UnsupportedQuery("column aliases in FROM are not supported", construct="TABLE ALIAS")
-        alias = table_alias.name
-    schema = catalog.table(table.name)
-    if schema is None:
-        raise PolicyError(
-            f"unknown table {table.name!r}", construct="TABLE", table=table.name,
-            hint="tables: " + ", ".join(t.name for t in catalog.tables),
-        )
-    return schema, alias
 
 
 def _group_keys(select: exp.Select, scope: _Scope) -> tuple[str, ...]:
@@ -559,14 +525,6 @@ def _column(table: TableSchema, name: str) -> ColumnSpec:
 
 
 # --- error construction --------------------------------------------------------------------------------
-
-
-def _construct(node: exp.Expr) -> str:
-    if isinstance(node, exp.Anonymous):
-        return f"{node.name.upper()}()"
-    if isinstance(node, exp.Func):
-        return f"{node.sql_name()}()"
-    return node.key.upper()
 
 
 def _arg_construct(name: str) -> str:

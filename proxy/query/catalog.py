@@ -98,9 +98,12 @@ class TableSchema:
 
 @dataclass(frozen=True, slots=True)
 class Catalog:
-    """The protected tables of one dataset."""
+    """The protected tables of one dataset, and the qualifiers a query may name them with: a schema in
+    `schemas` (`main.visits`), a database in `databases` (`demo.main.visits`), compared case-insensitively."""
 
     tables: tuple[TableSchema, ...]
+    schemas: tuple[str, ...] = ("main",)
+    databases: tuple[str, ...] = ()
 
     def table(self, name: str) -> TableSchema | None:
         """The protected table called `name` (case-insensitive), or None."""

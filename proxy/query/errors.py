@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from sqlglot import exp
+
 
 class QueryError(Exception):
     code: ClassVar[str] = "invalid_query"
@@ -37,3 +39,18 @@ class EmptyScope(QueryError):
     answer would be noise alone, so it is refused before any charge."""
 
     code = "empty_scope"
+
+
+def construct_name(node: exp.Expr) -> str:
+    """How an error names a node: a function as `NAME()`, anything else by its node kind.
+
+    Example:
+        >>> from sqlglot import parse_one
+        >>> construct_name(parse_one("SELECT * FROM duckdb_tables()").args["from_"].this.this)
+        'DUCKDB_TABLES()'
+    """
+    if isinstance(node, exp.Anonymous):
+        return f"{node.name.upper()}()"
+    if isinstance(node, exp.Func):
+        return f"{node.sql_name()}()"
+    return node.key.upper()

@@ -1,5 +1,6 @@
-"""Text -> exactly one sqlglot SELECT tree (DuckDB dialect). One of the two places that catch sqlglot's
-exceptions; everything it raises becomes a QueryError so that no input can produce a 500."""
+"""Text -> exactly one sqlglot SELECT tree, read in the analyst's SQL dialect (DuckDB's by default). One of the
+two places that catch sqlglot's exceptions; everything it raises becomes a QueryError so that no input can
+produce a 500. Whatever the dialect, the tree is analysed and rewritten alike, and runs as DuckDB SQL."""
 
 from __future__ import annotations
 
@@ -7,20 +8,30 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, SqlglotError
 
-from proxy.query.errors import SqlSyntaxError, UnsupportedQuery
+from proxy.query.errors import InvalidParameter, SqlSyntaxError, UnsupportedQuery
 from proxy.query.guard import guard
 
+# the dialects BI tools and notebooks send, read by sqlglot's parser for each
+DIALECTS = ("duckdb", "postgres", "mysql", "bigquery", "snowflake", "tsql")
 
-def parse(text: str) -> exp.Select:
-    """Parse one SELECT statement.
+
+def parse(text: str, dialect: str = "duckdb") -> exp.Select:
+    """Parse one SELECT statement written in `dialect`.
 
     Example:
         >>> parse("SELECT COUNT(*) FROM visits").sql()
         'SELECT COUNT(*) FROM visits'
+        >>> parse("SELECT TOP 5 [region], COUNT(*) FROM [visits] GROUP BY [region]", "tsql").sql("duckdb")
+        'SELECT "region", COUNT(*) FROM "visits" GROUP BY "region" LIMIT 5'
     """
+    if dialect not in DIALECTS:
+        raise InvalidParameter(
+            f"unknown SQL dialect {dialect!r}; supported: {', '.join(DIALECTS)}", parameter="dialect",
+            supported=list(DIALECTS),
+        )
     guard(text)
     try:
-        statements = [s for s in sqlglot.parse(text, read="duckdb") if s is not None]
+        statements = [s for s in sqlglot.parse(text, read=dialect) if s is not None]
     except ParseError as err:
         first = err.errors[0] if err.errors else {}
         raise SqlSyntaxError(
