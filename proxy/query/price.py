@@ -18,7 +18,7 @@ from typing import Literal
 from accountant import loss
 from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ParallelEvent, ThresholdEvent
 from mechanisms import gaussian, laplace, threshold
-from mechanisms.rounding import down, up
+from mechanisms.rounding import down, sqrt_up, up
 from proxy.query.analyse import Analysis
 from proxy.query.catalog import Mechanism
 from proxy.query.errors import InvalidParameter
@@ -167,8 +167,8 @@ def _price_at(
         # ρ_j ∝ √n_j minimises Σ n_j·Var_j/s_j² = Σ n_j/(2ρ_j) subject to Σρ_j = ρ (zCDP adds)
         rhos = _split(rho_total, tuple(math.sqrt(n) for n in uses), _share(rho_total, len(analysis.measures)))
         for j, measure in enumerate(analysis.measures):
-            # Δ2 = √L0 · per-group sensitivity (§2), rounded up
-            sensitivity = math.nextafter(math.sqrt(l0) * measure.sensitivity(max_rows), math.inf)
+            # Δ2 = √(L0 · s²) for per-group sensitivity s (§2): one upward rounding of the exact value
+            sensitivity = sqrt_up(l0 * measure.sensitivity(max_rows) ** 2)
             if not sensitivity:
                 sigma = 1.0
             elif noise_multiplier is None:
