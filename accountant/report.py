@@ -212,7 +212,7 @@ def tightest(history: Sequence[Entry] | Callable[[Rule], Usage], delta: float) -
         (0.2, 'basic')
         >>> e, rule = tightest([Entry(GaussianEvent(1, 100.0), 0.0481, 1e-8)] * 1000, 1e-6)
         >>> round(e, 3), rule
-        (1.472, 'zcdp')
+        (1.368, 'gdp')
     """
     if not (math.isfinite(delta) and 0 < delta < 1):
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")

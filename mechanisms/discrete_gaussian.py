@@ -163,8 +163,9 @@ def sigma_for(sensitivity: float, mu_target: float) -> float:
     """The σ (rounded up) found by inverting `mu`: `mu(sensitivity, σ) <= mu_target`, essentially the smallest.
 
     The iteration σ ← c(σ)·Δ2/μ from σ = Δ2/μ brackets the fixed point from both sides (c falls as σ grows,
-    contracting by ~1/(12σ²) per step); the result is then checked against `mu` itself and raised by an
-    ulp at a time until it fits, so the guarantee never rests on c being monotone.
+    contracting by ~1/(12σ²) per step); the result is then checked against `mu` itself and raised until it
+    fits, so the guarantee never rests on c being monotone. Never below SIGMA_MIN: a request that would
+    need less noise gets σ = SIGMA_MIN, charged at its true (smaller) μ.
 
     Raises:
         ValueError: the σ needed lies outside [SIGMA_MIN, SIGMA_MAX].
@@ -173,16 +174,18 @@ def sigma_for(sensitivity: float, mu_target: float) -> float:
         >>> s = sigma_for(1, 0.5)
         >>> round(s, 6), mu(1, s) <= 0.5, mu(1, s * (1 - 1e-6)) > 0.5
         (2.020855, True, True)
+        >>> sigma_for(1, 10.0), mu(1, 0.5) <= 10.0
+        (0.5, True)
     """
     if not (math.isfinite(sensitivity) and sensitivity > 0):
         raise ValueError(f"sensitivity must be finite and > 0, got {sensitivity!r}")
     if not (math.isfinite(mu_target) and mu_target > 0):
         raise ValueError(f"mu must be finite and > 0, got {mu_target!r}")
     ratio = Fraction(sensitivity) / Fraction(mu_target)
-    sigma = _up(ratio)
+    sigma = max(SIGMA_MIN, _up(ratio))
     for _ in range(25):  # iterates alternate around the fixed point, closing in; keep the upper one
         _check_sigma(sigma)
-        following = _up(Fraction(factor(sigma)) * ratio)
+        following = max(SIGMA_MIN, _up(Fraction(factor(sigma)) * ratio))
         done = abs(following - sigma) <= 1e-10 * sigma
         sigma = max(sigma, following) if done else following
         if done:

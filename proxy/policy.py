@@ -280,9 +280,8 @@ def _accounting(raw: _Raw, loc: str, p: _Problems) -> Accounting | None:
 
 
 def _accounting_problems(accounting: Accounting, mechanism: str) -> tuple[tuple[str, str], ...]:
-    if accounting.rule == "gdp" and mechanism == "gaussian":
-        return (("accounting", 'cannot be "gdp" with mechanism = "gaussian": the discrete Gaussian has no '
-                 'proven μ-GDP bound (docs/privacy.md §5); use accounting = "zcdp", or mechanism = "laplace"'),)
+    # every rule accounts for every mechanism: the discrete Gaussian under gdp since its μ-GDP bound was
+    # proven (docs/privacy.md §8); kept as the one place a rule/mechanism conflict would be reported
     return ()
 
 
@@ -556,15 +555,11 @@ def check_accountable(dataset: DatasetPolicy, mechanism: str, partitions: str) -
     """Refuse, before any charge, a query the dataset's admit rule cannot account for.
 
     Raises:
-        InvalidParameter: Gaussian noise under accounting = "gdp" (no proven μ-GDP bound for the discrete
-            Gaussian), or private partitions under zcdp/gdp when no δ is reserved for partition selection.
+        InvalidParameter: private partitions under zcdp/gdp when no δ is reserved for partition selection.
+            (Gaussian noise under gdp is accounted since docs/privacy.md §8; σ outside the proven range is
+            refused when the query is priced.)
     """
     rule = dataset.accounting.rule
-    if rule == "gdp" and mechanism == "gaussian":
-        raise InvalidParameter(
-            'this dataset accounts with "gdp", which cannot account for the discrete Gaussian (it has no proven '
-            'μ-GDP bound); use mechanism "laplace"', parameter="mechanism", accounting=rule,
-        )
     if rule != "basic" and partitions == "private" and dataset.accounting.selection_share == 0:
         raise InvalidParameter(
             f'this dataset accounts with "{rule}" and reserves no δ for choosing which groups to release '
