@@ -14,8 +14,17 @@ from fractions import Fraction
 from typing import Literal
 
 from accountant.errors import UnsupportedEvent
-from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ParallelEvent, ThresholdEvent
-from mechanisms import discrete_gaussian, gaussian, gdp, laplace
+from accountant.events import (
+    ComposedEvent,
+    Event,
+    GaussianEvent,
+    GaussianThresholdEvent,
+    LaplaceEvent,
+    ParallelEvent,
+    ThresholdEvent,
+)
+from mechanisms import discrete_gaussian, gaussian, gdp, laplace, threshold
+from mechanisms.rounding import sqrt_up
 from mechanisms.rounding import up as _up
 
 
@@ -28,10 +37,17 @@ def _sum_up(values: Iterable[float]) -> float:
     return total
 
 
+def _selection_parts(event: GaussianThresholdEvent) -> tuple[GaussianEvent, float]:
+    """Gaussian partition selection as its two parts: the noisy counts of shared groups, a Gaussian of L2
+    sensitivity √max_groups, and δ = max_groups·P[Z >= T − 1] for the groups only the unit creates."""
+    counts = GaussianEvent(sqrt_up(event.max_groups), event.sigma)
+    return counts, threshold.gaussian_delta_of_threshold(event.max_groups, event.sigma, event.threshold)
+
+
 def _unsupported(event: object) -> UnsupportedEvent:
     return UnsupportedEvent(
         f"unsupported event {event!r}: expected LaplaceEvent, GaussianEvent, ThresholdEvent, "
-        "ComposedEvent or ParallelEvent",
+        "GaussianThresholdEvent, ComposedEvent or ParallelEvent",
         event=type(event).__name__,
     )
 
@@ -54,6 +70,11 @@ def _sequential(event: Event, gaussian_delta: float, conversion: Conversion) -> 
             return (), ((laplace.epsilon(sensitivity, scale), 0.0),)  # pure ε = Δ1/b (CKS20 §5.2)
         case ThresholdEvent(epsilon, delta):
             return (), ((epsilon, delta),)
+        case GaussianThresholdEvent():
+            # the counts pool with the query's Gaussians; δ of created groups adds (docs/privacy.md §5.4, §8.5)
+            counts, delta = _selection_parts(event)
+            pooled, _ = _sequential(counts, gaussian_delta, conversion)
+            return pooled, ((0.0, delta),)
         case ComposedEvent(events):
             parts = [_sequential(child, gaussian_delta, conversion) for child in events]
             return (
@@ -133,11 +154,11 @@ def rho(event: Event) -> float:
             exact = Fraction(epsilon) ** 2 / 2
             value = float(exact)
             return value if Fraction(value) >= exact else math.nextafter(value, math.inf)
-        case ThresholdEvent():
+        case ThresholdEvent() | GaussianThresholdEvent():
             raise UnsupportedEvent(
                 "a threshold (partition selection) event is (ε, δ)-DP and has no zCDP bound; "
                 "account for it with epsilon_delta",
-                event="ThresholdEvent",
+                event=type(event).__name__,
             )
         case ComposedEvent(events):
             return _sum_up(rho(child) for child in events)
@@ -171,7 +192,8 @@ def approximate_rho(event: Event) -> tuple[float, float]:
     """(ρ, δ) such that the event is δ-approximately ρ-zCDP (Bun–Steinke 2016, Def. 8.1), rounded up.
 
     Gaussian: (Δ2²/(2σ²), 0) (CKS20). Laplace: (ε²/2, 0) (pure ε-DP, Bun–Steinke Prop. 1.4). Threshold
-    (private partition selection, `mechanisms/threshold.py`): (ε²/2, δ). Its ε is the pure ε of the noisy
+    (private partition selection, `mechanisms/threshold.py`): (ε²/2, δ); with Gaussian noise on the counts,
+    (max_groups/(2σ²), δ). Its ε is the pure ε of the noisy
     counts of groups both neighbours have, and its δ bounds the probability that a group which exists only
     because of the added unit is released; conditioned on that not happening, the release is pure ε-DP
     (docs/privacy.md §5 gives the argument, which also covers the adaptive sequence). Sequential
@@ -191,6 +213,9 @@ def approximate_rho(event: Event) -> tuple[float, float]:
             return _pure_rho(laplace.epsilon(sensitivity, scale)), 0.0
         case ThresholdEvent(epsilon, delta):
             return _pure_rho(epsilon), delta
+        case GaussianThresholdEvent():
+            counts, delta = _selection_parts(event)
+            return gaussian.rho(counts.sensitivity, counts.sigma), delta
         case ComposedEvent(events):
             parts = [approximate_rho(child) for child in events]
             return _sum_up(r for r, _ in parts), _sum_up(d for _, d in parts)
@@ -236,6 +261,10 @@ def approximate_mu(event: Event) -> tuple[float, float]:
             return gdp.pure_mu(laplace.epsilon(sensitivity, scale)), 0.0
         case ThresholdEvent(epsilon, delta):
             return gdp.pure_mu(epsilon), delta
+        case GaussianThresholdEvent():
+            counts, delta = _selection_parts(event)
+            mu, _ = approximate_mu(counts)
+            return mu, delta
         case ComposedEvent(events):
             parts = [approximate_mu(child) for child in events]
             squares = sum((_square_up(m) for m, _ in parts), Fraction(0))

@@ -16,7 +16,15 @@ from fractions import Fraction
 from typing import Literal
 
 from accountant import loss
-from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ParallelEvent, ThresholdEvent
+from accountant.events import (
+    ComposedEvent,
+    Event,
+    GaussianEvent,
+    GaussianThresholdEvent,
+    LaplaceEvent,
+    ParallelEvent,
+    ThresholdEvent,
+)
 from accountant.loss import Conversion
 from mechanisms import discrete_gaussian, gaussian, gdp, laplace, threshold
 from mechanisms.rounding import down, sqrt_up, up
@@ -42,12 +50,18 @@ class NoiseSpec:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """Private partition selection: release a group iff distinct units + Laplace(scale) >= threshold."""
+    """Private partition selection: release a group iff distinct units + noise of `scale` >= threshold.
+
+    Laplace noise (`scale` = b, pure `epsilon` = L0/b) for Laplace queries; discrete Gaussian noise
+    (`scale` = σ) for Gaussian queries, whose counts are accounted with the query's other Gaussians
+    (`epsilon` 0 here: GaussianThresholdEvent, docs/privacy.md §8.5).
+    """
 
     scale: float
     threshold: int
     epsilon: float
     delta: float
+    mechanism: Mechanism = "laplace"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,13 +152,14 @@ def _price_at(
             f"this query needs delta > 0 for {why}; send a delta, or group by keys with a public domain",
             parameter="delta",
         )
-    parts = len(analysis.measures) + (1 if private else 0)
+    laplace_selection = private and mechanism == "laplace"
+    parts = len(analysis.measures) + (1 if laplace_selection else 0)
     share = _share(epsilon, parts)
 
     selection = None
     children: list[Event] = []
-    if private:
-        selection_delta = _share(delta, 2) if mechanism == "gaussian" else delta
+    if laplace_selection:
+        selection_delta = delta
         # the distinct-unit counts have L1 sensitivity L0
         scale = laplace.scale_for(l0, share) if noise_multiplier is None else _noise(noise_multiplier, l0)
         cut = threshold.threshold_for(l0, scale, selection_delta)
@@ -172,28 +187,40 @@ def _price_at(
             children.append(LaplaceEvent(sensitivity, scale))
     else:
         gaussian_delta = _share(delta, 2) if private else delta
-        gaussian_epsilon = _down(epsilon - share) if private else epsilon
         if conversion == "gdp":
             # μ-GDP composes as √Σμ_j²: split μ² exactly as ρ (∝ μ²) is split below
-            total = Fraction(_gdp_mu(gaussian_epsilon, gaussian_delta)) ** 2 if noise_multiplier is None else 1
+            total = Fraction(_gdp_mu(epsilon, gaussian_delta)) ** 2 if noise_multiplier is None else 1
         else:
-            total = Fraction(gaussian.rho_for(gaussian_epsilon, gaussian_delta)) if noise_multiplier is None else 1
-        # ρ_j ∝ √n_j minimises Σ n_j·Var_j/s_j² = Σ n_j/(2ρ_j) subject to Σρ_j = ρ (zCDP adds)
-        rhos = _split(down(Fraction(total)), tuple(math.sqrt(n) for n in uses),
-                      _share(down(Fraction(total)), len(analysis.measures)))
-        for j, measure in enumerate(analysis.measures):
-            # Δ2 = √(L0 · s²) for per-group sensitivity s (§2): one upward rounding of the exact value
-            sensitivity = sqrt_up(l0 * measure.sensitivity(max_rows) ** 2)
-            if not sensitivity:
-                sigma = 1.0
-            elif noise_multiplier is not None:
+            total = Fraction(gaussian.rho_for(epsilon, gaussian_delta)) if noise_multiplier is None else 1
+        # ρ_j ∝ √n_j minimises Σ n_j·Var_j/s_j² = Σ n_j/(2ρ_j) subject to Σρ_j = ρ (zCDP adds); private
+        # partitions add the distinct-unit counts as one more Gaussian part, of weight 1
+        weights = tuple(math.sqrt(n) for n in uses) + ((1.0,) if private else ())
+        rhos = _split(down(Fraction(total)), weights, _share(down(Fraction(total)), len(weights)))
+
+        def calibrated(sensitivity: float, part: float) -> float:
+            if noise_multiplier is not None:
                 sigma = _noise(noise_multiplier, sensitivity)
                 if conversion == "gdp":
                     _check_gdp_sigma(sigma)
-            elif conversion == "gdp":
-                sigma = _gdp_sigma(sensitivity, _sqrt_down(Fraction(rhos[j])))
-            else:
-                sigma = gaussian.sigma_for(sensitivity, rhos[j])
+                return sigma
+            if conversion == "gdp":
+                return _gdp_sigma(sensitivity, _sqrt_down(Fraction(part)))
+            return gaussian.sigma_for(sensitivity, part)
+
+        if private:
+            # Gaussian partition selection: noise σ on the distinct-unit counts (L2 sensitivity √L0), release
+            # iff count + noise >= T, T the smallest threshold whose δ fits the other half of δ (§8.5)
+            selection_delta = _share(delta, 2)
+            sigma = calibrated(sqrt_up(l0), rhos[-1])
+            cut = threshold.gaussian_threshold_for(l0, sigma, selection_delta)
+            selection = Selection(
+                sigma, cut, 0.0, threshold.gaussian_delta_of_threshold(l0, sigma, cut), "gaussian"
+            )
+            children.append(GaussianThresholdEvent(l0, sigma, cut))
+        for j, measure in enumerate(analysis.measures):
+            # Δ2 = √(L0 · s²) for per-group sensitivity s (§2): one upward rounding of the exact value
+            sensitivity = sqrt_up(l0 * measure.sensitivity(max_rows) ** 2)
+            sigma = calibrated(sensitivity, rhos[j]) if sensitivity else 1.0
             noise.append(
                 NoiseSpec(j, "gaussian", sigma, sensitivity, measure.grid, gaussian.ci_halfwidth(sigma))
             )

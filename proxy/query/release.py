@@ -44,7 +44,8 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
     if analysis.partitions == "private":
         cells = sorted(exact, key=_sort_key)
         assert price.selection is not None
-        noisy_units = sampler.laplace([exact[c][0] for c in cells], price.selection.scale)
+        draw_units = sampler.laplace if price.selection.mechanism == "laplace" else sampler.gaussian
+        noisy_units = draw_units([exact[c][0] for c in cells], price.selection.scale)
         cells = [c for c, n in zip(cells, noisy_units, strict=True) if n >= price.selection.threshold]
     elif analysis.partitions == "public":
         cells = list(itertools.product(*analysis.domains))
