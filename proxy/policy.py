@@ -16,11 +16,14 @@ import sys
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import ClassVar, Literal, cast, get_args
 
 from accountant.filter import BASIC, DEFAULT_SELECTION_SHARE, RULES, Accounting, Budget, Rule, capacity
 from mechanisms.gdp import MIN_BUDGET_EPSILON
+from mechanisms.rounding import down
 from proxy.query.catalog import TYPE_KINDS, Catalog, ColumnSpec, Kind, Literal_, Mechanism, TableSchema
 from proxy.query.errors import InvalidParameter
 
@@ -157,7 +160,7 @@ def load_policy(path: Path) -> Policy:
     """
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = tomllib.loads(path.read_text(encoding="utf-8"), parse_float=_DecimalText)
     except OSError as err:
         raise PolicyFileError((f"{path}: cannot read the policy file ({err.strerror})",)) from err
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
@@ -234,9 +237,9 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     if mechanism is not None and mechanism not in get_args(Mechanism):
         p.add(f"{loc}.mechanism", f"must be one of {', '.join(get_args(Mechanism))}, got {mechanism!r}")
         mechanism = None
-    epsilon = _float(raw, "epsilon", loc, p, default=0.1)
-    delta = _float(raw, "delta", loc, p, default=1e-8)
-    max_epsilon = _float(raw, "max_epsilon", loc, p, default=1.0)
+    epsilon = _privacy_float(raw, "epsilon", loc, p, default=_DecimalText("0.1"))
+    delta = _privacy_float(raw, "delta", loc, p, default=_DecimalText("1e-8"))
+    max_epsilon = _privacy_float(raw, "max_epsilon", loc, p, default=1.0)
     if mechanism is not None and epsilon is not None and delta is not None and max_epsilon is not None:
         for key, problem in _dataset_number_problems(mechanism, epsilon, delta, max_epsilon):
             p.add(f"{loc}.{key}", problem)
@@ -314,8 +317,8 @@ def _budget(value: object, loc: str, p: _Problems) -> Budget | None:
         return None
     before = len(p.items)
     _check_keys(value, loc, ("epsilon", "delta"), p)
-    epsilon = _float(value, "epsilon", loc, p)
-    delta = _float(value, "delta", loc, p)
+    epsilon = _privacy_float(value, "epsilon", loc, p)
+    delta = _privacy_float(value, "delta", loc, p)
     for number, amount, problem in (("epsilon", epsilon, epsilon_problem), ("delta", delta, delta_problem)):
         if amount is not None and (message := problem(amount)):
             p.add(f"{loc}.{number}", message)
@@ -527,6 +530,31 @@ _REQUIRED = object()
 def _str(raw: _Raw, key: str, loc: str, p: _Problems, default: object = _REQUIRED) -> str | None:
     ok: Callable[[object], bool] = lambda v: isinstance(v, str) and v != ""  # noqa: E731
     return cast(str | None, _take(raw, key, loc, p, ok, "a non-empty string", default))
+
+
+class _DecimalText(float):
+    """A TOML float that remembers the digits it was written with (`exact`), so that privacy numbers can be
+    rounded in the safe direction from what the policy says rather than from the nearest float."""
+
+    exact: Fraction | None
+
+    def __new__(cls, text: str) -> _DecimalText:
+        number = float.__new__(cls, text)
+        exact = Decimal(text.replace("_", ""))
+        number.exact = Fraction(exact) if exact.is_finite() else None  # nan, inf: refused by the number checks
+        return number
+
+
+def _privacy_float(raw: _Raw, key: str, loc: str, p: _Problems, default: object = _REQUIRED) -> float | None:
+    """A budget or per-query ε/δ: the largest float at or below the decimal written in the policy. A charge
+    then never exceeds the written number and a budget never exceeds what was granted (0.1 as a float is
+    0.1000000000000000055…)."""
+    value = _take(raw, key, loc, p, _is_number, "a number", default)
+    if value is None:
+        return None
+    if isinstance(value, _DecimalText) and value.exact is not None:
+        return down(value.exact)
+    return float(cast(float, value))
 
 
 def _float(raw: _Raw, key: str, loc: str, p: _Problems, default: object = _REQUIRED) -> float | None:

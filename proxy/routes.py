@@ -17,6 +17,7 @@ from accountant.events import to_json
 from accountant.filter import Accounting, Budget, Entry, Rule, Usage
 from accountant.ledger import Charge
 from proxy import auth
+from proxy.decimal_json import DecimalJSONRoute
 from proxy.pipeline import Answer, Env, Prepared, prepare, reply
 from proxy.policy import AnalystPolicy, DatasetPolicy
 from proxy.query.analyse import Analysis
@@ -64,7 +65,10 @@ def _moment(text: str | None) -> dt.datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
 
 
-router = APIRouter(responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 500, 504)})
+router = APIRouter(
+    responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 500, 504)},
+    route_class=DecimalJSONRoute,  # JSON numbers as exact decimals: ε = 0.1 is charged as at most 1/10
+)
 
 
 def get_env(request: Request) -> Env:

@@ -2,11 +2,47 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from decimal import Decimal
+from fractions import Fraction
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from mechanisms.rounding import down, up
 from proxy.query.guard import MAX_LENGTH
+
+MAX_DIGITS = 40  # significant digits of a privacy parameter
+MAX_EXPONENT = 300  # |decimal exponent|: beyond, no float can carry it and Fraction(…) would be costly
+
+
+def _exact(value: object) -> Fraction:
+    """A JSON number (an exact Decimal, proxy/decimal_json.py; a float or int from Python callers) as a
+    Fraction, or a ValueError naming what is wrong. Strings and booleans are not numbers."""
+    if isinstance(value, bool) or not isinstance(value, Decimal | int | float):
+        raise ValueError(f"must be a JSON number, got {type(value).__name__}")
+    number = value if isinstance(value, Decimal) else Decimal(value)  # a float: its exact binary value
+    if not number.is_finite():
+        raise ValueError(f"must be a finite number, got {number}")
+    if number and len(number.as_tuple().digits) > MAX_DIGITS:
+        raise ValueError(f"has more than {MAX_DIGITS} significant digits")
+    if number and not -MAX_EXPONENT <= number.adjusted() <= MAX_EXPONENT:
+        raise ValueError(f"must be between 1e-{MAX_EXPONENT} and 1e{MAX_EXPONENT} in magnitude")
+    return Fraction(number)
+
+
+def _charge_down(value: object) -> object:
+    """ε or δ as the largest float at or below the decimal the analyst wrote: the query is priced for it,
+    so its charge (and the mechanism's true ε, δ) never exceeds the request's digits, and ten charges of
+    0.1 add up to at most 1 exactly."""
+    return value if value is None else down(_exact(value))
+
+
+def _noise_up(value: object) -> object:
+    return value if value is None else up(_exact(value))  # more noise, never less: charged at its true cost
+
+
+ChargeNumber = Annotated[float | None, BeforeValidator(_charge_down)]
+NoiseNumber = Annotated[float | None, BeforeValidator(_noise_up)]
 
 
 class QueryRequest(BaseModel):
@@ -14,13 +50,14 @@ class QueryRequest(BaseModel):
 
     sql: str = Field(min_length=1, max_length=MAX_LENGTH, description="one SELECT statement")
     dataset: str | None = Field(None, max_length=64, description="defaults to your only dataset")
-    # strict: JSON true or "0.1" must not turn into a privacy parameter
-    epsilon: float | None = Field(None, gt=0, strict=True, description="ε for this query; defaults to the dataset's")
-    delta: float | None = Field(
+    # JSON numbers arrive as exact Decimals (proxy/decimal_json.py); JSON true or "0.1" never become a privacy
+    # parameter (strict, and `_exact` refuses them); NaN, ±Infinity, > 40 digits are refused with a message
+    epsilon: ChargeNumber = Field(None, gt=0, strict=True, description="ε for this query; defaults to the dataset's")
+    delta: ChargeNumber = Field(
         None, ge=0, lt=1, strict=True, description="δ for this query; defaults to the dataset's"
     )
     mechanism: Literal["laplace", "gaussian"] | None = None
-    noise_multiplier: float | None = Field(
+    noise_multiplier: NoiseNumber = Field(
         None, gt=0, strict=True,
         description="instead of epsilon: noise = this multiple of each aggregate's sensitivity (Laplace b, "
                     "Gaussian σ); the response reports what it costs",

@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
 from accountant.filter import Accounting, Budget
+from mechanisms.rounding import down
 from proxy.policy import (
     AnalystPolicy,
     DatasetPolicy,
@@ -81,7 +83,9 @@ def test_valid_policy_loads_into_frozen_values(tmp_path: Path, monkeypatch: pyte
     )
     assert policy == Policy(
         datasets=(
-            DatasetPolicy("demo", base / "demo.duckdb", Catalog((visits,)), "laplace", 0.1, 1e-8, 1.0),
+            # ε = 0.1 and δ = 1e-8 as written: the largest floats at or below them (a charge never exceeds them)
+            DatasetPolicy("demo", base / "demo.duckdb", Catalog((visits,)), "laplace", down(Fraction(1, 10)),
+                          down(Fraction(1, 10**8)), 1.0),
         ),
         analysts=(
             AnalystPolicy("alice", "analyst", ALICE_HASH, (("demo", Budget(3.0, 1e-6)),)),
@@ -107,7 +111,9 @@ def test_defaults_apply_when_omitted(tmp_path: Path) -> None:
     policy = load_policy(write(tmp_path, text))
     demo = policy.dataset("demo")
     assert demo is not None
-    assert (demo.mechanism, demo.epsilon, demo.delta, demo.max_epsilon) == ("laplace", 0.1, 1e-8, 1.0)
+    # the defaults 0.1 and 1e-8 as written: the largest floats at or below them
+    assert (demo.mechanism, demo.epsilon, demo.delta, demo.max_epsilon) == (
+        "laplace", down(Fraction(1, 10)), down(Fraction(1, 10**8)), 1.0)
     assert policy.ledger == tmp_path.resolve() / "ledger.sqlite"
 
 
@@ -300,7 +306,7 @@ def test_accounting_keys_load(tmp_path: Path) -> None:
     dataset = load_policy(write(tmp_path, text)).dataset("demo")
     assert dataset is not None
     assert dataset.accounting == Accounting("gdp", 0.25)
-    assert dataset.budget == Budget(20.0, 1e-5)
+    assert dataset.budget == Budget(20.0, down(Fraction(1, 10**5)))  # 1e-5 as written, never above it
 
 
 def test_accounting_defaults_to_basic_without_a_shared_budget(tmp_path: Path) -> None:
