@@ -16,7 +16,7 @@ from accountant.errors import UnsupportedEvent
 from accountant.events import to_json
 from accountant.filter import Accounting, Budget, Entry, Rule, Usage
 from accountant.ledger import Charge
-from proxy import auth
+from proxy import auth, budget_detail
 from proxy.decimal_json import DecimalJSONRoute
 from proxy.pipeline import Answer, Env, Prepared, prepare, reply
 from proxy.policy import AnalystPolicy, DatasetPolicy
@@ -164,7 +164,8 @@ def budget(analyst: AnalystDep, env: EnvDep) -> BudgetsResponse:
     for name, allowed in analyst.budgets:
         dataset = env.policy.dataset(name)
         assert dataset is not None  # the policy loader checks that budgets name known datasets
-        budgets.append(budget_now(env, analyst.name, dataset, allowed))
+        mine = env.ledger.entries(dataset=name, analyst=analyst.name)  # curves and PLD report (budget_detail)
+        budgets.append(budget_detail.detailed(budget_now(env, analyst.name, dataset, allowed), mine, dataset, allowed))
     return BudgetsResponse(analyst=analyst.name, budgets=budgets)
 
 

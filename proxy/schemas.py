@@ -171,6 +171,36 @@ class CellSpaceOut(BaseModel):
     elsewhere: AccountOut = Field(description="a cell that no charge scoped to this space covers")
 
 
+class PairOut(BaseModel):
+    epsilon: float | None = Field(description="null: no ε at this δ (its δ is spent on partition selection)")
+    delta: float
+
+
+class CurveOut(BaseModel):
+    beta: list[float] = Field(description="type II error at each alpha: the f-DP trade-off curve")
+    pairs: list[PairOut] = Field(description="(ε, δ) pairs the curve implies")
+
+
+class TradeoffOut(BaseModel):
+    """f-DP trade-off curves (type I error α vs type II error β) under the rule in force (docs/privacy.md §8):
+    of the history spent so far (worst-off unit) and of the whole budget. Pictures of guarantees, not rules."""
+
+    accounting: Accounting
+    alpha: list[float]
+    history: CurveOut
+    budget: CurveOut
+
+
+class HistoryReportOut(BaseModel):
+    """(ε, δ) of your charges as they happened, by a privacy-loss-distribution accountant (dp-accounting):
+    a report of the fixed history, NOT a budget rule — admission stays with the rule in force."""
+
+    epsilon: float
+    delta: float
+    method: Literal["pld"] = "pld"
+    note: str = "report of the fixed history (PLD); not a budget rule"
+
+
 class BudgetOut(BaseModel):
     dataset: str
     epsilon: float
@@ -190,6 +220,10 @@ class BudgetOut(BaseModel):
     shared: SharedBudgetOut | None = Field(None, description="the dataset's total budget over all analysts")
     cells: list[CellSpaceOut] = Field(
         default_factory=list, description="per cell, for each table some charge is scoped to (docs/privacy.md §7)"
+    )
+    tradeoff: TradeoffOut | None = Field(None, description="GET /v1/budget only: the trade-off curves")
+    history_report: HistoryReportOut | None = Field(
+        None, description="GET /v1/budget only: the PLD accountant's (ε, δ) of the fixed history (reporting only)"
     )
 
 
