@@ -12,7 +12,7 @@ from accountant.cells import bound
 from accountant.errors import UnsupportedEvent
 from accountant.filter import Budget, Entry
 from proxy.policy import DatasetPolicy
-from proxy.schemas import BudgetOut, CurveOut, HistoryReportOut, PairOut, TradeoffOut
+from proxy.schemas import BudgetReportOut, CurveOut, HistoryReportOut, PairOut, TradeoffOut
 
 
 def curves(entries: Sequence[Entry], dataset: DatasetPolicy, allowed: Budget) -> TradeoffOut | None:
@@ -40,8 +40,7 @@ def history_report(entries: Sequence[Entry], allowed: Budget) -> HistoryReportOu
     return None if found is None else HistoryReportOut(epsilon=found.epsilon, delta=found.delta)
 
 
-def detailed(out: BudgetOut, entries: Sequence[Entry], dataset: DatasetPolicy, allowed: Budget) -> BudgetOut:
-    """`out` with its trade-off curves and the PLD report of the history."""
-    return out.model_copy(update={
-        "tradeoff": curves(entries, dataset, allowed), "history_report": history_report(entries, allowed),
-    })
+def detailed(entries: Sequence[Entry], dataset: DatasetPolicy, allowed: Budget) -> BudgetReportOut:
+    """The trade-off curves and the PLD report of one budget's history."""
+    return BudgetReportOut(dataset=dataset.name, tradeoff=curves(entries, dataset, allowed),
+                           history_report=history_report(entries, allowed))

@@ -160,13 +160,14 @@ def preview(body: QueryRequest, analyst: AnalystDep, env: EnvDep) -> PreviewResp
 @router.get("/v1/budget", response_model=BudgetsResponse, tags=["budget"])
 def budget(analyst: AnalystDep, env: EnvDep) -> BudgetsResponse:
     """Your budget on every dataset you may query."""
-    budgets = []
+    budgets, reports = [], []
     for name, allowed in analyst.budgets:
         dataset = env.policy.dataset(name)
         assert dataset is not None  # the policy loader checks that budgets name known datasets
+        budgets.append(budget_now(env, analyst.name, dataset, allowed))
         mine = env.ledger.entries(dataset=name, analyst=analyst.name)  # curves and PLD report (budget_detail)
-        budgets.append(budget_detail.detailed(budget_now(env, analyst.name, dataset, allowed), mine, dataset, allowed))
-    return BudgetsResponse(analyst=analyst.name, budgets=budgets)
+        reports.append(budget_detail.detailed(mine, dataset, allowed))
+    return BudgetsResponse(analyst=analyst.name, budgets=budgets, reports=reports)
 
 
 @router.get("/v1/ledger", response_model=LedgerResponse, tags=["budget"])

@@ -12,7 +12,8 @@ from mechanisms.rounding import down, up
 from proxy.query.guard import MAX_LENGTH
 
 MAX_DIGITS = 40  # significant digits of a privacy parameter
-MAX_EXPONENT = 300  # |decimal exponent|: beyond, no float can carry it and Fraction(…) would be costly
+EXPONENTS = (-400, 300)  # decimal exponents accepted: beyond, no float carries the number (or it rounds to 0)
+_DELTA_LIMIT = Fraction(1, 1000)  # price._check refuses δ >= 0.001: such a δ keeps its nearest float, so it still is
 
 
 def _exact(value: object) -> Fraction:
@@ -25,8 +26,8 @@ def _exact(value: object) -> Fraction:
         raise ValueError(f"must be a finite number, got {number}")
     if number and len(number.as_tuple().digits) > MAX_DIGITS:
         raise ValueError(f"has more than {MAX_DIGITS} significant digits")
-    if number and not -MAX_EXPONENT <= number.adjusted() <= MAX_EXPONENT:
-        raise ValueError(f"must be between 1e-{MAX_EXPONENT} and 1e{MAX_EXPONENT} in magnitude")
+    if number and not EXPONENTS[0] <= number.adjusted() <= EXPONENTS[1]:
+        raise ValueError(f"must be between 1e{EXPONENTS[0]} and 1e{EXPONENTS[1]} in magnitude")
     return Fraction(number)
 
 
@@ -37,11 +38,20 @@ def _charge_down(value: object) -> object:
     return value if value is None else down(_exact(value))
 
 
+def _delta_down(value: object) -> object:
+    """δ as `_charge_down`, except at or above the largest δ a query may ask for: refused when priced."""
+    if value is None:
+        return value
+    exact = _exact(value)
+    return down(exact) if exact < _DELTA_LIMIT else float(exact)
+
+
 def _noise_up(value: object) -> object:
     return value if value is None else up(_exact(value))  # more noise, never less: charged at its true cost
 
 
 ChargeNumber = Annotated[float | None, BeforeValidator(_charge_down)]
+DeltaNumber = Annotated[float | None, BeforeValidator(_delta_down)]
 NoiseNumber = Annotated[float | None, BeforeValidator(_noise_up)]
 
 
@@ -53,7 +63,7 @@ class QueryRequest(BaseModel):
     # JSON numbers arrive as exact Decimals (proxy/decimal_json.py); JSON true or "0.1" never become a privacy
     # parameter (strict, and `_exact` refuses them); NaN, ±Infinity, > 40 digits are refused with a message
     epsilon: ChargeNumber = Field(None, gt=0, strict=True, description="ε for this query; defaults to the dataset's")
-    delta: ChargeNumber = Field(
+    delta: DeltaNumber = Field(
         None, ge=0, lt=1, strict=True, description="δ for this query; defaults to the dataset's"
     )
     mechanism: Literal["laplace", "gaussian"] | None = None
@@ -221,10 +231,6 @@ class BudgetOut(BaseModel):
     cells: list[CellSpaceOut] = Field(
         default_factory=list, description="per cell, for each table some charge is scoped to (docs/privacy.md §7)"
     )
-    tradeoff: TradeoffOut | None = Field(None, description="GET /v1/budget only: the trade-off curves")
-    history_report: HistoryReportOut | None = Field(
-        None, description="GET /v1/budget only: the PLD accountant's (ε, δ) of the fixed history (reporting only)"
-    )
 
 
 class PartitionsOut(BaseModel):
@@ -257,10 +263,21 @@ class PreviewResponse(BaseModel):
     partitions: PartitionsOut
 
 
+class BudgetReportOut(BaseModel):
+    """Reports of one budget's history (GET /v1/budget): pictures and figures, never admit rules."""
+
+    dataset: str
+    tradeoff: TradeoffOut | None = Field(None, description="the f-DP trade-off curves, history and whole budget")
+    history_report: HistoryReportOut | None = Field(
+        None, description="the PLD accountant's (ε, δ) of the fixed history (reporting only)"
+    )
+
+
 class BudgetsResponse(BaseModel):
     ok: Literal[True] = True
     analyst: str
     budgets: list[BudgetOut]
+    reports: list[BudgetReportOut] = Field(default_factory=list, description="per budget, in the same order")
 
 
 class LedgerEntry(BaseModel):

@@ -121,13 +121,15 @@ def test_the_trade_off_curve_renders_per_rule(
     server = fresh_server(epsilon=2.0, delta=1e-6)
     seed(server, demo)
     with server.client(demo.analyst_key) as analyst:
-        (budget,) = analyst.get("/v1/budget").json()["budgets"]
-    tradeoff = budget["tradeoff"]
+        response = analyst.get("/v1/budget").json()
+    (budget,), (reports,) = response["budgets"], response["reports"]
+    tradeoff = reports["tradeoff"]
     assert tradeoff["accounting"] == budget["accounting"] and len(tradeoff["alpha"]) == len(tradeoff["history"]["beta"])
     assert all(h >= b - 1e-12 for h, b in zip(tradeoff["history"]["beta"], tradeoff["budget"]["beta"], strict=True))
     assert all(0 <= v <= 1 for v in tradeoff["history"]["beta"])
-    assert budget["history_report"]["method"] == "pld" and "not a budget rule" in budget["history_report"]["note"]
-    assert budget["history_report"]["epsilon"] <= budget["epsilon_spent"] + 1e-9  # PLD never worse than basic here
+    assert reports["dataset"] == budget["dataset"] == "demo"
+    assert reports["history_report"]["method"] == "pld" and "not a budget rule" in reports["history_report"]["note"]
+    assert reports["history_report"]["epsilon"] <= budget["epsilon_spent"] + 1e-9  # never worse than basic here
 
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     problems: list[str] = []
