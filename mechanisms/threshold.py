@@ -1,5 +1,6 @@
 """Private partition selection: release a group iff its distinct-unit count plus discrete Laplace (or, for
-Gaussian queries, discrete Gaussian) noise reaches a threshold T. Its cost is (ε, δ) with ε = max_groups / scale (`laplace.epsilon`) and δ below.
+Gaussian queries, discrete Gaussian) noise reaches a threshold T. With Laplace noise its cost is (ε, δ) with
+ε = max_groups / scale (`laplace.epsilon`) and δ below.
 
 Why δ: a unit touches at most `max_groups` groups. A group that exists only because of that unit has
 count 1, so it appears with probability P[1 + Z >= T] = P[Z >= T − 1] and never without the unit; each
