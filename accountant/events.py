@@ -68,6 +68,31 @@ class ThresholdEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class GaussianThresholdEvent:
+    """Private partition selection with discrete Gaussian noise of `sigma` on distinct-unit counts: a group is
+    released iff its count plus noise reaches `threshold`; a unit touches at most `max_groups` groups.
+
+    The counts of groups both neighbours have move by at most 1 in at most `max_groups` groups (L2 sensitivity
+    √max_groups): a Gaussian mechanism, accounted with the other Gaussians of its query (ρ, or the proven μ).
+    A group only the added unit creates is released with probability at most P[Z >= threshold − 1], so
+    δ = max_groups · P[Z >= threshold − 1] (`mechanisms.threshold.gaussian_delta_of_threshold`).
+
+    Event name: ``gaussian_threshold``.
+    """
+
+    max_groups: int
+    sigma: float
+    threshold: int
+
+    def __post_init__(self) -> None:
+        for name in ("max_groups", "threshold"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "max_groups" else 2):
+                raise ValueError(f"{name} must be an integer >= {1 if name == 'max_groups' else 2}, got {value!r}")
+        _check_positive("sigma", self.sigma)
+
+
+@dataclass(frozen=True, slots=True)
 class ComposedEvent:
     """Mechanisms run on the same data, one after another: losses compose sequentially.
 
@@ -87,12 +112,13 @@ class ParallelEvent:
     events: tuple[Event, ...]
 
 
-Event = LaplaceEvent | GaussianEvent | ThresholdEvent | ComposedEvent | ParallelEvent
+Event = LaplaceEvent | GaussianEvent | ThresholdEvent | GaussianThresholdEvent | ComposedEvent | ParallelEvent
 
 _KINDS: dict[str, type] = {
     "laplace": LaplaceEvent,
     "gaussian": GaussianEvent,
     "threshold": ThresholdEvent,
+    "gaussian_threshold": GaussianThresholdEvent,
     "composed": ComposedEvent,
     "parallel": ParallelEvent,
 }
@@ -120,6 +146,8 @@ def from_json(data: dict[str, Any]) -> Event:
     Example:
         >>> from_json({"kind": "gaussian", "sensitivity": 2.0, "sigma": 4.0})
         GaussianEvent(sensitivity=2.0, sigma=4.0)
+        >>> from_json(to_json(GaussianThresholdEvent(3, 8.0, 40)))
+        GaussianThresholdEvent(max_groups=3, sigma=8.0, threshold=40)
     """
     kind = data.get("kind")
     cls = _KINDS.get(kind) if isinstance(kind, str) else None
@@ -127,5 +155,14 @@ def from_json(data: dict[str, Any]) -> Event:
         raise ValueError(f"unknown event kind {kind!r}")
     if cls in (ComposedEvent, ParallelEvent):
         return cls(tuple(from_json(e) for e in data["events"]))  # type: ignore[no-any-return]
-    fields = {name: float(data[name]) for name in cls.__dataclass_fields__}
+    integral = {"max_groups", "threshold"} if cls is GaussianThresholdEvent else set()
+    fields = {
+        name: _integer(data[name]) if name in integral else float(data[name]) for name in cls.__dataclass_fields__
+    }
     return cls(**fields)  # type: ignore[no-any-return]
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return int(value)

@@ -11,10 +11,21 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from fractions import Fraction
+from typing import Literal
 
 from accountant.errors import UnsupportedEvent
-from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ParallelEvent, ThresholdEvent
-from mechanisms import gaussian, gdp, laplace
+from accountant.events import (
+    ComposedEvent,
+    Event,
+    GaussianEvent,
+    GaussianThresholdEvent,
+    LaplaceEvent,
+    ParallelEvent,
+    ThresholdEvent,
+)
+from mechanisms import discrete_gaussian, gaussian, gdp, laplace, threshold
+from mechanisms.rounding import sqrt_up
+from mechanisms.rounding import up as _up
 
 
 def _sum_up(values: Iterable[float]) -> float:
@@ -26,50 +37,69 @@ def _sum_up(values: Iterable[float]) -> float:
     return total
 
 
+def _selection_parts(event: GaussianThresholdEvent) -> tuple[GaussianEvent, float]:
+    """Gaussian partition selection as its two parts: the noisy counts of shared groups, a Gaussian of L2
+    sensitivity √max_groups, and δ = max_groups·P[Z >= T − 1] for the groups only the unit creates."""
+    counts = GaussianEvent(sqrt_up(event.max_groups), event.sigma)
+    return counts, threshold.gaussian_delta_of_threshold(event.max_groups, event.sigma, event.threshold)
+
+
 def _unsupported(event: object) -> UnsupportedEvent:
     return UnsupportedEvent(
         f"unsupported event {event!r}: expected LaplaceEvent, GaussianEvent, ThresholdEvent, "
-        "ComposedEvent or ParallelEvent",
+        "GaussianThresholdEvent, ComposedEvent or ParallelEvent",
         event=type(event).__name__,
     )
 
 
-_Parts = tuple[tuple[float, ...], tuple[tuple[float, float], ...]]
+_Parts = tuple[tuple[Fraction, ...], tuple[tuple[float, float], ...]]
+Conversion = Literal["zcdp", "gdp"]
 
 
-def _sequential(event: Event, gaussian_delta: float) -> _Parts:
-    """The ρ of every Gaussian reachable through `ComposedEvent`s, and the (ε, δ) of everything else."""
+def _sequential(event: Event, gaussian_delta: float, conversion: Conversion) -> _Parts:
+    """What every Gaussian reachable through `ComposedEvent`s adds (ρ, or μ² under "gdp"), and the (ε, δ) of
+    everything else."""
     match event:
+        case GaussianEvent(sensitivity, sigma) if conversion == "gdp":
+            # discrete Gaussian: μ_Z-GDP (docs/privacy.md §8); μ-GDP composes as √Σμᵢ² (DRS19 Cor. 3.3)
+            return (Fraction(discrete_gaussian.mu(sensitivity, sigma)) ** 2,), ()
         case GaussianEvent(sensitivity, sigma):
             # discrete Gaussian: Δ2²/(2σ²)-zCDP (CKS20), kept in zCDP to compose exactly
-            return (gaussian.rho(sensitivity, sigma),), ()
+            return (Fraction(gaussian.rho(sensitivity, sigma)),), ()
         case LaplaceEvent(sensitivity, scale):
             return (), ((laplace.epsilon(sensitivity, scale), 0.0),)  # pure ε = Δ1/b (CKS20 §5.2)
         case ThresholdEvent(epsilon, delta):
             return (), ((epsilon, delta),)
+        case GaussianThresholdEvent():
+            # the counts pool with the query's Gaussians; δ of created groups adds (docs/privacy.md §5.4, §8.5)
+            counts, delta = _selection_parts(event)
+            pooled, _ = _sequential(counts, gaussian_delta, conversion)
+            return pooled, ((0.0, delta),)
         case ComposedEvent(events):
-            parts = [_sequential(child, gaussian_delta) for child in events]
+            parts = [_sequential(child, gaussian_delta, conversion) for child in events]
             return (
                 tuple(r for rhos, _ in parts for r in rhos),
                 tuple(c for _, charges in parts for c in charges),
             )
         case ParallelEvent(events):
-            return (), (_parallel(events, gaussian_delta),)
+            return (), (_parallel(events, gaussian_delta, conversion),)
         case _:
             raise _unsupported(event)
 
 
-def _parallel(events: tuple[Event, ...], gaussian_delta: float) -> tuple[float, float]:
+def _parallel(events: tuple[Event, ...], gaussian_delta: float, conversion: Conversion) -> tuple[float, float]:
     # disjoint sets of privacy units: (max εᵢ, max δᵢ) under add/remove adjacency (DESIGN.md §3)
-    costs = [epsilon_delta(child, gaussian_delta) for child in events]
+    costs = [epsilon_delta(child, gaussian_delta, conversion) for child in events]
     return max((e for e, _ in costs), default=0.0), max((d for _, d in costs), default=0.0)
 
 
-def epsilon_delta(event: Event, gaussian_delta: float) -> tuple[float, float]:
+def epsilon_delta(event: Event, gaussian_delta: float, conversion: Conversion = "zcdp") -> tuple[float, float]:
     """The (ε, δ) the event satisfies under sequential composition, rounded up.
 
-    Gaussian events reachable through `ComposedEvent`s are summed in zCDP (ρ adds under composition,
-    Bun–Steinke 2016) and converted once to (ε, `gaussian_delta`) with CKS20 §2.3. Laplace events add
+    Gaussian events reachable through `ComposedEvent`s are pooled and converted once to (ε, `gaussian_delta`):
+    with `conversion` "zcdp", ρ adds (Bun–Steinke 2016) and CKS20 §2.3 converts; with "gdp", μ = √Σμᵢ² of
+    the proven μ_Z of each (docs/privacy.md §8) converts exactly through δ(ε) of μ-GDP (DRS19 Cor. 2.13).
+    Both are valid for the discrete Gaussian; a dataset under `gdp` prices with "gdp". Laplace events add
     their pure ε, threshold events their (ε, δ), and each `ParallelEvent` adds the maximum ε and maximum δ
     of its children, each child accounted on its own. Basic composition adds all of these (Dwork–Roth
     Thm. 3.16). `gaussian_delta` may be 0 only for events without Gaussian noise.
@@ -83,15 +113,22 @@ def epsilon_delta(event: Event, gaussian_delta: float) -> tuple[float, float]:
         >>> e, d = epsilon_delta(GaussianEvent(1, 4.0), 1e-6)
         >>> round(e, 3), d
         (1.143, 1e-06)
+        >>> e, d = epsilon_delta(GaussianEvent(1, 4.0), 1e-6, "gdp")
+        >>> round(e, 3), d
+        (1.064, 1e-06)
     """
     if not (math.isfinite(gaussian_delta) and 0 <= gaussian_delta < 1):
         raise ValueError(f"gaussian_delta must be in [0, 1), got {gaussian_delta!r}")
-    rhos, charges = _sequential(event, gaussian_delta)
-    rho_total = _sum_up(rhos)
-    if rho_total > 0:
-        if gaussian_delta == 0:  # zCDP implies no pure ε: a Gaussian always needs some δ
+    pooled, charges = _sequential(event, gaussian_delta, conversion)
+    total = sum(pooled, Fraction(0))
+    if total > 0:
+        if gaussian_delta == 0:  # neither zCDP nor GDP implies a pure ε: a Gaussian always needs some δ
             raise ValueError("an event with Gaussian noise needs gaussian_delta > 0")
-        charges += ((gaussian.epsilon_from_rho(rho_total, gaussian_delta), gaussian_delta),)
+        if conversion == "gdp":
+            epsilon = gaussian.epsilon_of(_sqrt_up(total), gaussian_delta)
+        else:
+            epsilon = gaussian.epsilon_from_rho(_up(total), gaussian_delta)
+        charges += ((epsilon, gaussian_delta),)
     return _sum_up(e for e, _ in charges), _sum_up(d for _, d in charges)
 
 
@@ -117,11 +154,11 @@ def rho(event: Event) -> float:
             exact = Fraction(epsilon) ** 2 / 2
             value = float(exact)
             return value if Fraction(value) >= exact else math.nextafter(value, math.inf)
-        case ThresholdEvent():
+        case ThresholdEvent() | GaussianThresholdEvent():
             raise UnsupportedEvent(
                 "a threshold (partition selection) event is (ε, δ)-DP and has no zCDP bound; "
                 "account for it with epsilon_delta",
-                event="ThresholdEvent",
+                event=type(event).__name__,
             )
         case ComposedEvent(events):
             return _sum_up(rho(child) for child in events)
@@ -155,7 +192,8 @@ def approximate_rho(event: Event) -> tuple[float, float]:
     """(ρ, δ) such that the event is δ-approximately ρ-zCDP (Bun–Steinke 2016, Def. 8.1), rounded up.
 
     Gaussian: (Δ2²/(2σ²), 0) (CKS20). Laplace: (ε²/2, 0) (pure ε-DP, Bun–Steinke Prop. 1.4). Threshold
-    (private partition selection, `mechanisms/threshold.py`): (ε²/2, δ). Its ε is the pure ε of the noisy
+    (private partition selection, `mechanisms/threshold.py`): (ε²/2, δ); with Gaussian noise on the counts,
+    (max_groups/(2σ²), δ). Its ε is the pure ε of the noisy
     counts of groups both neighbours have, and its δ bounds the probability that a group which exists only
     because of the added unit is released; conditioned on that not happening, the release is pure ε-DP
     (docs/privacy.md §5 gives the argument, which also covers the adaptive sequence). Sequential
@@ -175,6 +213,9 @@ def approximate_rho(event: Event) -> tuple[float, float]:
             return _pure_rho(laplace.epsilon(sensitivity, scale)), 0.0
         case ThresholdEvent(epsilon, delta):
             return _pure_rho(epsilon), delta
+        case GaussianThresholdEvent():
+            counts, delta = _selection_parts(event)
+            return gaussian.rho(counts.sensitivity, counts.sigma), delta
         case ComposedEvent(events):
             parts = [approximate_rho(child) for child in events]
             return _sum_up(r for r, _ in parts), _sum_up(d for _, d in parts)
@@ -189,32 +230,41 @@ def approximate_mu(event: Event) -> tuple[float, float]:
     """(μ, δ) such that the event is δ-approximately μ-GDP (as `approximate_rho`, with GDP), rounded up.
 
     Laplace: pure ε = Δ1/b gives μ = −2Φ⁻¹(1/(1 + e^ε)) (`gdp.pure_mu`). Threshold: (μ of its ε, δ).
-    Sequential composition: μ = √Σμᵢ² (DRS19 Cor. 3.3), δ adds; parallel: each maximum. The discrete
-    Gaussian has no proven μ-GDP bound (μ = Δ2/σ is false for it, docs/privacy.md §5), so a Gaussian
-    event raises `UnsupportedEvent`: the `gdp` rule refuses it.
+    Discrete Gaussian: μ = μ_Z(σ, 1)·Δ2, the proven bound of docs/privacy.md §8 (μ = Δ2/σ is false for it:
+    §5.3); for σ outside [0.5, 256] grid units nothing is proven here and the event raises `UnsupportedEvent`.
+    Sequential composition: μ = √Σμᵢ² (DRS19 Cor. 3.3), δ adds; parallel: each maximum.
 
     Example:
         >>> mu, delta = approximate_mu(ComposedEvent((LaplaceEvent(1, 10.0), ThresholdEvent(0.1, 1e-9))))
         >>> round(mu, 6), delta
         (0.177214, 1e-09)
-        >>> approximate_mu(GaussianEvent(1, 2.0))
+        >>> mu, delta = approximate_mu(GaussianEvent(1, 2.0))
+        >>> round(mu, 6), mu > 1 / 2.0, delta
+        (0.505325, True, 0.0)
+        >>> approximate_mu(GaussianEvent(1, 1000.0))
         Traceback (most recent call last):
         ...
-        accountant.errors.UnsupportedEvent: the discrete Gaussian has no proven μ-GDP bound; \
-account for it with accounting = "zcdp"
+        accountant.errors.UnsupportedEvent: the discrete Gaussian's μ-GDP bound is proven for sigma in \
+[0.5, 256.0] (grid units), got 1000.0; account for it with accounting = "zcdp"
     """
     match event:
         case GaussianEvent(sensitivity, _) if sensitivity == 0:
             return 0.0, 0.0  # no sensitivity: the output does not depend on the data
-        case GaussianEvent():
-            raise UnsupportedEvent(
-                'the discrete Gaussian has no proven μ-GDP bound; account for it with accounting = "zcdp"',
-                event="GaussianEvent",
-            )
+        case GaussianEvent(sensitivity, sigma):
+            try:
+                return discrete_gaussian.mu(sensitivity, sigma), 0.0
+            except ValueError as err:
+                raise UnsupportedEvent(
+                    f'{err}; account for it with accounting = "zcdp"', event="GaussianEvent", sigma=sigma
+                ) from err
         case LaplaceEvent(sensitivity, scale):
             return gdp.pure_mu(laplace.epsilon(sensitivity, scale)), 0.0
         case ThresholdEvent(epsilon, delta):
             return gdp.pure_mu(epsilon), delta
+        case GaussianThresholdEvent():
+            counts, delta = _selection_parts(event)
+            mu, _ = approximate_mu(counts)
+            return mu, delta
         case ComposedEvent(events):
             parts = [approximate_mu(child) for child in events]
             squares = sum((_square_up(m) for m, _ in parts), Fraction(0))

@@ -10,6 +10,13 @@ Every query is priced by the real planner (`proxy.query.plan`) and admitted by t
 Table 2: the other way round. To answer k COUNT queries within the same budget, the smallest noise each rule
 allows (calibration inverting the accountant, rounded safely, and checked: all k are admitted).
 
+Under gdp, Gaussian queries are priced through the proven μ of the discrete Gaussian (docs/privacy.md §8,
+`plan(conversion="gdp")`); "—" marks a query whose σ falls outside the proven range [0.5, 256] grid units.
+
+Table 3: private partition selection for `GROUP BY page` at the query's (ε, δ): the Laplace threshold (Laplace
+queries) against the Gaussian one (Gaussian queries, noise on the distinct-unit counts accounted with the
+measures): threshold T, the δ it costs, and the chance that a group of n units is released.
+
     python bench/accounting.py [--epsilon 1] [--delta 1e-6] [--json results.json]
 """
 
@@ -20,6 +27,8 @@ import json
 import math
 import sys
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -30,9 +39,11 @@ from accountant.errors import UnsupportedEvent
 from accountant.events import GaussianEvent, LaplaceEvent
 from accountant.filter import RULES, Accounting, Budget, Entry, Usage, capacity, fits, usage
 from accountant.loss import epsilon_delta
-from mechanisms import gaussian, gdp, laplace
+from mechanisms import discrete_gaussian, gaussian, gdp, laplace
+from mechanisms.rounding import down
 from proxy.query import plan
 from proxy.query.catalog import Catalog, ColumnSpec, Mechanism, TableSchema
+from proxy.query.errors import QueryError
 
 TABLE = TableSchema(
     "t", "uid",
@@ -69,9 +80,16 @@ class Query:
     delta: float
 
 
-def _priced(query: Query, i: int) -> tuple[Entry, float, float]:
+def _written(value: float) -> float:
+    """A number as an analyst writes it in JSON: its decimal digits, priced from the largest float at or below
+    them (proxy/schemas.py), so ε₀ = 0.1 costs at most 1/10."""
+    return down(Fraction(Decimal(repr(value))))
+
+
+def _priced(query: Query, i: int, conversion: str = "zcdp") -> tuple[Entry, float, float]:
     """(entry, noise std, ci95) of one query, priced by the planner (alias `i` makes each query distinct)."""
-    p = plan(query.sql.format(i=i), CATALOG, epsilon=query.epsilon, delta=query.delta, mechanism=query.mechanism)
+    p = plan(query.sql.format(i=i), CATALOG, epsilon=_written(query.epsilon), delta=_written(query.delta),
+             mechanism=query.mechanism, conversion=conversion)  # type: ignore[arg-type]
     spec = p.price.noise[0]
     std = laplace_std(spec.scale) if spec.mechanism == "laplace" else gaussian_std(spec.scale)
     return Entry(p.price.event, p.price.epsilon, p.price.delta), std, spec.ci95
@@ -79,10 +97,12 @@ def _priced(query: Query, i: int) -> tuple[Entry, float, float]:
 
 def admitted(workload: tuple[Query, ...], budget: Budget, accounting: Accounting) -> int | None:
     """How many queries of the cyclic workload the rule admits before its first refusal (None: the rule
-    cannot account for the workload's mechanism at all, i.e. the discrete Gaussian under gdp)."""
-    if accounting.rule == "gdp" and any(q.mechanism == "gaussian" for q in workload):
+    cannot price the workload, i.e. the discrete Gaussian under gdp with σ beyond the proven range)."""
+    conversion = "gdp" if accounting.rule == "gdp" else "zcdp"
+    try:
+        entries = [_priced(q, 0, conversion)[0] for q in workload]
+    except QueryError:
         return None
-    entries = [_priced(q, 0)[0] for q in workload]
     limit = capacity(budget, accounting)
     used = Usage(accounting.rule, usage([], accounting.rule).amount, usage([], accounting.rule).delta)
     for n in range(LIMIT):
@@ -104,6 +124,8 @@ WORKLOADS: tuple[tuple[str, tuple[Query, ...], float], ...] = (  # (name, cyclic
     ("Laplace ε₀=0.01", (Query("lap", COUNT, "laplace", 0.01, 0.0),), 0.0),
     ("Gaussian ε₀=0.1, δ₀=1e-9", (Query("gau", COUNT, "gaussian", 0.1, 1e-9),), 0.0),
     ("Gaussian ε₀=0.01, δ₀=1e-9", (Query("gau", COUNT, "gaussian", 0.01, 1e-9),), 0.0),
+    ("Gaussian ε₀=0.1, δ₀=1e-7", (Query("gau", COUNT, "gaussian", 0.1, 1e-7),), 0.0),
+    ("Gaussian ε₀=0.01, δ₀=1e-7", (Query("gau", COUNT, "gaussian", 0.01, 1e-7),), 0.0),
     ("mixed ε₀=0.05 (Laplace, Gaussian δ₀=1e-9)",
      (Query("lap", COUNT, "laplace", 0.05, 0.0), Query("gau", COUNT, "gaussian", 0.05, 1e-9)), 0.0),
     ("private GROUP BY, Laplace ε₀=0.1, δ₀=1e-8", (Query("sel", GROUPED, "laplace", 0.1, 1e-8),), 0.5),
@@ -117,6 +139,12 @@ def table1(budget: Budget) -> list[dict[str, object]]:
         for q in queries:
             _, std, ci95 = _priced(q, 0)
             noise.append(f"{q.mechanism} std {std:.3g}, ci95 ±{ci95:g}")
+            if q.mechanism == "gaussian":
+                try:
+                    _, std, ci95 = _priced(q, 0, "gdp")
+                    noise.append(f"(gdp-calibrated: std {std:.3g})")
+                except QueryError:
+                    noise.append("(gdp-calibrated: σ beyond the proven range)")
         counts = {rule: admitted(queries, budget, Accounting(rule, share)) for rule in RULES}
         rows.append({"workload": name, "selection_delta_share": share, "noise": "; ".join(noise), **counts})
     return rows
@@ -150,13 +178,18 @@ def table2(budget: Budget, ks: tuple[int, ...] = (10, 100, 1000)) -> list[dict[s
                     else:
                         event = GaussianEvent(1, gaussian.sigma_for(1, rho))
                 else:
-                    if mechanism == "gaussian":
-                        row[rule] = None  # the discrete Gaussian has no GDP bound
-                        continue
                     mu = float(np.nextafter(limit.amount / math.sqrt(k), 0.0))
-                    event = LaplaceEvent(1, laplace.scale_for(1, gdp.pure_epsilon(mu)))
+                    if mechanism == "gaussian":  # σ inverts the proven μ_Z (docs/privacy.md §8)
+                        try:
+                            event = GaussianEvent(1, discrete_gaussian.sigma_for(1, mu))
+                        except ValueError:
+                            row[rule] = None  # σ beyond the proven range
+                            continue
+                    else:
+                        event = LaplaceEvent(1, laplace.scale_for(1, gdp.pure_epsilon(mu)))
                 gaussian_delta = 0.0 if mechanism == "laplace" else float(np.nextafter(budget.delta / k, 0.0))
-                entry = Entry(event, *epsilon_delta(event, gaussian_delta))
+                conversion = "gdp" if rule == "gdp" else "zcdp"
+                entry = Entry(event, *epsilon_delta(event, gaussian_delta, conversion))  # type: ignore[arg-type]
                 used = usage([], rule)
                 for _ in range(k):  # calibration is conservative: all k must be admitted
                     assert fits(used, entry, limit), (k, mechanism, rule)
@@ -165,6 +198,38 @@ def table2(budget: Budget, ks: tuple[int, ...] = (10, 100, 1000)) -> list[dict[s
                 scale = event.scale if isinstance(event, LaplaceEvent) else event.sigma
                 row[rule] = laplace_std(scale) if isinstance(event, LaplaceEvent) else gaussian_std(scale)
             rows.append(row)
+    return rows
+
+
+def _release_chance(mechanism: str, scale: float, cut: int, units: int) -> float:
+    """P[units + Z >= T] for discrete Laplace (scale b) or discrete Gaussian (σ) noise Z."""
+    k = cut - units  # need Z >= k
+    if mechanism == "laplace":
+        q = math.exp(-1.0 / scale)
+        return q**k / (1 + q) if k > 0 else 1 - q ** (1 - k) / (1 + q)
+    span = math.ceil(40 * scale) + abs(k) + 2
+    j = np.arange(-span, span + 1, dtype=np.float64)
+    w = np.exp(-(j**2) / (2 * scale * scale))
+    return float(np.sum(w[j >= k]) / np.sum(w))
+
+
+def table3(
+    epsilon: float = 1.0, delta: float = 1e-6, sizes: tuple[int, ...] = (5, 10, 20, 50, 100)
+) -> list[dict[str, object]]:
+    """Laplace against Gaussian partition selection for a private GROUP BY at one query's (ε, δ)."""
+    rows = []
+    for mechanism, conversion in (("laplace", "zcdp"), ("gaussian", "zcdp"), ("gaussian", "gdp")):
+        p = plan(GROUPED.format(i=0), CATALOG, epsilon=epsilon, delta=delta, mechanism=mechanism,  # type: ignore[arg-type]
+                 conversion=conversion)  # type: ignore[arg-type]
+        sel = p.price.selection
+        assert sel is not None
+        label = "Laplace" if mechanism == "laplace" else f"Gaussian ({conversion} pricing)"
+        symbol = "b" if mechanism == "laplace" else "σ"
+        row: dict[str, object] = {"selection": label, "noise": f"{symbol} = {sel.scale:.4g}", "T": sel.threshold,
+                                  "δ": sel.delta}
+        for n in sizes:
+            row[f"P[release | n={n}]"] = _release_chance(mechanism, sel.scale, sel.threshold, n)
+        rows.append(row)
     return rows
 
 
@@ -189,14 +254,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Budget (ε, δ) = ({args.epsilon:g}, {args.delta:g}); COUNT(*) with sensitivity 1.\n")
     one = table1(budget)
     print("Table 1: answers admitted before the first refusal (noise per answer from its distribution;")
-    print("— = the rule cannot account for the discrete Gaussian)\n")
+    print("— = σ beyond the range where the discrete Gaussian's μ is proven, [0.5, 256] grid units)\n")
     print(_markdown(one, ["workload", "noise", "selection_delta_share", "basic", "zcdp", "gdp"]))
     two = table2(budget)
     print("\nTable 2: noise std of each answer when k answers must fit (smaller is better; — = not accountable)\n")
     print(_markdown(two, ["k", "mechanism", "basic", "zcdp", "gdp"]))
+    three = table3()
+    print("\nTable 3: private partition selection, SELECT page, COUNT(*) … GROUP BY page at (ε, δ) = (1, 1e-6)\n")
+    print(_markdown(three, list(three[0])))
     if args.json is not None:
-        args.json.write_text(json.dumps({"budget": [args.epsilon, args.delta], "admitted": one, "noise_for_k": two},
-                                        indent=2, default=str))
+        args.json.write_text(json.dumps({"budget": [args.epsilon, args.delta], "admitted": one, "noise_for_k": two,
+                                         "selection": three}, indent=2, default=str))
     return 0
 
 

@@ -143,6 +143,7 @@ def _explain(args: argparse.Namespace) -> int:
             epsilon=dataset.epsilon if args.epsilon is None else args.epsilon,
             delta=dataset.delta if args.delta is None else args.delta,
             mechanism=args.mechanism or dataset.mechanism, cells=dataset.cell_accounting,
+            conversion="gdp" if dataset.accounting.rule == "gdp" else "zcdp",
         )
     except QueryError as err:
         print(json.dumps({"code": err.code, "error": str(err), "detail": err.detail}, default=str), file=sys.stderr)
@@ -196,6 +197,7 @@ def _recommend(args: argparse.Namespace) -> int:
     print(f"dataset {dataset.name}: {mechanism} noise, per query ε={epsilon:g}, δ={delta:g}; "
           f"accounting in force: {dataset.accounting.rule} (selection_delta_share = {share:g})")
     entries: list[tuple[str, str, Entry]] = []
+    gdp_entries: dict[str, Entry | None] = {}  # Gaussian noise is calibrated through GDP under the gdp rule
     for label, sql in queries:
         try:
             price = plan(sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism).price
@@ -203,12 +205,18 @@ def _recommend(args: argparse.Namespace) -> int:
             print(f"  {label} query {sql!r} cannot be priced: {err}", file=sys.stderr)
             continue
         entry = Entry(price.event, price.epsilon, price.delta)
+        try:
+            gdp_price = plan(sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism,
+                             conversion="gdp").price
+            gdp_entries[label] = Entry(gdp_price.event, gdp_price.epsilon, gdp_price.delta)
+        except QueryError:
+            gdp_entries[label] = None
         costs = [f"ε={price.epsilon:.6g} δ={price.delta:.3g} (basic)"]
         for rule, symbol in (("zcdp", "ρ"), ("gdp", "μ")):
             try:
                 amount, selection = cost(entry, rule)  # type: ignore[arg-type]
                 costs.append(f"{symbol}={amount:.6g} δ_sel={selection:.3g}")
-            except UnsupportedEvent:  # the discrete Gaussian has no GDP bound
+            except UnsupportedEvent:  # σ outside the range where the discrete Gaussian's μ is proven
                 costs.append(f"no {rule} bound")
         print(f"  {label}: {sql}\n    charge: " + ", ".join(costs))
         entries.append((label, sql, entry))
@@ -232,10 +240,11 @@ def _recommend(args: argparse.Namespace) -> int:
             else:
                 symbol = "ρ" if rule == "zcdp" else "μ"
                 text = f"{symbol}={limit.amount:.6g}, δ_sel={limit.delta:.3g}"
-            unusable = rule == "gdp" and mechanism == "gaussian"
-            numbers = [0 if unusable else how_many(entry, budget, accounting) for _, _, entry in entries]
+            chosen = [gdp_entries[label] if rule == "gdp" and mechanism == "gaussian" else entry
+                      for label, _, entry in entries]
+            numbers = [0 if e is None else how_many(e, budget, accounting) for e in chosen]
             counts[rule] = numbers[0]
-            note = "  (the discrete Gaussian has no proven GDP bound)" if unusable else ""
+            note = "  (σ outside the proven range of the discrete Gaussian's μ)" if None in chosen else ""
             print(f"  {rule:<6} {text:<32} " + "  ".join(f"{n:>22}" for n in numbers) + note)
         best = max(counts, key=lambda r: (counts[r], -RULES.index(r)))  # ties go to the simpler rule
         best_overall = best_overall or best

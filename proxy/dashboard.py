@@ -19,13 +19,15 @@ from importlib import resources
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
+from accountant.filter import Budget
 from accountant.ledger import Charge
 from mechanisms.rounding import up as _up  # how the ledger rounds a spend
-from proxy import auth
+from proxy import auth, budget_detail
 from proxy.metrics import budget_figures
 from proxy.observe import Rejections
 from proxy.ops import CREDENTIALED, NO_STORE, AnalystDep, EnvDep
 from proxy.pipeline import Env
+from proxy.schemas import BudgetOut, TradeoffOut
 
 router = APIRouter(tags=["ops"])
 
@@ -70,6 +72,7 @@ class BudgetRow(BaseModel):
     delta_spent: float
     delta_remaining: float
     charges: int
+    tradeoff: TradeoffOut | None = None  # the f-DP curves of the history and of the budget (budget_detail)
 
 
 class SpendSeries(BaseModel):
@@ -119,7 +122,7 @@ def dashboard_data(request: Request, analyst: AnalystDep, env: EnvDep, response:
             analyst=f.analyst, role=f.role, dataset=f.budget.dataset, accounting=f.budget.accounting,
             epsilon=f.budget.epsilon, epsilon_spent=f.budget.epsilon_spent,
             epsilon_remaining=f.budget.epsilon_remaining, delta=f.budget.delta, delta_spent=f.budget.delta_spent,
-            delta_remaining=f.budget.delta_remaining, charges=f.charges,
+            delta_remaining=f.budget.delta_remaining, charges=f.charges, tradeoff=_tradeoff(env, f.analyst, f.budget),
         )
         for f in budget_figures(env)
     ]
@@ -142,6 +145,15 @@ def dashboard_data(request: Request, analyst: AnalystDep, env: EnvDep, response:
         ],
         rejections_kept=env.settings.rejections_kept,
     )
+
+
+def _tradeoff(env: Env, analyst: str, figures: BudgetOut) -> TradeoffOut | None:
+    """The trade-off curves of one analyst's history on one dataset under its rule (as GET /v1/budget)."""
+    dataset = env.policy.dataset(figures.dataset)
+    if dataset is None:
+        return None
+    entries = env.ledger.entries(dataset=dataset.name, analyst=analyst)
+    return budget_detail.curves(entries, dataset, Budget(figures.epsilon, figures.delta))
 
 
 def _spend_series(env: Env, newest_first: tuple[Charge, ...], truncated: bool) -> list[SpendSeries]:

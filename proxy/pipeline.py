@@ -96,7 +96,8 @@ def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int
     mechanism = req.mechanism or dataset.mechanism
     planned = plan(req.sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism, salt=salt,
                    noise_multiplier=req.noise_multiplier, cells=dataset.cell_accounting,
-                   dialect=req.dialect or dataset.dialect)
+                   dialect=req.dialect or dataset.dialect,
+                   conversion="gdp" if dataset.accounting.rule == "gdp" else "zcdp")
     if planned.price.epsilon > dataset.max_epsilon:  # a requested noise can cost more than the maximum
         raise InvalidParameter(
             f"this noise costs epsilon {planned.price.epsilon:.6g}, above this dataset's per-query maximum "

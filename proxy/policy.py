@@ -16,11 +16,14 @@ import sys
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import ClassVar, Literal, cast, get_args
 
 from accountant.filter import BASIC, DEFAULT_SELECTION_SHARE, RULES, Accounting, Budget, Rule, capacity
 from mechanisms.gdp import MIN_BUDGET_EPSILON
+from mechanisms.rounding import down
 from proxy.limits import LIMIT_KEYS, AnalystLimits, read_limits
 from proxy.query import types
 from proxy.query.analyse import MAX_PUBLIC_CELLS
@@ -164,7 +167,7 @@ def load_policy(path: Path) -> Policy:
     """
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = tomllib.loads(path.read_text(encoding="utf-8"), parse_float=_DecimalText)
     except OSError as err:
         raise PolicyFileError((f"{path}: cannot read the policy file ({err.strerror})",)) from err
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
@@ -241,9 +244,9 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     if mechanism is not None and mechanism not in get_args(Mechanism):
         p.add(f"{loc}.mechanism", f"must be one of {', '.join(get_args(Mechanism))}, got {mechanism!r}")
         mechanism = None
-    epsilon = _float(raw, "epsilon", loc, p, default=0.1)
-    delta = _float(raw, "delta", loc, p, default=1e-8)
-    max_epsilon = _float(raw, "max_epsilon", loc, p, default=1.0)
+    epsilon = _privacy_float(raw, "epsilon", loc, p, default=_DecimalText("0.1"))
+    delta = _privacy_float(raw, "delta", loc, p, default=_DecimalText("1e-8"))
+    max_epsilon = _privacy_float(raw, "max_epsilon", loc, p, default=1.0)
     if mechanism is not None and epsilon is not None and delta is not None and max_epsilon is not None:
         for key, problem in _dataset_number_problems(mechanism, epsilon, delta, max_epsilon):
             p.add(f"{loc}.{key}", problem)
@@ -295,9 +298,8 @@ def _accounting(raw: _Raw, loc: str, p: _Problems) -> Accounting | None:
 
 
 def _accounting_problems(accounting: Accounting, mechanism: str) -> tuple[tuple[str, str], ...]:
-    if accounting.rule == "gdp" and mechanism == "gaussian":
-        return (("accounting", 'cannot be "gdp" with mechanism = "gaussian": the discrete Gaussian has no '
-                 'proven μ-GDP bound (docs/privacy.md §5); use accounting = "zcdp", or mechanism = "laplace"'),)
+    # every rule accounts for every mechanism: the discrete Gaussian under gdp since its μ-GDP bound was
+    # proven (docs/privacy.md §8); kept as the one place a rule/mechanism conflict would be reported
     return ()
 
 
@@ -330,8 +332,8 @@ def _budget(value: object, loc: str, p: _Problems) -> Budget | None:
         return None
     before = len(p.items)
     _check_keys(value, loc, ("epsilon", "delta"), p)
-    epsilon = _float(value, "epsilon", loc, p)
-    delta = _float(value, "delta", loc, p)
+    epsilon = _privacy_float(value, "epsilon", loc, p)
+    delta = _privacy_float(value, "delta", loc, p)
     for number, amount, problem in (("epsilon", epsilon, epsilon_problem), ("delta", delta, delta_problem)):
         if amount is not None and (message := problem(amount)):
             p.add(f"{loc}.{number}", message)
@@ -544,6 +546,31 @@ def _str(raw: _Raw, key: str, loc: str, p: _Problems, default: object = _REQUIRE
     return cast(str | None, _take(raw, key, loc, p, ok, "a non-empty string", default))
 
 
+class _DecimalText(float):
+    """A TOML float that remembers the digits it was written with (`exact`), so that privacy numbers can be
+    rounded in the safe direction from what the policy says rather than from the nearest float."""
+
+    exact: Fraction | None
+
+    def __new__(cls, text: str) -> _DecimalText:
+        number = float.__new__(cls, text)
+        exact = Decimal(text.replace("_", ""))
+        number.exact = Fraction(exact) if exact.is_finite() else None  # nan, inf: refused by the number checks
+        return number
+
+
+def _privacy_float(raw: _Raw, key: str, loc: str, p: _Problems, default: object = _REQUIRED) -> float | None:
+    """A budget or per-query ε/δ: the largest float at or below the decimal written in the policy. A charge
+    then never exceeds the written number and a budget never exceeds what was granted (0.1 as a float is
+    0.1000000000000000055…)."""
+    value = _take(raw, key, loc, p, _is_number, "a number", default)
+    if value is None:
+        return None
+    if isinstance(value, _DecimalText) and value.exact is not None:
+        return down(value.exact)
+    return float(cast(float, value))
+
+
 def _float(raw: _Raw, key: str, loc: str, p: _Problems, default: object = _REQUIRED) -> float | None:
     value = _take(raw, key, loc, p, _is_number, "a number", default)
     return None if value is None else float(cast(float, value))
@@ -570,15 +597,11 @@ def check_accountable(dataset: DatasetPolicy, mechanism: str, partitions: str) -
     """Refuse, before any charge, a query the dataset's admit rule cannot account for.
 
     Raises:
-        InvalidParameter: Gaussian noise under accounting = "gdp" (no proven μ-GDP bound for the discrete
-            Gaussian), or private partitions under zcdp/gdp when no δ is reserved for partition selection.
+        InvalidParameter: private partitions under zcdp/gdp when no δ is reserved for partition selection.
+            (Gaussian noise under gdp is accounted since docs/privacy.md §8; σ outside the proven range is
+            refused when the query is priced.)
     """
     rule = dataset.accounting.rule
-    if rule == "gdp" and mechanism == "gaussian":
-        raise InvalidParameter(
-            'this dataset accounts with "gdp", which cannot account for the discrete Gaussian (it has no proven '
-            'μ-GDP bound); use mechanism "laplace"', parameter="mechanism", accounting=rule,
-        )
     if rule != "basic" and partitions == "private" and dataset.accounting.selection_share == 0:
         raise InvalidParameter(
             f'this dataset accounts with "{rule}" and reserves no δ for choosing which groups to release '

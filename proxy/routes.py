@@ -16,8 +16,9 @@ from accountant.errors import UnsupportedEvent
 from accountant.events import to_json
 from accountant.filter import Accounting, Budget, Entry, Rule, Usage
 from accountant.ledger import Charge
-from proxy import auth
+from proxy import auth, budget_detail
 from proxy.deadline import Deadline
+from proxy.decimal_json import DecimalJSONRoute
 from proxy.pipeline import Answer, Env, Prepared, Reply, prepare, reply
 from proxy.policy import AnalystPolicy, DatasetPolicy
 from proxy.query.analyse import Analysis
@@ -65,7 +66,10 @@ def _moment(text: str | None) -> dt.datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
 
 
-router = APIRouter(responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 413, 500, 504)})
+router = APIRouter(
+    responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 413, 500, 504)},
+    route_class=DecimalJSONRoute,  # JSON numbers as exact decimals: ε = 0.1 is charged as at most 1/10
+)
 
 
 def get_env(request: Request) -> Env:
@@ -183,12 +187,14 @@ def _preview(body: QueryRequest, analyst: AnalystPolicy, env: Env) -> PreviewRes
 @router.get("/v1/budget", response_model=BudgetsResponse, tags=["budget"])
 def budget(analyst: AnalystDep, env: EnvDep) -> BudgetsResponse:
     """Your budget on every dataset you may query."""
-    budgets = []
+    budgets, reports = [], []
     for name, allowed in analyst.budgets:
         dataset = env.policy.dataset(name)
         assert dataset is not None  # the policy loader checks that budgets name known datasets
         budgets.append(budget_now(env, analyst.name, dataset, allowed))
-    return BudgetsResponse(analyst=analyst.name, budgets=budgets)
+        mine = env.ledger.entries(dataset=name, analyst=analyst.name)  # curves and PLD report (budget_detail)
+        reports.append(budget_detail.detailed(mine, dataset, allowed))
+    return BudgetsResponse(analyst=analyst.name, budgets=budgets, reports=reports)
 
 
 @router.get("/v1/ledger", response_model=LedgerResponse, tags=["budget"])

@@ -2,11 +2,57 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from decimal import Decimal
+from fractions import Fraction
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from mechanisms.rounding import down, up
 from proxy.query.guard import MAX_LENGTH
+
+MAX_DIGITS = 40  # significant digits of a privacy parameter
+EXPONENTS = (-400, 300)  # decimal exponents accepted: beyond, no float carries the number (or it rounds to 0)
+_DELTA_LIMIT = Fraction(1, 1000)  # price._check refuses δ >= 0.001: such a δ keeps its nearest float, so it still is
+
+
+def _exact(value: object) -> Fraction:
+    """A JSON number (an exact Decimal, proxy/decimal_json.py; a float or int from Python callers) as a
+    Fraction, or a ValueError naming what is wrong. Strings and booleans are not numbers."""
+    if isinstance(value, bool) or not isinstance(value, Decimal | int | float):
+        raise ValueError(f"must be a JSON number, got {type(value).__name__}")
+    number = value if isinstance(value, Decimal) else Decimal(value)  # a float: its exact binary value
+    if not number.is_finite():
+        raise ValueError(f"must be a finite number, got {number}")
+    if number and len(number.as_tuple().digits) > MAX_DIGITS:
+        raise ValueError(f"has more than {MAX_DIGITS} significant digits")
+    if number and not EXPONENTS[0] <= number.adjusted() <= EXPONENTS[1]:
+        raise ValueError(f"must be between 1e{EXPONENTS[0]} and 1e{EXPONENTS[1]} in magnitude")
+    return Fraction(number)
+
+
+def _charge_down(value: object) -> object:
+    """ε or δ as the largest float at or below the decimal the analyst wrote: the query is priced for it,
+    so its charge (and the mechanism's true ε, δ) never exceeds the request's digits, and ten charges of
+    0.1 add up to at most 1 exactly."""
+    return value if value is None else down(_exact(value))
+
+
+def _delta_down(value: object) -> object:
+    """δ as `_charge_down`, except at or above the largest δ a query may ask for: refused when priced."""
+    if value is None:
+        return value
+    exact = _exact(value)
+    return down(exact) if exact < _DELTA_LIMIT else float(exact)
+
+
+def _noise_up(value: object) -> object:
+    return value if value is None else up(_exact(value))  # more noise, never less: charged at its true cost
+
+
+ChargeNumber = Annotated[float | None, BeforeValidator(_charge_down)]
+DeltaNumber = Annotated[float | None, BeforeValidator(_delta_down)]
+NoiseNumber = Annotated[float | None, BeforeValidator(_noise_up)]
 
 
 class QueryRequest(BaseModel):
@@ -14,9 +60,10 @@ class QueryRequest(BaseModel):
 
     sql: str = Field(min_length=1, max_length=MAX_LENGTH, description="one SELECT statement")
     dataset: str | None = Field(None, max_length=64, description="defaults to your only dataset")
-    # strict: JSON true or "0.1" must not turn into a privacy parameter
-    epsilon: float | None = Field(None, gt=0, strict=True, description="ε for this query; defaults to the dataset's")
-    delta: float | None = Field(
+    # JSON numbers arrive as exact Decimals (proxy/decimal_json.py); JSON true or "0.1" never become a privacy
+    # parameter (strict, and `_exact` refuses them); NaN, ±Infinity, > 40 digits are refused with a message
+    epsilon: ChargeNumber = Field(None, gt=0, strict=True, description="ε for this query; defaults to the dataset's")
+    delta: DeltaNumber = Field(
         None, ge=0, lt=1, strict=True, description="δ for this query; defaults to the dataset's"
     )
     mechanism: Literal["laplace", "gaussian"] | None = None
@@ -25,7 +72,7 @@ class QueryRequest(BaseModel):
         description="the SQL dialect of `sql`: duckdb, postgres, mysql, bigquery, snowflake or tsql; defaults to "
                     "the dataset's",
     )
-    noise_multiplier: float | None = Field(
+    noise_multiplier: NoiseNumber = Field(
         None, gt=0, strict=True,
         description="instead of epsilon: noise = this multiple of each aggregate's sensitivity (Laplace b, "
                     "Gaussian σ); the response reports what it costs",
@@ -139,6 +186,36 @@ class CellSpaceOut(BaseModel):
     elsewhere: AccountOut = Field(description="a cell that no charge scoped to this space covers")
 
 
+class PairOut(BaseModel):
+    epsilon: float | None = Field(description="null: no ε at this δ (its δ is spent on partition selection)")
+    delta: float
+
+
+class CurveOut(BaseModel):
+    beta: list[float] = Field(description="type II error at each alpha: the f-DP trade-off curve")
+    pairs: list[PairOut] = Field(description="(ε, δ) pairs the curve implies")
+
+
+class TradeoffOut(BaseModel):
+    """f-DP trade-off curves (type I error α vs type II error β) under the rule in force (docs/privacy.md §8):
+    of the history spent so far (worst-off unit) and of the whole budget. Pictures of guarantees, not rules."""
+
+    accounting: Accounting
+    alpha: list[float]
+    history: CurveOut
+    budget: CurveOut
+
+
+class HistoryReportOut(BaseModel):
+    """(ε, δ) of your charges as they happened, by a privacy-loss-distribution accountant (dp-accounting):
+    a report of the fixed history, NOT a budget rule — admission stays with the rule in force."""
+
+    epsilon: float
+    delta: float
+    method: Literal["pld"] = "pld"
+    note: str = "report of the fixed history (PLD); not a budget rule"
+
+
 class BudgetOut(BaseModel):
     dataset: str
     epsilon: float
@@ -191,10 +268,21 @@ class PreviewResponse(BaseModel):
     partitions: PartitionsOut
 
 
+class BudgetReportOut(BaseModel):
+    """Reports of one budget's history (GET /v1/budget): pictures and figures, never admit rules."""
+
+    dataset: str
+    tradeoff: TradeoffOut | None = Field(None, description="the f-DP trade-off curves, history and whole budget")
+    history_report: HistoryReportOut | None = Field(
+        None, description="the PLD accountant's (ε, δ) of the fixed history (reporting only)"
+    )
+
+
 class BudgetsResponse(BaseModel):
     ok: Literal[True] = True
     analyst: str
     budgets: list[BudgetOut]
+    reports: list[BudgetReportOut] = Field(default_factory=list, description="per budget, in the same order")
 
 
 class LedgerEntry(BaseModel):

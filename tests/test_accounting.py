@@ -33,7 +33,7 @@ from accountant.filter import (
 )
 from accountant.loss import approximate_mu, approximate_rho, epsilon_delta
 from accountant.report import account, how_many, refusal, tightest
-from mechanisms import gaussian, gdp
+from mechanisms import discrete_gaussian, gaussian, gdp
 from tests.test_gaussian import _reference_epsilon
 from tests.test_gdp import _reference_pure_mu  # also sets mpmath to 50 digits
 
@@ -86,7 +86,10 @@ def test_many_small_gaussian_releases_fit_far_better_under_zcdp() -> None:
     basic, zcdp = (how_many(small, UNIT, Accounting(rule, 0.0)) for rule in ("basic", "zcdp"))
     assert zcdp == math.floor(Fraction(gaussian.rho_for(1.0, 1e-6)) / Fraction(gaussian.rho(1, 50.0)))
     assert zcdp >= 10 * basic
-    assert how_many(small, UNIT, Accounting("gdp", 0.0)) == 0  # the discrete Gaussian has no GDP bound
+    # the discrete Gaussian's proven μ (docs/privacy.md §8): μ = c(50)/50 each, GDP admits ⌊μ_budget²/μ²⌋
+    gdp_count = how_many(small, UNIT, Accounting("gdp", 0.0))
+    assert gdp_count == math.floor(Fraction(gdp.mu_for(1.0, 1e-6)) ** 2 / Fraction(discrete_gaussian.mu(1, 50.0)) ** 2)
+    assert gdp_count > zcdp
 
 
 # --- costs -------------------------------------------------------------------------------------------------
@@ -99,8 +102,11 @@ def test_approximate_costs_of_each_event() -> None:
     assert approximate_mu(ThresholdEvent(0.5, 1e-9)) == (gdp.pure_mu(0.5), 1e-9)
     assert approximate_mu(LaplaceEvent(2, 4.0)) == (gdp.pure_mu(0.5), 0.0)
     assert approximate_mu(GaussianEvent(0, 4.0)) == (0.0, 0.0)  # no sensitivity, nothing to account
-    with pytest.raises(UnsupportedEvent, match="no proven μ-GDP bound"):
-        approximate_mu(ComposedEvent((LaplaceEvent(1, 1.0), GaussianEvent(1, 4.0))))
+    mu, _ = approximate_mu(ComposedEvent((LaplaceEvent(1, 1.0), GaussianEvent(1, 4.0))))
+    assert Fraction(mu) ** 2 >= Fraction(gdp.pure_mu(1.0)) ** 2 + Fraction(discrete_gaussian.mu(1, 4.0)) ** 2
+    assert mu == pytest.approx(math.hypot(gdp.pure_mu(1.0), discrete_gaussian.unit_mu(4.0)), rel=1e-15)
+    with pytest.raises(UnsupportedEvent, match="proven for sigma in"):  # beyond the proven range of σ
+        approximate_mu(ComposedEvent((LaplaceEvent(1, 1.0), GaussianEvent(1, 1000.0))))
 
 
 def test_composition_within_a_query() -> None:
@@ -312,7 +318,9 @@ def test_tightest_never_reports_more_than_basic(events: list[Event], delta: floa
 def test_tightest_picks_zcdp_for_many_gaussians_and_basic_for_few_laplaces() -> None:
     assert tightest([_laplace(10.0)] * 3, 1e-6) == (0.30000000000000004, "basic")
     epsilon, rule = tightest([_gaussian(40.0)] * 200, 1e-5)
-    assert rule == "zcdp" and epsilon < usage([_gaussian(40.0)] * 200, "basic").amount / 10
+    assert rule == "gdp" and epsilon < usage([_gaussian(40.0)] * 200, "basic").amount / 10
+    zcdp = gaussian.epsilon_from_rho(float(usage([_gaussian(40.0)] * 200, "zcdp").amount), 1e-5)
+    assert epsilon < zcdp  # the exact GDP conversion beats zCDP's
 
 
 def test_account_at_the_start_is_the_whole_budget() -> None:
@@ -350,8 +358,9 @@ def test_refusal_messages_name_the_currency_and_what_is_left() -> None:
     selection = Entry(ThresholdEvent(0.01, 1e-7), 0.01, 1e-7)
     short = refusal(usage([selection] * 5, "zcdp"), selection, UNIT, Accounting("zcdp", 0.5))
     assert short is not None and "for partition selection" in str(short)
-    gaussian_under_gdp = refusal(usage([], "gdp"), _gaussian(10.0), UNIT, Accounting("gdp"))
-    assert gaussian_under_gdp is not None and "no proven μ-GDP bound" in str(gaussian_under_gdp)
+    assert refusal(usage([], "gdp"), _gaussian(10.0), UNIT, Accounting("gdp")) is None  # proven μ (§8)
+    gaussian_under_gdp = refusal(usage([], "gdp"), _gaussian(1000.0), UNIT, Accounting("gdp"))
+    assert gaussian_under_gdp is not None and "proven for sigma in" in str(gaussian_under_gdp)
 
 
 def test_basic_refusal_keeps_its_message_and_detail() -> None:

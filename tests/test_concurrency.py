@@ -8,11 +8,13 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
 import pytest
 
+from mechanisms.rounding import down
 from proxy.demo import DemoFiles
 from tests.conftest import Server, StartFresh, difference_down, spend, sum_up
 
@@ -58,6 +60,8 @@ def test_concurrent_queries_admit_exactly_what_the_budget_holds(
     budget: float, expected: int | None, fresh_server: StartFresh, demo: DemoFiles
 ) -> None:
     server = fresh_server(epsilon=budget)
+    # the policy's budget as written, read as the largest float at or below its decimal (proxy/policy.py)
+    budget = down(Fraction(Decimal(repr(budget))))
     with server.client(demo.analyst_key) as analyst:
         preview = analyst.post("/v1/query/preview", json={"sql": SQL, "epsilon": QUERY_EPSILON}).json()
         charge = preview["charge"]["epsilon"]

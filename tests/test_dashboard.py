@@ -8,6 +8,7 @@ rejection. The data endpoint itself is admin-only and carries no SQL.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -65,7 +66,8 @@ def test_dashboard_shows_budgets_charges_and_rejections(
 ) -> None:
     server = fresh_server()
     seeded = seed(server, demo)
-    assert seeded["spent"] == {"analyst": 0.75, "admin": 0.25}
+    # 0.3 + 0.45 written in decimal, each charged at most as written (proxy/schemas.py): Σ <= 0.75
+    assert seeded["spent"]["admin"] == 0.25 and 0.75 - 1e-15 <= seeded["spent"]["analyst"] <= 0.75
 
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     problems: list[str] = []
@@ -82,6 +84,12 @@ def test_dashboard_shows_budgets_charges_and_rejections(
         cell = page.locator(f'#budgets tr[data-analyst="{name}"][data-dataset="demo"] td.spent')
         assert float(cell.get_attribute("data-value") or "nan") == spent  # the exact figure of GET /v1/budget
         assert float(cell.inner_text()) == pytest.approx(spent, rel=1e-3)  # as displayed
+    # the f-DP trade-off curves of each budget (history and whole budget), drawn as inline SVG paths
+    for name in seeded["spent"]:
+        curve = page.locator(f'#tradeoffs svg[data-analyst="{name}"][data-dataset="demo"]')
+        assert curve.count() == 1
+        assert curve.locator('path[data-curve="history"]').count() == 1
+        assert curve.locator('path[data-curve="budget"]').count() == 1
     newest = page.locator("#charges tbody tr").first
     assert newest.get_attribute("data-charge") == seeded["ids"][-1]
     assert seeded["ids"][-1] in newest.inner_text()
@@ -102,6 +110,49 @@ def test_dashboard_shows_budgets_charges_and_rejections(
     page.click("#forget")  # the key leaves the tab
     assert page.is_visible("#login")
     assert page.evaluate("sessionStorage.length") == 0
+    page.close()
+
+
+def test_the_trade_off_curve_renders_per_rule(
+    fresh_server: StartFresh, demo: DemoFiles, browser: Any, tmp_path: Path
+) -> None:
+    # GET /v1/budget carries the curves (history below the budget's, pairs at the budget's δ) and the dashboard
+    # draws them: a screenshot is kept as a test artefact (printed; copied to $DPPROXY_TEST_ARTEFACTS if set)
+    server = fresh_server(epsilon=2.0, delta=1e-6)
+    seed(server, demo)
+    with server.client(demo.analyst_key) as analyst:
+        response = analyst.get("/v1/budget").json()
+    (budget,), (reports,) = response["budgets"], response["reports"]
+    tradeoff = reports["tradeoff"]
+    assert tradeoff["accounting"] == budget["accounting"] and len(tradeoff["alpha"]) == len(tradeoff["history"]["beta"])
+    assert all(h >= b - 1e-12 for h, b in zip(tradeoff["history"]["beta"], tradeoff["budget"]["beta"], strict=True))
+    assert all(0 <= v <= 1 for v in tradeoff["history"]["beta"])
+    assert reports["dataset"] == budget["dataset"] == "demo"
+    assert reports["history_report"]["method"] == "pld" and "not a budget rule" in reports["history_report"]["note"]
+    assert reports["history_report"]["epsilon"] <= budget["epsilon_spent"] + 1e-9  # never worse than basic here
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.goto(f"{server.base_url}/dashboard")
+    page.fill("#key", demo.admin_key)
+    page.click("#login button[type=submit]")
+    page.wait_for_selector("#tradeoffs svg.tradeoff-curve")
+    curve = page.locator('#tradeoffs svg[data-analyst="analyst"]')
+    d = curve.locator('path[data-curve="history"]').get_attribute("d") or ""
+    assert d.startswith("M") and d.count("L") == len(tradeoff["alpha"]) - 1
+    card = page.locator("#tradeoffs .tradeoff").first
+    assert "δ" in card.inner_text() and "ε spent" in card.inner_text()
+    shot = tmp_path / "tradeoff.png"
+    page.locator("#tradeoffs").screenshot(path=str(shot))
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 5_000
+    keep = os.environ.get("DPPROXY_TEST_ARTEFACTS")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(keep) / "tradeoff.png")
+    print(f"trade-off screenshot: {shot}")
+    assert problems == []  # no script errors and no Content-Security-Policy violations
     page.close()
 
 

@@ -154,17 +154,18 @@ def test_a_query_past_its_deadline_is_a_charged_timeout_and_is_never_released(se
 
 def test_probes_and_another_budget_answer_while_queries_overfill_the_threads(servers: Any, big: DemoFiles) -> None:
     """42 heavy queries in flight (Starlette's thread pool has 40 threads) do not hold up /healthz, /readyz
-    or a fourth analyst's /v1/budget: each answers before the first heavy query does."""
+    or a fourth analyst's /v1/budget: each answers while nearly all the heavy queries are still waiting (an
+    ordering, not a latency: the 42 run two at a time, so most answer seconds later)."""
     server, keys = servers({"h1": "", "h2": "", "h3": "", "reader": ""})
     heavy_keys = [keys["h1"], keys["h2"], keys["h3"]] * 14
-    first_answered = threading.Event()
+    answered: list[int] = []
     go = threading.Barrier(len(heavy_keys) + 1)
 
     def heavy(i: int) -> int:
         with server.client(heavy_keys[i]) as client:
             go.wait(timeout=60)
             status = client.post("/v1/query", json={"sql": HEAVY.format(tag=i)}).status_code
-            first_answered.set()
+            answered.append(i)
             return status
 
     with ThreadPoolExecutor(len(heavy_keys)) as pool:
@@ -174,9 +175,10 @@ def test_probes_and_another_budget_answer_while_queries_overfill_the_threads(ser
         probes = {}
         with server.client(keys["reader"]) as reader:
             for path in ("/healthz", "/readyz", "/v1/budget"):
-                probes[path] = (reader.get(path).status_code, first_answered.is_set())
+                probes[path] = (reader.get(path).status_code, len(answered))
         assert list(statuses) == [200] * len(heavy_keys)
-    assert probes == {path: (200, False) for path in probes}
+    assert all(status == 200 for status, _ in probes.values()), probes
+    assert all(done <= len(heavy_keys) // 4 for _, done in probes.values()), probes
 
 
 # --- fairness ------------------------------------------------------------------------------------------

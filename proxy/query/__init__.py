@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from accountant.cells import CellScope
+from accountant.loss import Conversion
 from proxy.query.analyse import Analysis, analyse
 from proxy.query.catalog import Catalog, Mechanism
 from proxy.query.errors import EmptyScope, UnsupportedQuery
@@ -53,6 +54,7 @@ def plan(
     noise_multiplier: float | None = None,
     cells: bool = True,
     dialect: str = "duckdb",
+    conversion: Conversion = "zcdp",
 ) -> QueryPlan:
     """Check, price and rewrite one query without touching data or budget.
 
@@ -62,6 +64,8 @@ def plan(
     whose WHERE provably leaves out some cells of its table is charged only for the cells it keeps, and
     reads the cell-space columns as each unit's canonical value, so that every unit is in one cell. `dialect`
     is the SQL dialect of `sql` (parse.DIALECTS); the normalised SQL, and so a repeat's identity, is DuckDB's.
+    `conversion` is how Gaussian noise is calibrated and converted to (ε, δ): "gdp" on a dataset under the
+    gdp rule (the proven μ-GDP bound of the discrete Gaussian), "zcdp" otherwise (`price.price`).
 
     Example:
         >>> from proxy.query.catalog import ColumnSpec, TableSchema
@@ -85,7 +89,8 @@ def plan(
         )
     scope = analysis.scope.charged() if cells else None
     if noise_multiplier is None:
-        priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism)
+        priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism, conversion=conversion)
     else:
-        priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism)
+        priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,
+                                 conversion=conversion)
     return QueryPlan(sql, select.sql(dialect="duckdb"), analysis, rewrite(analysis, salt), priced, scope)

@@ -16,9 +16,18 @@ from fractions import Fraction
 from typing import Literal
 
 from accountant import loss
-from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ParallelEvent, ThresholdEvent
-from mechanisms import gaussian, laplace, threshold
-from mechanisms.rounding import down, up
+from accountant.events import (
+    ComposedEvent,
+    Event,
+    GaussianEvent,
+    GaussianThresholdEvent,
+    LaplaceEvent,
+    ParallelEvent,
+    ThresholdEvent,
+)
+from accountant.loss import Conversion
+from mechanisms import discrete_gaussian, gaussian, gdp, laplace, threshold
+from mechanisms.rounding import down, sqrt_up, up
 from proxy.query.analyse import Analysis
 from proxy.query.catalog import Mechanism
 from proxy.query.errors import InvalidParameter
@@ -41,12 +50,18 @@ class NoiseSpec:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """Private partition selection: release a group iff distinct units + Laplace(scale) >= threshold."""
+    """Private partition selection: release a group iff distinct units + noise of `scale` >= threshold.
+
+    Laplace noise (`scale` = b, pure `epsilon` = L0/b) for Laplace queries; discrete Gaussian noise
+    (`scale` = σ) for Gaussian queries, whose counts are accounted with the query's other Gaussians
+    (`epsilon` 0 here: GaussianThresholdEvent, docs/privacy.md §8.5).
+    """
 
     scale: float
     threshold: int
     epsilon: float
     delta: float
+    mechanism: Mechanism = "laplace"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +76,9 @@ class Price:
     composition: Composition
 
 
-def price_for_noise(analysis: Analysis, *, noise_multiplier: float, delta: float, mechanism: Mechanism) -> Price:
+def price_for_noise(
+    analysis: Analysis, *, noise_multiplier: float, delta: float, mechanism: Mechanism, conversion: Conversion = "zcdp"
+) -> Price:
     """The charge of a query whose noise is given instead of its ε: calibration read the other way.
 
     Every noised quantity gets noise of `noise_multiplier` times its sensitivity over the release: Laplace
@@ -86,11 +103,17 @@ def price_for_noise(analysis: Analysis, *, noise_multiplier: float, delta: float
             parameter="noise_multiplier",
         )
     _check(1.0, delta, mechanism)
-    return _price_at(analysis, 1.0, delta, mechanism, noise_multiplier=float(noise_multiplier))
+    return _price_at(analysis, 1.0, delta, mechanism, conversion, noise_multiplier=float(noise_multiplier))
 
 
-def price(analysis: Analysis, *, epsilon: float, delta: float, mechanism: Mechanism) -> Price:
+def price(
+    analysis: Analysis, *, epsilon: float, delta: float, mechanism: Mechanism, conversion: Conversion = "zcdp"
+) -> Price:
     """Noise scales and the charge for `analysis` at the requested (ε, δ).
+
+    Gaussian noise is calibrated, and its (ε, δ) computed, in zCDP (CKS20) or, with `conversion` "gdp" (a
+    dataset under the gdp rule), through the proven μ-GDP bound of the discrete Gaussian and the exact GDP
+    conversion (docs/privacy.md §8): μ(ε, δ) is split into μ_j with Σμ_j² <= μ², and σ_j inverts μ_Z.
 
     Example:
         >>> from proxy.query.parse import parse
@@ -106,7 +129,7 @@ def price(analysis: Analysis, *, epsilon: float, delta: float, mechanism: Mechan
     _check(epsilon, delta, mechanism)
     target = epsilon
     for _ in range(64):
-        priced = _price_at(analysis, target, delta, mechanism)
+        priced = _price_at(analysis, target, delta, mechanism, conversion)
         if priced.epsilon <= epsilon and priced.delta <= delta:
             return priced
         # each part is rounded up on its own (σ, ρ, the zCDP conversion), so their composition can overshoot
@@ -116,7 +139,8 @@ def price(analysis: Analysis, *, epsilon: float, delta: float, mechanism: Mechan
 
 
 def _price_at(
-    analysis: Analysis, epsilon: float, delta: float, mechanism: Mechanism, *, noise_multiplier: float | None = None
+    analysis: Analysis, epsilon: float, delta: float, mechanism: Mechanism, conversion: Conversion = "zcdp", *,
+    noise_multiplier: float | None = None,
 ) -> Price:
     """Price at a target ε, or, with `noise_multiplier`, at a given noise (scale = multiplier · sensitivity)."""
     l0 = analysis.max_groups
@@ -128,13 +152,14 @@ def _price_at(
             f"this query needs delta > 0 for {why}; send a delta, or group by keys with a public domain",
             parameter="delta",
         )
-    parts = len(analysis.measures) + (1 if private else 0)
+    laplace_selection = private and mechanism == "laplace"
+    parts = len(analysis.measures) + (1 if laplace_selection else 0)
     share = _share(epsilon, parts)
 
     selection = None
     children: list[Event] = []
-    if private:
-        selection_delta = _share(delta, 2) if mechanism == "gaussian" else delta
+    if laplace_selection:
+        selection_delta = delta
         # the distinct-unit counts have L1 sensitivity L0
         scale = laplace.scale_for(l0, share) if noise_multiplier is None else _noise(noise_multiplier, l0)
         cut = threshold.threshold_for(l0, scale, selection_delta)
@@ -162,20 +187,40 @@ def _price_at(
             children.append(LaplaceEvent(sensitivity, scale))
     else:
         gaussian_delta = _share(delta, 2) if private else delta
-        gaussian_epsilon = _down(epsilon - share) if private else epsilon
-        rho_total = gaussian.rho_for(gaussian_epsilon, gaussian_delta) if noise_multiplier is None else 1.0
-        # ρ_j ∝ √n_j minimises Σ n_j·Var_j/s_j² = Σ n_j/(2ρ_j) subject to Σρ_j = ρ (zCDP adds)
-        rhos = _split(rho_total, tuple(math.sqrt(n) for n in uses), _share(rho_total, len(analysis.measures)))
-        for j, measure in enumerate(analysis.measures):
-            # Δ2 = √L0 · per-group sensitivity (§2), rounded up
-            per_group = measure.sensitivity(max_rows)
-            sensitivity = math.nextafter(math.sqrt(l0) * per_group, math.inf) if per_group else 0.0
-            if not sensitivity:
-                sigma = 1.0
-            elif noise_multiplier is None:
-                sigma = gaussian.sigma_for(sensitivity, rhos[j])
-            else:
+        if conversion == "gdp":
+            # μ-GDP composes as √Σμ_j²: split μ² exactly as ρ (∝ μ²) is split below
+            total = Fraction(_gdp_mu(epsilon, gaussian_delta)) ** 2 if noise_multiplier is None else 1
+        else:
+            total = Fraction(gaussian.rho_for(epsilon, gaussian_delta)) if noise_multiplier is None else 1
+        # ρ_j ∝ √n_j minimises Σ n_j·Var_j/s_j² = Σ n_j/(2ρ_j) subject to Σρ_j = ρ (zCDP adds); private
+        # partitions add the distinct-unit counts as one more Gaussian part, of weight 1
+        weights = tuple(math.sqrt(n) for n in uses) + ((1.0,) if private else ())
+        rhos = _split(down(Fraction(total)), weights, _share(down(Fraction(total)), len(weights)))
+
+        def calibrated(sensitivity: float, part: float) -> float:
+            if noise_multiplier is not None:
                 sigma = _noise(noise_multiplier, sensitivity)
+                if conversion == "gdp":
+                    _check_gdp_sigma(sigma)
+                return sigma
+            if conversion == "gdp":
+                return _gdp_sigma(sensitivity, _sqrt_down(Fraction(part)))
+            return gaussian.sigma_for(sensitivity, part)
+
+        if private:
+            # Gaussian partition selection: noise σ on the distinct-unit counts (L2 sensitivity √L0), release
+            # iff count + noise >= T, T the smallest threshold whose δ fits the other half of δ (§8.5)
+            selection_delta = _share(delta, 2)
+            sigma = calibrated(sqrt_up(l0), rhos[-1])
+            cut = threshold.gaussian_threshold_for(l0, sigma, selection_delta)
+            selection = Selection(
+                sigma, cut, 0.0, threshold.gaussian_delta_of_threshold(l0, sigma, cut), "gaussian"
+            )
+            children.append(GaussianThresholdEvent(l0, sigma, cut))
+        for j, measure in enumerate(analysis.measures):
+            # Δ2 = √(L0 · s²) for per-group sensitivity s (§2): one upward rounding of the exact value
+            sensitivity = sqrt_up(l0 * measure.sensitivity(max_rows) ** 2)
+            sigma = calibrated(sensitivity, rhos[j]) if sensitivity else 1.0
             noise.append(
                 NoiseSpec(j, "gaussian", sigma, sensitivity, measure.grid, gaussian.ci_halfwidth(sigma))
             )
@@ -185,7 +230,7 @@ def _price_at(
     disjoint_groups = bool(analysis.keys) and analysis.disjoint
     # One group per unit: the release is the same mechanism on disjoint partitions, costing one (§3).
     event: Event = ParallelEvent((per_partition,)) if disjoint_groups else per_partition
-    charged_epsilon, charged_delta = loss.epsilon_delta(event, gaussian_delta)
+    charged_epsilon, charged_delta = loss.epsilon_delta(event, gaussian_delta, conversion)
     return Price(
         mechanism=mechanism, noise=tuple(noise), selection=selection, event=event,
         epsilon=charged_epsilon, delta=charged_delta, gaussian_delta=gaussian_delta,
@@ -252,6 +297,50 @@ def _noise(multiplier: float, sensitivity: float) -> float:
 def _down(value: float) -> float:
     """One float below `value`: a remainder that must not round up past the whole."""
     return math.nextafter(value, 0.0)
+
+
+def _sqrt_down(exact: Fraction) -> float:
+    """The largest float whose square is <= `exact`."""
+    root = math.sqrt(float(exact))
+    while root > 0 and Fraction(root) ** 2 > exact:
+        root = math.nextafter(root, 0.0)
+    while Fraction(above := math.nextafter(root, math.inf)) ** 2 <= exact:
+        root = above
+    return root
+
+
+def _gdp_mu(epsilon: float, delta: float) -> float:
+    """μ(ε, δ) of GDP (`gdp.mu_for`), or a clear refusal where the δ(ε) curve is not computed precisely."""
+    if epsilon < gdp.MIN_BUDGET_EPSILON:
+        raise InvalidParameter(
+            f"Gaussian noise under accounting = \"gdp\" needs epsilon >= {gdp.MIN_BUDGET_EPSILON} for its part of "
+            f"the query, got {epsilon!r}", parameter="epsilon",
+        )
+    return gdp.mu_for(epsilon, delta)
+
+
+def _gdp_message(sigma: float) -> str:
+    return (
+        f"this query needs discrete Gaussian noise of sigma {sigma:.6g} grid units, outside "
+        f"[{discrete_gaussian.SIGMA_MIN}, {discrete_gaussian.SIGMA_MAX}] where its μ-GDP bound is proven "
+        '(docs/privacy.md §8); this dataset accounts with "gdp": use mechanism "laplace" or a larger epsilon'
+    )
+
+
+def _check_gdp_sigma(sigma: float) -> None:
+    if not discrete_gaussian.SIGMA_MIN <= sigma <= discrete_gaussian.SIGMA_MAX:
+        raise InvalidParameter(_gdp_message(sigma), parameter="epsilon", sigma=sigma)
+
+
+def _gdp_sigma(sensitivity: float, mu: float) -> float:
+    """The σ whose proven μ_Z fits `mu` (`discrete_gaussian.sigma_for`), or a clear refusal outside the range."""
+    estimate = sensitivity / mu  # σ >= Δ2/μ: c(σ) > 1
+    if estimate > discrete_gaussian.SIGMA_MAX:
+        raise InvalidParameter(_gdp_message(estimate), parameter="epsilon", sigma=estimate)
+    try:
+        return discrete_gaussian.sigma_for(sensitivity, mu)
+    except ValueError as err:
+        raise InvalidParameter(_gdp_message(estimate), parameter="epsilon", sigma=estimate) from err
 
 
 def _check(epsilon: float, delta: float, mechanism: str) -> None:

@@ -58,7 +58,8 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
     if analysis.partitions == "private":
         assert price.selection is not None
         candidates = list(exact)
-        noisy_units = np.asarray(sampler.laplace([exact[c][0] for c in candidates], price.selection.scale))
+        draw_units = sampler.laplace if price.selection.mechanism == "laplace" else sampler.gaussian
+        noisy_units = np.asarray(draw_units([exact[c][0] for c in candidates], price.selection.scale))
         kept = np.flatnonzero(noisy_units >= price.selection.threshold) if candidates else ()
         cells = sorted((candidates[i] for i in kept), key=_sort_key)
     elif analysis.partitions == "public":
