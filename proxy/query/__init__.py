@@ -12,6 +12,7 @@ from accountant.loss import Conversion
 from proxy.query.analyse import Analysis, analyse
 from proxy.query.catalog import Catalog, Mechanism
 from proxy.query.errors import EmptyScope, UnsupportedQuery
+from proxy.query.flatten import flatten
 from proxy.query.parse import parse
 from proxy.query.price import Price, price, price_for_noise
 from proxy.query.rewrite import rewrite
@@ -74,7 +75,8 @@ def plan(
         >>> p.normalized_sql, p.price.epsilon
         ('SELECT COUNT(*) FROM orders', 0.5)
     """
-    select = parse(sql, dialect)
+    parsed = parse(sql, dialect)
+    select = flatten(parsed)  # a BI tool's wrapping subquery or CTE becomes one SELECT
     if _depth(select) > MAX_TREE_DEPTH:
         raise UnsupportedQuery(
             f"the query's expressions nest deeper than {MAX_TREE_DEPTH} levels", construct="nesting",
@@ -93,4 +95,4 @@ def plan(
     else:
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,
                                  conversion=conversion)
-    return QueryPlan(sql, select.sql(dialect="duckdb"), analysis, rewrite(analysis, salt), priced, scope)
+    return QueryPlan(sql, parsed.sql(dialect="duckdb"), analysis, rewrite(analysis, salt), priced, scope)
