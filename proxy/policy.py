@@ -22,7 +22,7 @@ from typing import ClassVar, Literal, cast, get_args
 from accountant.filter import BASIC, DEFAULT_SELECTION_SHARE, RULES, Accounting, Budget, Rule, capacity
 from mechanisms.gdp import MIN_BUDGET_EPSILON
 from proxy.limits import LIMIT_KEYS, AnalystLimits, read_limits
-from proxy.query import types
+from proxy.query import Bounding, types
 from proxy.query.analyse import MAX_PUBLIC_CELLS
 from proxy.query.catalog import MAX_ABS_BOUND, Catalog, ColumnSpec, Literal_, Mechanism, TableSchema
 from proxy.query.errors import InvalidParameter
@@ -85,6 +85,7 @@ class DatasetPolicy:
     budget: Budget | None = None  # the total over all analysts, enforced with each analyst's budget
     cell_accounting: bool = True  # charge a query only in the cells its WHERE can reach (docs/privacy.md §7)
     max_release_cells: int = MAX_PUBLIC_CELLS  # a public-domain GROUP BY releasing more cells is refused, free
+    bounding: Bounding = "per_query"  # "store": bound by filtering a bounding store's ranks (proxy/store.py)
 
     def __post_init__(self) -> None:
         problems = _dataset_number_problems(self.mechanism, self.epsilon, self.delta, self.max_epsilon)
@@ -229,7 +230,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     loc = f"datasets.{name}"
     before = len(p.items)
     keys = ("path", "mechanism", "epsilon", "delta", "max_epsilon", "accounting", "selection_delta_share",
-            "budget", "cell_accounting", "max_release_cells", "tables")
+            "budget", "cell_accounting", "max_release_cells", "bounding", "tables")
     _check_keys(raw, loc, keys, p)
     file = _str(raw, "path", loc, p)
     path = base / file if file is not None else None
@@ -259,6 +260,9 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     max_release_cells = _int(raw, "max_release_cells", loc, p, default=MAX_PUBLIC_CELLS)
     if max_release_cells is not None and not 1 <= max_release_cells <= MAX_PUBLIC_CELLS:
         p.add(f"{loc}.max_release_cells", f"must be an integer in [1, {MAX_PUBLIC_CELLS}], got {max_release_cells}")
+    bounding = _str(raw, "bounding", loc, p, default="per_query")
+    if bounding is not None and bounding not in get_args(Bounding):
+        p.add(f"{loc}.bounding", f"must be one of {', '.join(get_args(Bounding))}, got {bounding!r}")
     declared = _named_tables(raw, "tables", loc, _IDENTIFIER, p)
     if not declared and isinstance(raw.get("tables", {}), dict):
         p.add(f"{loc}.tables", "declare at least one protected table")
@@ -270,7 +274,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     assert max_release_cells is not None
     return DatasetPolicy(
         name, path, Catalog(tables), cast(Mechanism, mechanism), epsilon, delta, max_epsilon, accounting, total,
-        cell_accounting, max_release_cells,
+        cell_accounting, max_release_cells, cast(Bounding, bounding),
     )
 
 
@@ -358,10 +362,11 @@ def _dataset_number_problems(
 def _table(name: str, raw: _Raw, dataset_loc: str, p: _Problems) -> TableSchema | None:
     loc = f"{dataset_loc}.tables.{name}"
     before = len(p.items)
-    _check_keys(raw, loc, ("privacy_unit", "max_groups", "max_rows", "columns"), p)
+    _check_keys(raw, loc, ("privacy_unit", "max_groups", "max_rows", "one_row_per_unit", "columns"), p)
     unit = _str(raw, "privacy_unit", loc, p)
     max_groups = _int(raw, "max_groups", loc, p, default=1)
     max_rows = _int(raw, "max_rows", loc, p, default=1)
+    one_row = _bool(raw, "one_row_per_unit", loc, p, default=False)
     for key, value in (("max_groups", max_groups), ("max_rows", max_rows)):
         if value is not None and not 1 <= value <= 10_000:
             p.add(f"{loc}.{key}", f"must be an integer in [1, 10000], got {value}")
@@ -374,10 +379,10 @@ def _table(name: str, raw: _Raw, dataset_loc: str, p: _Problems) -> TableSchema 
             p.add(f"{loc}.privacy_unit", f"{unit!r} is not a declared column")
         elif spec is not None and spec.groupable:
             p.add(f"{loc}.columns.{spec.name}.groupable", "the privacy unit must not be groupable")
-    if len(p.items) > before or unit is None or max_groups is None or max_rows is None:
+    if len(p.items) > before or unit is None or max_groups is None or max_rows is None or one_row is None:
         return None
     try:
-        return TableSchema(name, unit, columns, max_groups, max_rows)
+        return TableSchema(name, unit, columns, max_groups, max_rows, one_row)
     except ValueError as err:
         p.add(loc, str(err))
         return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Literal
 
 from sqlglot import exp
 
@@ -14,7 +15,9 @@ from proxy.query.errors import EmptyScope, UnsupportedQuery
 from proxy.query.parse import parse
 from proxy.query.price import Price, price, price_for_noise
 from proxy.query.rewrite import rewrite
+from proxy.query.rewrite_ranked import rewrite_ranked
 
+Bounding = Literal["per_query", "store"]
 MAX_TREE_DEPTH = 100  # every later step recurses over the tree: bound it once, here
 
 
@@ -52,6 +55,7 @@ def plan(
     salt: int = 0,
     noise_multiplier: float | None = None,
     cells: bool = True,
+    bounding: Bounding = "per_query",
 ) -> QueryPlan:
     """Check, price and rewrite one query without touching data or budget.
 
@@ -59,7 +63,8 @@ def plan(
     `noise_multiplier`, the noise is given (scale = multiplier · sensitivity) and `epsilon` is ignored: the
     plan reports what that noise costs. With `cells` (per-cell accounting, accountant/cells.py), a query
     whose WHERE provably leaves out some cells of its table is charged only for the cells it keeps, and
-    reads the cell-space columns as each unit's canonical value, so that every unit is in one cell.
+    reads the cell-space columns as each unit's canonical value, so that every unit is in one cell. With
+    `bounding = "store"` the SQL reads the dataset's bounding store (proxy/query/rewrite_ranked.py).
 
     Example:
         >>> from proxy.query.catalog import ColumnSpec, TableSchema
@@ -86,4 +91,5 @@ def plan(
         priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism)
     else:
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism)
-    return QueryPlan(sql, select.sql(dialect="duckdb"), analysis, rewrite(analysis, salt), priced, scope)
+    sql_text = rewrite_ranked(analysis, salt) if bounding == "store" else rewrite(analysis, salt)
+    return QueryPlan(sql, select.sql(dialect="duckdb"), analysis, sql_text, priced, scope)
