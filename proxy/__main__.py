@@ -180,7 +180,7 @@ def _explain(args: argparse.Namespace) -> int:
             args.sql, dataset.catalog,
             epsilon=dataset.epsilon if args.epsilon is None else args.epsilon,
             delta=dataset.delta if args.delta is None else args.delta,
-            mechanism=args.mechanism or dataset.mechanism, cells=dataset.cell_accounting,
+            mechanism=args.mechanism or dataset.mechanism, cells=dataset.cell_accounting, bounding=dataset.bounding,
         )
     except QueryError as err:
         print(json.dumps({"code": err.code, "error": str(err), "detail": err.detail}, default=str), file=sys.stderr)

@@ -46,6 +46,13 @@ class StoreError(EngineError):
     message: ClassVar[str] = "the bounding store cannot be built"
 
 
+class StoreUnavailable(EngineError):
+    """A rebuild failed while serving. Fixed message: the reason can depend on the data (it goes to the log)."""
+
+    code: ClassVar[str] = "execution_failed"
+    message: ClassVar[str] = "the bounding store cannot be rebuilt from the changed source; see the server log"
+
+
 def deployment_key(directory: Path) -> str:
     """The deployment's bounding key (64 hex digits), created at `directory/bounding.key` (mode 600) if absent.
 
@@ -72,9 +79,17 @@ def deployment_key(directory: Path) -> str:
 
 def fingerprint(source: Path, catalog: Catalog, key: str) -> str:
     """Names one store: the source file as it is now, the catalog, the key (by its hash) and the format."""
+    return _stamp(source, _identity(catalog, key))
+
+
+def _identity(catalog: Catalog, key: str) -> str:
+    return hashlib.sha256(json.dumps([FORMAT, repr(catalog), hashlib.sha256(key.encode()).hexdigest()]).encode()
+                          ).hexdigest()
+
+
+def _stamp(source: Path, identity: str) -> str:
     stat = Path(source).stat()
-    text = json.dumps([FORMAT, str(Path(source).resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino,
-                       repr(catalog), hashlib.sha256(key.encode()).hexdigest()])
+    text = json.dumps([identity, str(Path(source).resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -168,6 +183,7 @@ class StoreEngine:
         self.timeout_s = timeout_s
         self._options = {"threads": threads, "memory_limit": memory_limit}
         self._key = deployment_key(self.directory)
+        self._identity = _identity(catalog, self._key)
         self._build = threading.Lock()  # one build at a time
         self._state = threading.Lock()  # guards _current, _stamp and _leases
         self._leases: dict[int, int] = {}  # id(engine) -> queries running on it
@@ -181,12 +197,26 @@ class StoreEngine:
         return store_path(self.directory, self.dataset, self._stamp)
 
     def refresh(self) -> None:
-        """Make sure the current store is the store of the source as it is now; rebuild it if not."""
-        stamp = fingerprint(self.source, self.catalog, self._key)
+        """Make sure the current store is the store of the source as it is now; rebuild it if not.
+
+        Raises:
+            StoreError: at start-up, why the store cannot be built (for the operator).
+            StoreUnavailable: while serving, a fixed message; the reason goes to the log.
+        """
+        try:
+            self._refresh()
+        except (StoreError, OSError) as err:
+            if self._current is None and isinstance(err, StoreError):
+                raise
+            log.error("dataset %s: the bounding store cannot be rebuilt: %s", self.dataset, err)
+            raise StoreUnavailable() from None
+
+    def _refresh(self) -> None:
+        stamp = _stamp(self.source, self._identity)
         if stamp == self._stamp:
             return
         with self._build:
-            stamp = fingerprint(self.source, self.catalog, self._key)
+            stamp = _stamp(self.source, self._identity)
             if stamp == self._stamp:
                 return
             path = store_path(self.directory, self.dataset, stamp)

@@ -29,6 +29,7 @@ from proxy.store import (
     KEY_FILE,
     StoreEngine,
     StoreError,
+    StoreUnavailable,
     build_store,
     deployment_key,
     fingerprint,
@@ -306,3 +307,17 @@ def test_http_rebuild_while_eight_clients_query_no_5xx(demo: DemoFiles, tmp_path
         assert server.log.read_text().count("now answers from the bounding store") >= 3  # start-up + 2 rebuilds
     finally:
         server.stop()
+
+
+def test_a_failed_rebuild_while_serving_is_refused_with_a_fixed_message(tmp_path: Path) -> None:
+    """The reason (here: how many rows share a unit) depends on the data: it goes to the log, not the analyst."""
+    catalog = Catalog((TABLE, USERS))
+    source = _source(tmp_path / "src.duckdb", _rows(3), users=[(1, "free"), (2, "pro")])
+    engine = StoreEngine("d", source, catalog, tmp_path)
+    try:
+        os.replace(_source(tmp_path / "next.duckdb", _rows(3), users=[(1, "free"), (1, "pro")]), source)
+        with pytest.raises(StoreUnavailable) as raised:
+            engine.refresh()
+        assert str(raised.value) == StoreUnavailable.message and raised.value.code == "execution_failed"
+    finally:
+        engine.close()

@@ -23,6 +23,7 @@ of rewrite.py hold unchanged (docs/privacy.md §9).
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 from sqlglot import exp
 
@@ -31,8 +32,10 @@ from proxy.query.analyse import Analysis
 from proxy.query.measures import Measure, fixed_point
 from proxy.query.rewrite import UNITS, inputs, rewrite, row_value
 
+RowWhere = Literal["window", "filter"]
 
-def uses_rank_filter(analysis: Analysis) -> bool:
+
+def uses_rank_filter(analysis: Analysis, row_where: RowWhere = "window") -> bool:
     """Whether the query bounds by filtering the store's ranks (else: per-query windows over the store).
 
     Example:
@@ -49,7 +52,7 @@ def uses_rank_filter(analysis: Analysis) -> bool:
     table = analysis.table
     if len(_row_level_keys(analysis)) > 1:
         return False
-    if analysis.where is None:
+    if analysis.where is None or row_where == "filter":
         return True
     for column in analysis.where.find_all(exp.Column):
         spec = table.column(column.name)
@@ -58,8 +61,12 @@ def uses_rank_filter(analysis: Analysis) -> bool:
     return True
 
 
-def rewrite_ranked(analysis: Analysis, salt: int = 0) -> str:
+def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "window") -> str:
     """The DuckDB query for `analysis` over the bounding store; result columns as in `rewrite.rewrite`.
+
+    `row_where = "filter"` (measurement only, bench/query_latency.py) filters the ranks after a row-level
+    WHERE too: still within every bound (a subset of the bounded rows), but more biased, and `__units` then
+    misses units whose rank-1 row the WHERE dropped.
 
     Example:
         >>> from proxy.query.parse import parse
@@ -71,7 +78,7 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0) -> str:
         ...     Catalog((t,)))))
         SELECT "g" COLLATE "binary" AS __k0, "r" COLLATE "binary" AS __k1, COUNT(*) FILTER(WHERE __row_rank__g = 1) AS __units, COUNT(*) AS __m0 FROM "t" WHERE __row_rank__g <= 3 AND __group_rank__g <= 2 AND "r" COLLATE "binary" = 'N' GROUP BY __k0, __k1
     """
-    if not uses_rank_filter(analysis):
+    if not uses_rank_filter(analysis, row_where):
         # the store already holds the canonical values: the per-query windows need no canonical window
         return rewrite(dataclasses.replace(analysis, canonical=()), salt)
     table = analysis.table
