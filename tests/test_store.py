@@ -135,7 +135,7 @@ def test_a_changed_source_is_detected_and_rebuilt_before_the_next_answer(tmp_pat
         engine.refresh()
         assert _exact(engine) != first
         assert engine.path != old and not old.exists()  # the old store is closed and deleted
-        assert _exact(engine, "SELECT COUNT(DISTINCT uid) FROM t")[0][0] == 5 + 1  # 5 units, "U1" and "u1"
+        assert _exact(engine, "SELECT COUNT(DISTINCT uid) FROM t")[0][1] == 5 + 1  # 5 units, "U1" and "u1"
     finally:
         engine.close()
 

@@ -1,6 +1,6 @@
 """The SQL that runs on the bounding store (proxy/query/ranked.py): bounding is a filter on precomputed ranks.
 
-    SELECT keys, COUNT(*) FILTER (WHERE <rank> = 1) AS __units, <measures>
+    SELECT keys, COUNT(*) FILTER (WHERE <rank> = 1) AS __units (private partitions; else 0), <measures>
     FROM <table in the store>
     WHERE <rank> <= max_rows [AND <group rank> <= max_groups] [AND WHERE]
     GROUP BY keys          (then, with public domains, only the groups whose keys are in them)
@@ -97,9 +97,8 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         spec = table.column(key)
         assert spec is not None
         keys.append(exp.alias_(types.column(spec.name, spec.type), f"__k{i}"))
-    first = exp.EQ(this=exp.column(rank), expression=exp.Literal.number(1))
-    units = exp.Count(this=exp.Star()) if table.one_row_per_unit else exp.Filter(
-        this=exp.Count(this=exp.Star()), expression=exp.Where(this=first))
+    # `__units` feeds private partition selection only (release.py); elsewhere it is never read, so not computed
+    units = _measure(Measure("units"), None, analysis) if analysis.partitions == "private" else exp.Literal.number(0)
     select = exp.select(*keys, exp.alias_(units, UNITS))
     sources = inputs(analysis.measures)
     for j, measure in enumerate(analysis.measures):
