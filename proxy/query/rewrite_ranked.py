@@ -3,7 +3,7 @@
     SELECT keys, COUNT(*) FILTER (WHERE <rank> = 1) AS __units (private partitions; else 0), <measures>
     FROM <table in the store>
     WHERE <rank> <= max_rows [AND <group rank> <= max_groups] [AND WHERE]
-    GROUP BY keys          (then, with public domains, only the groups whose keys are in them)
+    GROUP BY keys [HAVING the keys are in their public domains]
 
 One scan and one aggregation: no window, no sort, any bound without rebuilding. The rule (docs/policy.md,
 `bounding`): the filter is used when the query groups by at most one row-level column and its WHERE reads
@@ -110,14 +110,19 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         select = select.group_by(*(f"__k{i}" for i in range(len(keys))))
     if analysis.partitions == "public":
         # Groups outside the public domain are dropped after aggregation, which here is the same as dropping
-        # their rows first: ranks never depend on the domain, and every group is whole. Per group, not per row.
+        # their rows first: ranks never depend on the domain, and every group is whole. The test reads the
+        # group's key through ANY_VALUE (one value per group) so that DuckDB cannot push it back into the scan.
         inside = []
-        for i, (key, domain) in enumerate(zip(analysis.keys, analysis.domains, strict=True)):
+        for key, domain in zip(analysis.keys, analysis.domains, strict=True):
             spec = table.column(key)
             assert spec is not None
-            inside.append(types.member(spec.name, spec.type, list(domain)).transform(
-                lambda node, i=i: exp.column(f"__k{i}") if isinstance(node, exp.Column) else node))
-        select = exp.select("*").from_(select.subquery("__groups")).where(exp.and_(*inside))
+            test = types.member(spec.name, spec.type, list(domain))
+            ref = types.column(spec.name, spec.type)
+            for arg in ("this", "expression"):
+                if test.args.get(arg) == ref:
+                    test.set(arg, exp.AnyValue(this=test.args[arg]))
+            inside.append(test)
+        select = select.having(exp.and_(*inside))
     return select.sql(dialect="duckdb")
 
 
