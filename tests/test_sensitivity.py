@@ -118,7 +118,7 @@ STORE_QUERIES = [
 
 
 def _run_on_store(
-    sql: str, data: list[tuple[object, ...]], n_keys: int, key: str
+    sql: str, data: list[tuple[object, ...]], n_keys: int, key: str, table: TableSchema = TABLE
 ) -> dict[tuple[object, ...], tuple[int, ...]]:
     """Build the store of `data` (ranked.build_sql, as proxy/store.py runs it) and run `sql` on it."""
     con = duckdb.connect()
@@ -126,7 +126,7 @@ def _run_on_store(
     con.execute("CREATE TABLE src.t (uid BIGINT, g VARCHAR, r VARCHAR, p VARCHAR, x DOUBLE, n INTEGER)")
     if data:
         con.executemany("INSERT INTO src.t VALUES (?, ?, ?, ?, ?, ?)", data)
-    con.execute(ranked.build_sql(TABLE, key))
+    con.execute(ranked.build_sql(table, key))
     result = con.execute(sql).fetchall()
     con.close()
     return {tuple(row[:n_keys]): tuple(int(v or 0) for v in row[n_keys:]) for row in result}
@@ -158,3 +158,29 @@ def test_store_path_moves_each_measure_within_its_sensitivity(
         assert sum(1 for m in moves if m) <= l0  # L0
     if analysis.partitions == "public":
         assert all(c[0] in ("a", "b") for c in cells)
+
+
+ONE_ROW = TableSchema("t", "uid", TABLE.columns, max_groups=2, max_rows=3, one_row_per_unit=True)
+
+
+@pytest.mark.parametrize("query", STORE_QUERIES)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.lists(st.tuples(
+    st.integers(0, 5), st.sampled_from(["a", "b", "c", "d"]), st.sampled_from(["N", "S", "E"]),
+    st.sampled_from(["a", "b", "z", None]), values, st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1))),
+    max_size=6, unique_by=lambda r: r[0]), removed=st.integers(0, 5))
+def test_one_row_per_unit_store_path_moves_each_measure_within_its_sensitivity(
+    query: str, data: list[tuple[object, ...]], removed: int
+) -> None:
+    """A table that passed the one-row-per-unit check at build time: its queries skip the rank filters."""
+    catalog = Catalog((ONE_ROW,))
+    analysis = analyse(parse(query), catalog, canonical_units=True)
+    sql = rewrite_ranked(analysis, 1)
+    n_keys = len(analysis.keys)
+    big = _run_on_store(sql, data, n_keys, "k", ONE_ROW)
+    small = _run_on_store(sql, [row for row in data if row[0] != removed], n_keys, "k", ONE_ROW)
+    zero = (0,) * (1 + len(analysis.measures))
+    sensitivities = [1] + [m.sensitivity(ONE_ROW.max_rows) for m in analysis.measures]
+    for column, per_group in enumerate(sensitivities):
+        moves = [abs(big.get(c, zero)[column] - small.get(c, zero)[column]) for c in set(big) | set(small)]
+        assert all(m <= per_group for m in moves) and sum(moves) <= analysis.max_groups * per_group
