@@ -1,4 +1,4 @@
-"""`dpproxy serve | demo | check-policy | explain | recommend`: the command line."""
+"""`dpproxy serve | prepare | demo | check-policy | explain | recommend`: the command line."""
 
 from __future__ import annotations
 
@@ -22,6 +22,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--dir", type=Path, default=Path("demo"), help="demo directory (with --demo)")
     serve.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="listen port (default 8000)")
+
+    prepare = commands.add_parser(
+        "prepare", help='build the bounding store of each dataset with bounding = "store" (serve builds it too)'
+    )
+    prepare.add_argument("--policy", type=Path, required=True)
+    prepare.add_argument("--dataset", default=None, help="only this dataset (built whatever its bounding)")
 
     demo = commands.add_parser("demo", help="write a demo DuckDB dataset, policy and API keys")
     demo.add_argument("--dir", type=Path, default=Path("demo"))
@@ -60,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     match args.command:
         case "serve":
             return _serve(args)
+        case "prepare":
+            return _prepare(args.policy, args.dataset)
         case "demo":
             _demo(args.dir, users=args.users, rows=args.rows)
             return 0
@@ -116,6 +124,36 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prepare(path: Path, only: str | None) -> int:
+    import logging
+    import time
+
+    from proxy.app import open_bounding_store, store_dir
+    from proxy.engine import EngineError
+    from proxy.policy import load_policy
+    from proxy.settings import Settings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    policy = load_policy(path)
+    datasets = [d for d in policy.datasets if (d.name == only if only else d.bounding == "store")]
+    if only and not datasets:
+        print(f"unknown dataset {only!r}", file=sys.stderr)
+        return 2
+    settings = Settings(policy=path)
+    for dataset in datasets:
+        started = time.perf_counter()
+        try:
+            store = open_bounding_store(dataset, store_dir(settings, policy), settings)
+        except EngineError as err:
+            print(f"dataset {dataset.name}: {err}", file=sys.stderr)
+            return 1
+        print(f"dataset {dataset.name}: bounding store {store.path} ready in {time.perf_counter() - started:.1f} s")
+        store.close()
+    if not datasets:
+        print('no dataset has bounding = "store"; nothing to prepare')
+    return 0
+
+
 def _check(path: Path) -> int:
     from proxy.policy import policy_problems
 
@@ -142,7 +180,7 @@ def _explain(args: argparse.Namespace) -> int:
             args.sql, dataset.catalog,
             epsilon=dataset.epsilon if args.epsilon is None else args.epsilon,
             delta=dataset.delta if args.delta is None else args.delta,
-            mechanism=args.mechanism or dataset.mechanism, cells=dataset.cell_accounting,
+            mechanism=args.mechanism or dataset.mechanism, cells=dataset.cell_accounting, bounding=dataset.bounding,
             conversion="gdp" if dataset.accounting.rule == "gdp" else "zcdp",
         )
     except QueryError as err:

@@ -11,6 +11,7 @@ import signal
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -27,9 +28,10 @@ from proxy.intake import Intake
 from proxy.metrics import Metrics
 from proxy.observe import Observe, Rejections
 from proxy.pipeline import Env, StageTimer, untimed
-from proxy.policy import load_policy
+from proxy.policy import DatasetPolicy, Policy, load_policy
 from proxy.runner import QueryRunner
 from proxy.settings import Settings
+from proxy.store import StoreEngine
 from proxy.throttle import Throttle
 
 log = logging.getLogger(__name__)
@@ -38,7 +40,7 @@ log = logging.getLogger(__name__)
 def build_env(settings: Settings, *, timed: StageTimer = untimed) -> Env:
     """Load and check everything at start-up, refusing to serve on any mismatch."""
     policy = load_policy(settings.policy)
-    engines: list[tuple[str, Engine]] = []
+    engines: list[tuple[str, Engine | StoreEngine]] = []
     try:
         for dataset in policy.datasets:
             engine = Engine(dataset.path, threads=settings.threads, memory_limit=settings.memory_limit,
@@ -47,6 +49,10 @@ def build_env(settings: Settings, *, timed: StageTimer = untimed) -> Env:
             problems = engine.check_catalog(dataset.catalog)
             if problems:
                 raise EngineMisconfigured(f"dataset {dataset.name}: " + "; ".join(problems))
+            if dataset.bounding == "store":  # queries read the bounding store, built here when missing
+                engines.pop()
+                engine.close()  # the builder attaches the source itself
+                engines.append((dataset.name, open_bounding_store(dataset, store_dir(settings, policy), settings)))
         ledger = open_ledger(settings.ledger or policy.ledger)  # a SQLite file or a PostgreSQL URL
     except Exception:
         for _, engine in engines:
@@ -54,6 +60,17 @@ def build_env(settings: Settings, *, timed: StageTimer = untimed) -> Env:
         raise
     return Env(settings=settings, policy=policy, engines=tuple(engines), ledger=ledger, sampler=SecureSampler(),
                timed=timed)
+
+
+def store_dir(settings: Settings, policy: Policy) -> Path:
+    """Where bounding stores and the deployment key live: DPPROXY_STORE_DIR, else beside the ledger file."""
+    return settings.store_dir or policy.ledger.parent
+
+
+def open_bounding_store(dataset: DatasetPolicy, directory: Path, settings: Settings) -> StoreEngine:
+    """The dataset's bounding store beside the ledger, built (or rebuilt) first when missing or stale."""
+    return StoreEngine(dataset.name, dataset.path, dataset.catalog, directory, threads=settings.threads,
+                       memory_limit=settings.memory_limit, timeout_s=settings.query_timeout_s)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -132,6 +132,9 @@ class Engine:
         """
         return self._fetch(sql, (), self.timeout_s if timeout_s is None else timeout_s)
 
+    def refresh(self) -> None:
+        """Nothing to do: the source is read as it is (a bounding store refreshes, proxy/store.py)."""
+
     def columns(self, table: str) -> dict[str, str]:
         """Column name -> DuckDB type of `table` in the default schema; {} when there is no such table."""
         rows = self._fetch(_COLUMNS_SQL, (table,), self.timeout_s).rows

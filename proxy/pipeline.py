@@ -30,6 +30,7 @@ from proxy.query.errors import InvalidParameter, PolicyError
 from proxy.query.release import Release, release
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
+from proxy.store import StoreEngine
 
 Stage = Literal["plan", "admit", "execute", "release"]  # plan = parse + analyse + price + rewrite
 STAGES: tuple[Stage, ...] = get_args(Stage)
@@ -50,12 +51,12 @@ class Env:
 
     settings: Settings
     policy: Policy
-    engines: tuple[tuple[str, Engine], ...]
+    engines: tuple[tuple[str, Engine | StoreEngine], ...]  # a StoreEngine for datasets bounded by a store
     ledger: Ledger
     sampler: Sampler
     timed: StageTimer = untimed
 
-    def engine(self, dataset: str) -> Engine:
+    def engine(self, dataset: str) -> Engine | StoreEngine:
         return next(engine for name, engine in self.engines if name == dataset)
 
 
@@ -96,7 +97,7 @@ def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int
     mechanism = req.mechanism or dataset.mechanism
     planned = plan(req.sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism, salt=salt,
                    noise_multiplier=req.noise_multiplier, cells=dataset.cell_accounting,
-                   dialect=req.dialect or dataset.dialect,
+                   dialect=req.dialect or dataset.dialect, bounding=dataset.bounding,
                    conversion="gdp" if dataset.accounting.rule == "gdp" else "zcdp")
     if planned.price.epsilon > dataset.max_epsilon:  # a requested noise can cost more than the maximum
         raise InvalidParameter(
@@ -150,6 +151,8 @@ def answer(
     """Admit, run and release one prepared query; the deadline's clock starts at admission."""
     deadline = deadline or Deadline(env.settings.query_timeout_s)
     price = prepared.plan.price
+    engine = env.engine(prepared.dataset.name)
+    engine.refresh()  # a changed source is rebuilt into its store before the charge, not on the query's clock
     with env.timed("admit"):
         charge = env.ledger.admit(
             analyst=analyst.name, dataset=prepared.dataset.name, sql_sha256=prepared.plan.sql_sha256,
@@ -162,7 +165,7 @@ def answer(
     deadline.start()
     with env.timed("execute"):
         deadline.check()
-        rows = env.engine(prepared.dataset.name).run(prepared.plan.sql, deadline.remaining())
+        rows = engine.run(prepared.plan.sql, deadline.remaining())
     with env.timed("release"):
         deadline.check()
         result = release(rows.rows, prepared.plan.analysis, price, env.sampler)

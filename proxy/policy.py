@@ -35,7 +35,7 @@ from proxy.policy_readers import (
     _show,
     _str,
 )
-from proxy.query import types
+from proxy.query import Bounding, types
 from proxy.query.analyse import MAX_PUBLIC_CELLS
 from proxy.query.catalog import MAX_ABS_BOUND, Catalog, ColumnSpec, Literal_, Mechanism, TableSchema
 from proxy.query.errors import InvalidParameter
@@ -100,6 +100,7 @@ class DatasetPolicy:
     cell_accounting: bool = True  # charge a query only in the cells its WHERE can reach (docs/privacy.md §7)
     max_release_cells: int = MAX_PUBLIC_CELLS  # a public-domain GROUP BY releasing more cells is refused, free
     dialect: str = "duckdb"  # the SQL dialect of its queries unless a request names one (proxy/sql_reading.py)
+    bounding: Bounding = "per_query"  # "store": bound by filtering a bounding store's ranks (proxy/store.py)
 
     def __post_init__(self) -> None:
         problems = _dataset_number_problems(self.mechanism, self.epsilon, self.delta, self.max_epsilon)
@@ -231,7 +232,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     loc = f"datasets.{name}"
     before = len(p.items)
     keys = ("path", "mechanism", "epsilon", "delta", "max_epsilon", "accounting", "selection_delta_share",
-            "budget", "cell_accounting", "max_release_cells", "tables", *READING_KEYS)
+            "budget", "cell_accounting", "max_release_cells", "tables", "bounding", *READING_KEYS)
     _check_keys(raw, loc, keys, p)
     file = _str(raw, "path", loc, p)
     path = base / file if file is not None else None
@@ -262,6 +263,9 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     if max_release_cells is not None and not 1 <= max_release_cells <= MAX_PUBLIC_CELLS:
         p.add(f"{loc}.max_release_cells", f"must be an integer in [1, {MAX_PUBLIC_CELLS}], got {max_release_cells}")
     reading = read_sql_reading(raw, loc, p.add)
+    bounding = _str(raw, "bounding", loc, p, default="per_query")
+    if bounding is not None and bounding not in get_args(Bounding):
+        p.add(f"{loc}.bounding", f"must be one of {', '.join(get_args(Bounding))}, got {bounding!r}")
     declared = _named_tables(raw, "tables", loc, _IDENTIFIER, p)
     if not declared and isinstance(raw.get("tables", {}), dict):
         p.add(f"{loc}.tables", "declare at least one protected table")
@@ -276,7 +280,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     catalog = Catalog(tables, schemas=reading.schemas, databases=tuple(dict.fromkeys((name, path.stem))))
     return DatasetPolicy(
         name, path, catalog, cast(Mechanism, mechanism), epsilon, delta, max_epsilon, accounting, total,
-        cell_accounting, max_release_cells, reading.dialect,
+        cell_accounting, max_release_cells, reading.dialect, cast(Bounding, bounding),
     )
 
 
@@ -363,10 +367,11 @@ def _dataset_number_problems(
 def _table(name: str, raw: _Raw, dataset_loc: str, p: _Problems) -> TableSchema | None:
     loc = f"{dataset_loc}.tables.{name}"
     before = len(p.items)
-    _check_keys(raw, loc, ("privacy_unit", "max_groups", "max_rows", "columns"), p)
+    _check_keys(raw, loc, ("privacy_unit", "max_groups", "max_rows", "one_row_per_unit", "columns"), p)
     unit = _str(raw, "privacy_unit", loc, p)
     max_groups = _int(raw, "max_groups", loc, p, default=1)
     max_rows = _int(raw, "max_rows", loc, p, default=1)
+    one_row = _bool(raw, "one_row_per_unit", loc, p, default=False)
     for key, value in (("max_groups", max_groups), ("max_rows", max_rows)):
         if value is not None and not 1 <= value <= 10_000:
             p.add(f"{loc}.{key}", f"must be an integer in [1, 10000], got {value}")
@@ -379,10 +384,10 @@ def _table(name: str, raw: _Raw, dataset_loc: str, p: _Problems) -> TableSchema 
             p.add(f"{loc}.privacy_unit", f"{unit!r} is not a declared column")
         elif spec is not None and spec.groupable:
             p.add(f"{loc}.columns.{spec.name}.groupable", "the privacy unit must not be groupable")
-    if len(p.items) > before or unit is None or max_groups is None or max_rows is None:
+    if len(p.items) > before or unit is None or max_groups is None or max_rows is None or one_row is None:
         return None
     try:
-        return TableSchema(name, unit, columns, max_groups, max_rows)
+        return TableSchema(name, unit, columns, max_groups, max_rows, one_row)
     except ValueError as err:
         p.add(loc, str(err))
         return None

@@ -20,6 +20,7 @@ class Settings(BaseSettings):
     query_timeout_s: float = Field(30.0, gt=0, le=3600)
     threads: int = Field(2, ge=1, le=256)
     memory_limit: str = "8GB"  # 2GB ran out on the 10M-row demo workload
+    store_dir: Path | None = None  # bounding stores and their key (docs/operations.md); default: the ledger's directory
     # operations (docs/operations.md)
     metrics_token: SecretStr | None = None  # a bearer token that may read /metrics (besides admin keys)
     log_format: Literal["json", "text"] = "json"

@@ -15,10 +15,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from proxy.query import ranked
 from proxy.query.analyse import analyse
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.parse import parse
 from proxy.query.rewrite import rewrite
+from proxy.query.rewrite_ranked import rewrite_ranked
 
 TABLE = TableSchema(
     name="t",
@@ -102,3 +104,83 @@ def test_neighbour_moves_each_measure_within_its_sensitivity(
     assert all(len(c) == n_keys for c in cells)
     if analysis.partitions == "public":
         assert all(c[0] in ("a", "b") for c in cells)  # nothing outside the public domain is computed
+
+
+# --- the bounding store (docs/privacy.md §8): the same oracle, the store rebuilt for D and for D′ -------------
+
+STORE_QUERIES = [
+    *QUERIES,
+    "SELECT r, COUNT(*), COUNT(DISTINCT uid) FROM t WHERE r = 'N' OR uid > 3 GROUP BY r",  # unit-level WHERE
+    "SELECT g, p, COUNT(*), SUM(x) FROM t GROUP BY g, p",  # two row-level keys: per-query windows on the store
+    "SELECT p, r, COUNT(DISTINCT uid), SUM(n), AVG(x) FROM t WHERE r IN ('N', 'S') GROUP BY p, r",
+    "SELECT COUNT(*), SUM(x), AVG(n), COUNT(DISTINCT uid) FROM t",
+]
+
+
+def _run_on_store(
+    sql: str, data: list[tuple[object, ...]], n_keys: int, key: str, table: TableSchema = TABLE
+) -> dict[tuple[object, ...], tuple[int, ...]]:
+    """Build the store of `data` (ranked.build_sql, as proxy/store.py runs it) and run `sql` on it."""
+    con = duckdb.connect()
+    con.execute("ATTACH ':memory:' AS src")
+    con.execute("CREATE TABLE src.t (uid BIGINT, g VARCHAR, r VARCHAR, p VARCHAR, x DOUBLE, n INTEGER)")
+    if data:
+        con.executemany("INSERT INTO src.t VALUES (?, ?, ?, ?, ?, ?)", data)
+    con.execute(ranked.build_sql(table, key))
+    result = con.execute(sql).fetchall()
+    con.close()
+    return {tuple(row[:n_keys]): tuple(int(v or 0) for v in row[n_keys:]) for row in result}
+
+
+@pytest.mark.parametrize("query", STORE_QUERIES)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=rows, removed=st.integers(0, 5), salt=st.integers(0, 2**62), key=st.text("0123456789abcdef", min_size=1))
+@example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)], removed=0, salt=1,
+         key="k")
+@example(data=[(0, "a", "N", "a", 5.5, 10)] * 9 + [(1, "a", "N", "a", -3.0, 0)] * 9, removed=1, salt=2, key="k")
+def test_store_path_moves_each_measure_within_its_sensitivity(
+    query: str, data: list[tuple[object, ...]], removed: int, salt: int, key: str
+) -> None:
+    analysis = analyse(parse(query), CATALOG, canonical_units=True)
+    sql = rewrite_ranked(analysis, salt)
+    n_keys = len(analysis.keys)
+    big = _run_on_store(sql, data, n_keys, key)
+    small = _run_on_store(sql, [row for row in data if row[0] != removed], n_keys, key)
+    l0 = analysis.max_groups
+    cells = set(big) | set(small)
+    zero = (0,) * (1 + len(analysis.measures))
+    sensitivities = [1] + [m.sensitivity(TABLE.max_rows) for m in analysis.measures]
+    for column, per_group in enumerate(sensitivities):
+        moves = [abs(big.get(c, zero)[column] - small.get(c, zero)[column]) for c in cells]
+        assert all(m <= per_group for m in moves), (query, column)
+        assert sum(moves) <= l0 * per_group  # L1 over groups
+        assert math.sqrt(sum(m * m for m in moves)) <= math.sqrt(l0) * per_group + 1e-9  # L2 over groups
+        assert sum(1 for m in moves if m) <= l0  # L0
+    if analysis.partitions == "public":
+        assert all(c[0] in ("a", "b") for c in cells)
+
+
+ONE_ROW = TableSchema("t", "uid", TABLE.columns, max_groups=2, max_rows=3, one_row_per_unit=True)
+
+
+@pytest.mark.parametrize("query", STORE_QUERIES)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.lists(st.tuples(
+    st.integers(0, 5), st.sampled_from(["a", "b", "c", "d"]), st.sampled_from(["N", "S", "E"]),
+    st.sampled_from(["a", "b", "z", None]), values, st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1))),
+    max_size=6, unique_by=lambda r: r[0]), removed=st.integers(0, 5))
+def test_one_row_per_unit_store_path_moves_each_measure_within_its_sensitivity(
+    query: str, data: list[tuple[object, ...]], removed: int
+) -> None:
+    """A table that passed the one-row-per-unit check at build time: its queries skip the rank filters."""
+    catalog = Catalog((ONE_ROW,))
+    analysis = analyse(parse(query), catalog, canonical_units=True)
+    sql = rewrite_ranked(analysis, 1)
+    n_keys = len(analysis.keys)
+    big = _run_on_store(sql, data, n_keys, "k", ONE_ROW)
+    small = _run_on_store(sql, [row for row in data if row[0] != removed], n_keys, "k", ONE_ROW)
+    zero = (0,) * (1 + len(analysis.measures))
+    sensitivities = [1] + [m.sensitivity(ONE_ROW.max_rows) for m in analysis.measures]
+    for column, per_group in enumerate(sensitivities):
+        moves = [abs(big.get(c, zero)[column] - small.get(c, zero)[column]) for c in set(big) | set(small)]
+        assert all(m <= per_group for m in moves) and sum(moves) <= analysis.max_groups * per_group

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Literal
 
 from sqlglot import exp
 
@@ -16,7 +17,9 @@ from proxy.query.flatten import flatten
 from proxy.query.parse import parse
 from proxy.query.price import Price, price, price_for_noise
 from proxy.query.rewrite import rewrite
+from proxy.query.rewrite_ranked import rewrite_ranked
 
+Bounding = Literal["per_query", "store"]
 MAX_TREE_DEPTH = 100  # every later step recurses over the tree: bound it once, here
 
 
@@ -56,6 +59,7 @@ def plan(
     cells: bool = True,
     dialect: str = "duckdb",
     conversion: Conversion = "zcdp",
+    bounding: Bounding = "per_query",
 ) -> QueryPlan:
     """Check, price and rewrite one query without touching data or budget.
 
@@ -67,6 +71,7 @@ def plan(
     is the SQL dialect of `sql` (parse.DIALECTS); the normalised SQL, and so a repeat's identity, is DuckDB's.
     `conversion` is how Gaussian noise is calibrated and converted to (ε, δ): "gdp" on a dataset under the
     gdp rule (the proven μ-GDP bound of the discrete Gaussian), "zcdp" otherwise (`price.price`).
+    With `bounding = "store"` the SQL reads the dataset's bounding store (proxy/query/rewrite_ranked.py).
 
     Example:
         >>> from proxy.query.catalog import ColumnSpec, TableSchema
@@ -95,4 +100,5 @@ def plan(
     else:
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,
                                  conversion=conversion)
-    return QueryPlan(sql, parsed.sql(dialect="duckdb"), analysis, rewrite(analysis, salt), priced, scope)
+    sql_text = rewrite_ranked(analysis, salt) if bounding == "store" else rewrite(analysis, salt)
+    return QueryPlan(sql, parsed.sql(dialect="duckdb"), analysis, sql_text, priced, scope)

@@ -74,6 +74,7 @@ class TableSchema:
     columns: tuple[ColumnSpec, ...]
     max_groups: int = 1  # L0: groups one unit may touch in one query
     max_rows: int = 1  # L∞: rows one unit may contribute to one group
+    one_row_per_unit: bool = False  # declared; checked against the data when the bounding store is built
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.columns]

@@ -109,6 +109,16 @@ def _table(analysis: Analysis) -> exp.Expr:
     return exp.Subquery(this=canonical, alias=exp.TableAlias(this=exp.to_identifier("__canon")))
 
 
+def inputs(measures: tuple[Measure, ...]) -> dict[int, int]:
+    """For each measure that reads a per-row value, the index of the projection it reads (see `_inputs`)."""
+    return _inputs(measures)
+
+
+def row_value(measure: Measure, j: int) -> exp.Expr:
+    """The per-row input of measure `j`, aliased `__v<j>` (see `_row_value`)."""
+    return _row_value(measure, j)
+
+
 def _inputs(measures: tuple[Measure, ...]) -> dict[int, int]:
     """For each measure that reads a per-row value, the index of the projection it reads: SUM(x) and AVG(x)
     share one clamped value of x, so it is computed once.

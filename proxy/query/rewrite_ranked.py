@@ -1,0 +1,162 @@
+"""The SQL that runs on the bounding store (proxy/query/ranked.py): bounding is a filter on precomputed ranks.
+
+    SELECT keys, COUNT(*) FILTER (WHERE <rank> = 1) AS __units (private partitions; else 0), <measures>
+    FROM <table in the store>
+    WHERE <rank> <= max_rows [AND <group rank> <= max_groups] [AND WHERE]
+    GROUP BY keys [HAVING the keys are in their public domains]
+
+One scan and one aggregation: no window, no sort, any bound without rebuilding. The rule (docs/policy.md,
+`bounding`): the filter is used when the query groups by at most one row-level column and its WHERE reads
+unit-level columns (or the unit) only. Unit-level columns hold each unit's canonical value in the store, so
+such a WHERE keeps or drops whole units and commutes with bounding. Unlike rewrite.py, a value outside a
+public domain still takes one of the unit's `max_groups` (the ranks are computed once, for every value):
+more bias for units with such values, never more sensitivity. Any other query (a row-level WHERE, two row-level keys) runs
+today's per-query windows (rewrite.py) over the store, which bound after the WHERE: the same answers as
+without the store, and the canonical values need no window.
+
+Privacy: every kept row has rank <= max_rows within its (unit, group) and its group has group rank
+<= max_groups within its unit, and the ranks depend only on the unit's own rows; a unit's rank-1 row of a
+group is kept exactly when the group is, so `__units` counts each kept (unit, group) once. The sensitivities
+of rewrite.py hold unchanged (docs/privacy.md §9).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from sqlglot import exp
+
+from proxy.query import ranked, types
+from proxy.query.analyse import Analysis
+from proxy.query.measures import Measure, fixed_point
+from proxy.query.rewrite import UNITS, inputs, rewrite, row_value
+
+RowWhere = Literal["window", "filter"]
+
+
+def uses_rank_filter(analysis: Analysis, row_where: RowWhere = "window") -> bool:
+    """Whether the query bounds by filtering the store's ranks (else: per-query windows over the store).
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
+        ...     ColumnSpec("h", "VARCHAR", groupable=True), ColumnSpec("r", "VARCHAR", unit_level=True)))
+        >>> [uses_rank_filter(analyse(parse(q), Catalog((t,)))) for q in ("SELECT g, COUNT(*) FROM t GROUP BY g",
+        ...     "SELECT COUNT(*) FROM t WHERE r = 'N' AND u > 3", "SELECT COUNT(*) FROM t WHERE g = 'a'",
+        ...     "SELECT g, h, COUNT(*) FROM t GROUP BY g, h")]
+        [True, True, False, False]
+    """
+    table = analysis.table
+    if len(_row_level_keys(analysis)) > 1:
+        return False
+    if analysis.where is None or row_where == "filter":
+        return True
+    for column in analysis.where.find_all(exp.Column):
+        spec = table.column(column.name)
+        if spec is None or not (spec.unit_level or spec.name == table.privacy_unit):
+            return False
+    return True
+
+
+def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "window") -> str:
+    """The DuckDB query for `analysis` over the bounding store; result columns as in `rewrite.rewrite`.
+
+    `row_where = "filter"` (measurement only, bench/query_latency.py) filters the ranks after a row-level
+    WHERE too: still within every bound (a subset of the bounded rows), but more biased, and `__units` then
+    misses units whose rank-1 row the WHERE dropped.
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
+        ...     ColumnSpec("r", "VARCHAR", unit_level=True, groupable=True)), max_rows=3, max_groups=2)
+        >>> print(rewrite_ranked(analyse(parse("SELECT g, r, COUNT(*) FROM t WHERE r = 'N' GROUP BY g, r"),
+        ...     Catalog((t,)))))
+        SELECT "g" COLLATE "binary" AS __k0, "r" COLLATE "binary" AS __k1, COUNT(*) FILTER(WHERE __row_rank__g = 1) AS __units, COUNT(*) AS __m0 FROM "t" WHERE __row_rank__g <= 3 AND __group_rank__g <= 2 AND "r" COLLATE "binary" = 'N' GROUP BY __k0, __k1
+    """
+    if not uses_rank_filter(analysis, row_where):
+        # the store already holds the canonical values: the per-query windows need no canonical window
+        return rewrite(dataclasses.replace(analysis, canonical=()), salt)
+    table = analysis.table
+    row_keys = _row_level_keys(analysis)
+    rank = ranked.row_rank(row_keys[0]) if row_keys else ranked.ROW_RANK
+    conditions: list[exp.Expr] = []
+    if not table.one_row_per_unit:  # one row per unit (checked when the store was built): nothing to bound
+        conditions.append(exp.LTE(this=exp.column(rank), expression=exp.Literal.number(table.max_rows)))
+        if row_keys:
+            conditions.append(exp.LTE(this=exp.column(ranked.group_rank(row_keys[0])),
+                                      expression=exp.Literal.number(analysis.max_groups)))
+    if analysis.where is not None:
+        conditions.append(analysis.where.copy())
+    keys = []
+    for i, key in enumerate(analysis.keys):
+        spec = table.column(key)
+        assert spec is not None
+        keys.append(exp.alias_(types.column(spec.name, spec.type), f"__k{i}"))
+    # `__units` feeds private partition selection only (release.py); elsewhere it is never read, so not computed
+    units = _measure(Measure("units"), None, analysis) if analysis.partitions == "private" else exp.Literal.number(0)
+    select = exp.select(*keys, exp.alias_(units, UNITS))
+    sources = inputs(analysis.measures)
+    for j, measure in enumerate(analysis.measures):
+        select = select.select(exp.alias_(_measure(measure, sources.get(j), analysis), f"__m{j}"), append=True)
+    select = select.from_(exp.table_(table.name, quoted=True))
+    if conditions:
+        select = select.where(exp.and_(*conditions))
+    if keys:
+        select = select.group_by(*(f"__k{i}" for i in range(len(keys))))
+    if analysis.partitions == "public":
+        # Groups outside the public domain are dropped after aggregation, which here is the same as dropping
+        # their rows first: ranks never depend on the domain, and every group is whole. The test reads the
+        # group's key through ANY_VALUE (one value per group) so that DuckDB cannot push it back into the scan.
+        inside = []
+        for key, domain in zip(analysis.keys, analysis.domains, strict=True):
+            spec = table.column(key)
+            assert spec is not None
+            test = types.member(spec.name, spec.type, list(domain))
+            ref = types.column(spec.name, spec.type)
+            for arg in ("this", "expression"):
+                if test.args.get(arg) == ref:
+                    test.set(arg, exp.AnyValue(this=test.args[arg]))
+            inside.append(test)
+        select = select.having(exp.and_(*inside))
+    return select.sql(dialect="duckdb")
+
+
+def _row_level_keys(analysis: Analysis) -> tuple[str, ...]:
+    specs = [analysis.table.column(k) for k in analysis.keys]
+    return tuple(s.name for s in specs if s is not None and not s.unit_level)
+
+
+def _measure(measure: Measure, source: int | None, analysis: Analysis) -> exp.Expr:
+    """One measure summed over the kept rows: the per-cell sums of rewrite.py, added up directly."""
+    match measure.kind:
+        case "rows":
+            return exp.Count(this=exp.Star())
+        case "units":  # one per kept (unit, group): the unit's rank-1 row of the group
+            row_keys = _row_level_keys(analysis)
+            rank = ranked.row_rank(row_keys[0]) if row_keys else ranked.ROW_RANK
+            if analysis.table.one_row_per_unit:
+                return exp.Count(this=exp.Star())
+            return exp.Filter(this=exp.Count(this=exp.Star()), expression=exp.Where(
+                this=exp.EQ(this=exp.column(rank), expression=exp.Literal.number(1))))
+    assert source is not None
+    spec = analysis.table.column(measure.column or "")
+    if measure.kind != "values" and spec is not None and spec.bounds is not None and (
+        (measure.grid, measure.lo, measure.hi) == fixed_point(spec)
+    ):
+        value: exp.Expr = exp.column(ranked.grid_value(spec.name))  # clamped once, when the store was built
+    else:
+        value = row_value(analysis.measures[source], source).this  # the clamped per-row value, unaliased
+    if measure.kind == "centred_sum":
+        return exp.Sum(this=exp.Sub(this=value, expression=_number(measure.centre)))
+    return exp.Sum(this=value)
+
+
+def _number(value: int | float) -> exp.Literal:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return exp.Literal.number(value)

@@ -1,0 +1,293 @@
+"""The bounding store of a dataset (DESIGN.md §7): built once from the read-only source, kept true, swapped.
+
+Promises:
+- the deployment key is generated once (`bounding.key` beside the ledger, mode 600) and never derived from a
+  query; the store's ranks are keyed by it (proxy/query/ranked.py), and the store holds only its sha256;
+- a store is named and stamped with a fingerprint of its source file (path, size, mtime, inode), the catalog,
+  the key and the store format; a store whose stamp differs, or that cannot be opened, is never used: it is
+  rebuilt (a corrupt file, one from another source or key);
+- the source is attached read-only to the builder; the store is written to a temporary file and renamed into
+  place, then opened read-only and hardened exactly as the source would be (proxy/engine.py);
+- `StoreEngine.refresh` (run before each admission) notices a changed source by a stat and rebuilds before the
+  next answer; a rebuild swaps the engine atomically: a query runs on one store from start to end, and an
+  old store is closed once its last query has finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import duckdb
+
+from proxy.engine import Engine, EngineError, Rows
+from proxy.query import ranked
+from proxy.query.catalog import Catalog
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1  # bump when ranked.build_sql changes what a store holds
+KEY_FILE = "bounding.key"
+
+
+class StoreError(EngineError):
+    """The store cannot be built or used: a clear message naming the dataset, table or file."""
+
+    code: ClassVar[str] = "engine_misconfigured"
+    message: ClassVar[str] = "the bounding store cannot be built"
+
+
+class StoreUnavailable(EngineError):
+    """A rebuild failed while serving. Fixed message: the reason can depend on the data (it goes to the log)."""
+
+    code: ClassVar[str] = "execution_failed"
+    message: ClassVar[str] = "the bounding store cannot be rebuilt from the changed source; see the server log"
+
+
+def deployment_key(directory: Path) -> str:
+    """The deployment's bounding key (64 hex digits), created at `directory/bounding.key` (mode 600) if absent.
+
+    Raises:
+        StoreError: the key file is readable by others or does not hold a key.
+    """
+    path = Path(directory) / KEY_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(32) + "\n")
+        log.info("created the bounding key %s (mode 600)", path)
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise StoreError(f"{path} must be readable by its owner only (chmod 600), it has mode {mode:o}")
+    key = path.read_text().strip()
+    if len(key) != 64 or any(ch not in "0123456789abcdef" for ch in key):
+        raise StoreError(f"{path} does not hold a bounding key (64 lowercase hex digits)")
+    return key
+
+
+def fingerprint(source: Path, catalog: Catalog, key: str) -> str:
+    """Names one store: the source file as it is now, the catalog, the key (by its hash) and the format."""
+    return _stamp(source, _identity(catalog, key))
+
+
+def _identity(catalog: Catalog, key: str) -> str:
+    return hashlib.sha256(json.dumps([FORMAT, repr(catalog), hashlib.sha256(key.encode()).hexdigest()]).encode()
+                          ).hexdigest()
+
+
+def _stamp(source: Path, identity: str) -> str:
+    stat = Path(source).stat()
+    text = json.dumps([identity, str(Path(source).resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def store_path(directory: Path, dataset: str, stamp: str) -> Path:
+    return Path(directory) / f"{dataset}.store-{stamp[:16]}.duckdb"
+
+
+def build_store(
+    dataset: str, source: Path, catalog: Catalog, directory: Path, key: str, *, threads: int = 2,
+    memory_limit: str = "8GB",
+) -> Path:
+    """Build the store of `dataset` from `source` (attached read-only) and return its path.
+
+    Raises:
+        StoreError: a table declared one row per unit is not, or the engine failed (its text is in the message:
+            this runs before any query, for the operator).
+    """
+    stamp = fingerprint(source, catalog, key)
+    target = store_path(directory, dataset, stamp)
+    temp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    temp.unlink(missing_ok=True)
+    started = time.perf_counter()
+    log.info("building the bounding store of dataset %s from %s into %s", dataset, source, target.name)
+    try:
+        conn = duckdb.connect(str(temp), config={"threads": threads, "memory_limit": memory_limit,
+                                                 "autoload_known_extensions": False,
+                                                 "autoinstall_known_extensions": False})
+        try:
+            conn.execute("SET enable_progress_bar = false")
+            conn.execute(f"ATTACH {_string(str(Path(source).resolve()))} AS src (READ_ONLY)")
+            for table in catalog.tables:
+                if table.one_row_per_unit:
+                    extra = conn.execute(ranked.duplicate_units_sql(table)).fetchone()[0]  # type: ignore[index]
+                    if extra:
+                        raise StoreError(
+                            f"dataset {dataset}: table {table.name} is declared one_row_per_unit but {extra} of its "
+                            f"rows share their {table.privacy_unit} with an earlier row; remove the declaration"
+                        )
+                begun = time.perf_counter()
+                conn.execute(ranked.build_sql(table, key))
+                rows = conn.execute(f'SELECT COUNT(*) FROM "{table.name}"').fetchone()[0]  # type: ignore[index]
+                log.info("bounding store of %s: table %s, %d rows ranked in %.1f s", dataset, table.name, rows,
+                         time.perf_counter() - begun)
+            conn.execute(f"CREATE TABLE {ranked.META} (format INTEGER, fingerprint VARCHAR, dataset VARCHAR)")
+            conn.execute(f"INSERT INTO {ranked.META} VALUES (?, ?, ?)", [FORMAT, stamp, dataset])
+            conn.execute("DETACH src")
+            conn.execute("CHECKPOINT")
+        finally:
+            conn.close()
+        os.chmod(temp, 0o400)  # nothing writes a store after its build
+        Path(f"{temp}.wal").unlink(missing_ok=True)
+        os.replace(temp, target)
+    except duckdb.Error as err:
+        raise StoreError(f"dataset {dataset}: building the bounding store failed: {err}") from err
+    finally:
+        temp.unlink(missing_ok=True)
+        Path(f"{temp}.wal").unlink(missing_ok=True)
+    log.info("bounding store of %s built in %.1f s: %s", dataset, time.perf_counter() - started, target.name)
+    return target
+
+
+def open_store(path: Path, stamp: str, catalog: Catalog, *, threads: int, memory_limit: str,
+               timeout_s: float) -> Engine | None:
+    """The store at `path` opened read-only and hardened, if it is the store stamped `stamp`; else None."""
+    if not path.is_file():
+        return None
+    try:
+        engine = Engine(path, threads=threads, memory_limit=memory_limit, timeout_s=timeout_s)
+    except EngineError as err:
+        log.warning("bounding store %s cannot be opened (%s); it will be rebuilt", path.name, err)
+        return None
+    try:
+        meta = engine.run(f"SELECT format, fingerprint FROM {ranked.META}").rows
+        tables_ok = all(engine.columns(t.name) for t in catalog.tables)
+    except EngineError:
+        meta, tables_ok = (), False
+    if meta != ((FORMAT, stamp),) or not tables_ok:
+        log.warning("bounding store %s is not the store of its source, catalog and key; it will be rebuilt",
+                    path.name)
+        engine.close()
+        return None
+    return engine
+
+
+class StoreEngine:
+    """The engine of a dataset whose queries read its bounding store. Thread-safe; `run` as Engine.run."""
+
+    def __init__(self, dataset: str, source: Path, catalog: Catalog, directory: Path, *, threads: int = 2,
+                 memory_limit: str = "8GB", timeout_s: float = 30.0) -> None:
+        self.dataset, self.source, self.catalog, self.directory = dataset, Path(source), catalog, Path(directory)
+        self.timeout_s = timeout_s
+        self._options = {"threads": threads, "memory_limit": memory_limit}
+        self._key = deployment_key(self.directory)
+        self._identity = _identity(catalog, self._key)
+        self._build = threading.Lock()  # one build at a time
+        self._state = threading.Lock()  # guards _current, _stamp and _leases
+        self._leases: dict[int, int] = {}  # id(engine) -> queries running on it
+        self._retired: list[Engine] = []
+        self._current: Engine | None = None
+        self._stamp = ""
+        self.refresh()
+
+    @property
+    def path(self) -> Path:
+        return store_path(self.directory, self.dataset, self._stamp)
+
+    def refresh(self) -> None:
+        """Make sure the current store is the store of the source as it is now; rebuild it if not.
+
+        Raises:
+            StoreError: at start-up, why the store cannot be built (for the operator).
+            StoreUnavailable: while serving, a fixed message; the reason goes to the log.
+        """
+        try:
+            self._refresh()
+        except (StoreError, OSError) as err:
+            if self._current is None and isinstance(err, StoreError):
+                raise
+            log.error("dataset %s: the bounding store cannot be rebuilt: %s", self.dataset, err)
+            raise StoreUnavailable() from None
+
+    def _refresh(self) -> None:
+        stamp = _stamp(self.source, self._identity)
+        if stamp == self._stamp:
+            return
+        with self._build:
+            stamp = _stamp(self.source, self._identity)
+            if stamp == self._stamp:
+                return
+            path = store_path(self.directory, self.dataset, stamp)
+            engine = open_store(path, stamp, self.catalog, timeout_s=self.timeout_s, **self._options)  # type: ignore[arg-type]
+            if engine is None:
+                path.unlink(missing_ok=True)
+                build_store(self.dataset, self.source, self.catalog, self.directory, self._key,
+                            **self._options)  # type: ignore[arg-type]
+                engine = open_store(path, stamp, self.catalog, timeout_s=self.timeout_s, **self._options)  # type: ignore[arg-type]
+                if engine is None:
+                    raise StoreError(f"dataset {self.dataset}: the bounding store just built cannot be opened")
+            self._swap(engine, stamp)
+
+    def run(self, sql: str, timeout_s: float | None = None) -> Rows:
+        """Run `sql` on the current store (one store from start to end, whatever swaps meanwhile)."""
+        with self._lease() as engine:
+            return engine.run(sql, timeout_s)
+
+    def columns(self, table: str) -> dict[str, str]:
+        with self._lease() as engine:
+            return engine.columns(table)
+
+    def close(self) -> None:
+        with self._state:
+            engines = [*self._retired, *([self._current] if self._current else [])]
+            self._retired, self._current = [], None
+        for engine in engines:
+            engine.close()
+
+    def _swap(self, engine: Engine, stamp: str) -> None:
+        with self._state:
+            old, self._current, self._stamp = self._current, engine, stamp
+            if old is not None:
+                self._retired.append(old)
+            idle = [e for e in self._retired if not self._leases.get(id(e))]
+            self._retired = [e for e in self._retired if self._leases.get(id(e))]
+        for e in idle:
+            self._discard(e)
+        keep = {engine.path.name, *(e.path.name for e in self._retired)}
+        for stale in self.directory.glob(f"{self.dataset}.store-*.duckdb"):  # stores of earlier sources or keys
+            if stale.name not in keep:
+                with contextlib.suppress(OSError):
+                    stale.unlink()
+        log.info("dataset %s now answers from the bounding store %s", self.dataset, engine.path.name)
+
+    @contextlib.contextmanager
+    def _lease(self) -> Iterator[Engine]:
+        with self._state:
+            engine = self._current
+            if engine is None:
+                raise StoreError(f"dataset {self.dataset}: the bounding store is closed")
+            self._leases[id(engine)] = self._leases.get(id(engine), 0) + 1
+        try:
+            yield engine
+        finally:
+            with self._state:
+                self._leases[id(engine)] -= 1
+                done = engine in self._retired and not self._leases[id(engine)]
+                if not self._leases[id(engine)]:
+                    del self._leases[id(engine)]
+                if done:
+                    self._retired.remove(engine)
+            if done:
+                self._discard(engine)
+
+    def _discard(self, engine: Engine) -> None:
+        engine.close()
+        if engine.path != self.path:
+            with contextlib.suppress(OSError):
+                engine.path.unlink()  # an old store: its source, catalog or key has changed
+
+
+def _string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
