@@ -1,0 +1,62 @@
+"""Aggregate calls: COUNT(*), COUNT(col), COUNT(DISTINCT unit), SUM(col), AVG(col), each on a declared column.
+
+Example:
+    >>> from sqlglot import parse_one
+    >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+    >>> t = TableSchema("orders", "customer_id", (ColumnSpec("customer_id", "BIGINT"),
+    ...     ColumnSpec("amount", "DOUBLE", bounds=(0, 100))))
+    >>> aggregate(parse_one("SUM(amount)"), Names(t, None, Catalog((t,))))
+    Aggregate(kind='sum', column='amount')
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from proxy.query.errors import PolicyError, UnsupportedQuery
+from proxy.query.errors import construct_name as _construct
+from proxy.query.measures import Aggregate
+from proxy.query.names import Names
+from proxy.query.refusals import AGGREGATE_HINT, unsupported
+
+
+def aggregate(node: exp.Count | exp.Sum | exp.Avg, names: Names) -> Aggregate:
+    for name, value in node.args.items():
+        if name not in ("this", "big_int") and value:
+            raise unsupported(node, "an aggregate (no extra arguments)")
+    argument = node.this
+    table = names.table
+    if isinstance(node, exp.Count):
+        if isinstance(argument, exp.Star):
+            return Aggregate("count", None)
+        if isinstance(argument, exp.Distinct):
+            inner = argument.expressions
+            is_column = len(inner) == 1 and isinstance(inner[0], exp.Column)
+            if is_column and names.column(inner[0]).name == table.privacy_unit:
+                return Aggregate("count_units", table.privacy_unit)
+            raise UnsupportedQuery(
+                f"COUNT(DISTINCT ...) is supported only on the privacy unit {table.privacy_unit!r}",
+                construct="COUNT(DISTINCT)", hint=AGGREGATE_HINT,
+            )
+        if isinstance(argument, exp.Column):
+            return Aggregate("count_column", names.column(argument).name)
+        raise inside_aggregate(argument, "COUNT")
+    function = "SUM" if isinstance(node, exp.Sum) else "AVG"
+    if not isinstance(argument, exp.Column):
+        raise inside_aggregate(argument, function)
+    spec = names.column(argument)
+    if not spec.numeric:
+        raise PolicyError(f"{function}({spec.name}) needs a numeric column", construct=function, column=spec.name)
+    if spec.bounds is None:
+        raise PolicyError(
+            f"{function}({spec.name}) needs clamp bounds in the policy; the column has none",
+            construct=function, column=spec.name, hint="declare bounds = [lo, hi] for the column",
+        )
+    return Aggregate("sum" if function == "SUM" else "avg", spec.name)
+
+
+def inside_aggregate(node: exp.Expr, function: str) -> UnsupportedQuery:
+    return UnsupportedQuery(
+        f"{function} takes a plain column; {_construct(node)} inside an aggregate would defeat clamping",
+        construct=_construct(node), position=function, hint=AGGREGATE_HINT,
+    )
