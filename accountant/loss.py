@@ -231,7 +231,7 @@ def approximate_mu(event: Event) -> tuple[float, float]:
 
     Laplace: pure ε = Δ1/b gives μ = −2Φ⁻¹(1/(1 + e^ε)) (`gdp.pure_mu`). Threshold: (μ of its ε, δ).
     Discrete Gaussian: μ = μ_Z(σ, 1)·Δ2, the proven bound of docs/privacy.md §8 (μ = Δ2/σ is false for it:
-    §5.3); for σ outside [0.5, 256] grid units nothing is proven here and the event raises `UnsupportedEvent`.
+    §5.3); for σ outside [0.5, 2²⁰] grid units nothing is proven here and the event raises `UnsupportedEvent`.
     Sequential composition: μ = √Σμᵢ² (DRS19 Cor. 3.3), δ adds; parallel: each maximum.
 
     Example:
@@ -241,11 +241,11 @@ def approximate_mu(event: Event) -> tuple[float, float]:
         >>> mu, delta = approximate_mu(GaussianEvent(1, 2.0))
         >>> round(mu, 6), mu > 1 / 2.0, delta
         (0.505325, True, 0.0)
-        >>> approximate_mu(GaussianEvent(1, 1000.0))
+        >>> approximate_mu(GaussianEvent(1, 4e6))
         Traceback (most recent call last):
         ...
         accountant.errors.UnsupportedEvent: the discrete Gaussian's μ-GDP bound is proven for sigma in \
-[0.5, 256.0] (grid units), got 1000.0; account for it with accounting = "zcdp"
+[0.5, 1.04858e+06] (grid units), got 4000000.0; account for it with accounting = "zcdp"
     """
     match event:
         case GaussianEvent(sensitivity, _) if sensitivity == 0:

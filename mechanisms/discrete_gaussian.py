@@ -6,8 +6,10 @@ with g(n) = Φ⁻¹(P[X <= n]). Increments telescope, so μ_Z(σ, k) <= k·μ_Z(
 coordinates compose as √Σμᵢ² (DRS19 Cor. 3.3): noise of σ on an integer vector of L2 sensitivity Δ2 is
 (c(σ)·Δ2/σ)-GDP with c(σ) = σ·μ_Z(σ, 1) ≈ 1 + 1/(24σ²). `unit_mu` certifies an upper bound on μ_Z(σ, 1):
 every central vertex evaluated with its floating-point error bounded (directed), and an analytic bound on the
-infinitely many tail vertices. σ outside [SIGMA_MIN, SIGMA_MAX] is refused (ValueError): below, nothing is
-proven here; above, the certificate costs too much (it evaluates 24σ² vertices).
+infinitely many tail vertices, for σ <= CERTIFIED_SIGMA_MAX; above, where that certificate would evaluate
+too many (24σ²) vertices, the block bound of `discrete_gaussian_analytic` (docs/privacy.md §8.7). σ outside
+[SIGMA_MIN, SIGMA_MAX] is refused (ValueError): below, nothing is proven here; above, vertex numbers up to
+24σ² would leave float64's exact integers.
 """
 
 from __future__ import annotations
@@ -19,18 +21,21 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import log_ndtr, ndtri_exp
 
+from mechanisms.discrete_gaussian_analytic import LARGE_SIGMA_MAX, large_unit_mu
+from mechanisms.discrete_gaussian_analytic import tail_excess as _tail_excess
 from mechanisms.rounding import up as _up
 
 SIGMA_MIN = 0.5
-SIGMA_MAX = 256.0
+CERTIFIED_SIGMA_MAX = 256.0  # up to here every central vertex is evaluated; above, §8.7's block bound
+SIGMA_MAX = LARGE_SIGMA_MAX
 _U = 2.0**-53  # unit roundoff
 _MILLS_AT_0 = math.sqrt(math.pi / 2)  # M(z) = Φ(−z)/φ(z) <= M(0) for z >= 0; also M(z) <= 1/z
 
 
-def _check_sigma(sigma: float) -> None:
-    if not (isinstance(sigma, int | float) and math.isfinite(sigma) and SIGMA_MIN <= sigma <= SIGMA_MAX):
+def _check_sigma(sigma: float, top: float = SIGMA_MAX) -> None:
+    if not (isinstance(sigma, int | float) and math.isfinite(sigma) and SIGMA_MIN <= sigma <= top):
         raise ValueError(
-            f"the discrete Gaussian's μ-GDP bound is proven for sigma in [{SIGMA_MIN}, {SIGMA_MAX}] "
+            f"the discrete Gaussian's μ-GDP bound is proven for sigma in [{SIGMA_MIN}, {top:g}] "
             f"(grid units), got {sigma!r}"
         )
 
@@ -90,37 +95,26 @@ def _probits(sigma: float, count: int) -> tuple[np.ndarray, np.ndarray]:
     return z, error
 
 
-def _tail_excess(sigma: float, start: int) -> float:
-    """E(M), with σ·μ_Z-increment(n) <= 1 + E(M) for every vertex n >= M (docs/privacy.md §8.3).
-
-    E(m) = (1/(2σ) + σq + 2L/w)/(w − 2L/w), w = m/σ, q = e^{−(2m+1)/(2σ²)}, L = max(0, ln((w+2)/(σ(1 − q)))),
-    nonincreasing for m >= eσ²; valid when L <= w²/2 and M >= σ + 1. Rounded up by a relative 1e-12.
-    """
-    m = start
-    w = m / sigma
-    q = math.exp(-(2 * m + 1) / (2 * sigma * sigma))
-    big_l = max(0.0, math.log(w + 2) - math.log(sigma) - math.log1p(-q))
-    if not (m >= math.e * sigma * sigma and m >= sigma + 1 and big_l <= w * w / 2):
-        raise AssertionError(f"tail bound preconditions fail at sigma={sigma!r}")  # excluded by _tail_start
-    value = (1 / (2 * sigma) + sigma * q + 2 * big_l / w) / (w - 2 * big_l / w)
-    return value * (1 + 1e-12)
-
-
 @lru_cache(maxsize=4096)
 def unit_mu(sigma: float) -> float:
     """An upper bound (certified, rounded up) on μ_Z(σ, 1): the μ-GDP of N_Z(0, σ²) against N_Z(1, σ²).
 
-    The maximum over the central vertices 0 <= n < M of g(n) − g(n − 1) (symmetry: g(−1) = −g(0), and the
-    vertices below the centre mirror those above), each raised by its error bound, and the analytic bound
-    (1 + E(M))/σ on all vertices n >= M.
+    Up to CERTIFIED_SIGMA_MAX: the maximum over the central vertices 0 <= n < M of g(n) − g(n − 1)
+    (symmetry: g(−1) = −g(0), and the vertices below the centre mirror those above), each raised by its
+    error bound, and the analytic bound (1 + E(M))/σ on all vertices n >= M. Above: the block bound of
+    `discrete_gaussian_analytic.large_unit_mu` (docs/privacy.md §8.7), within ~1e-4 of the true value.
 
     Example:
         >>> round(unit_mu(1.0), 5), round(unit_mu(2.0) * 2, 5)
         (1.04576, 1.01065)
         >>> unit_mu(10.0) * 10 <= 1 + 1 / (24 * 10 ** 2) * 1.01
         True
+        >>> 1 < unit_mu(4096.0) * 4096 < 1.0001
+        True
     """
     _check_sigma(sigma)
+    if sigma > CERTIFIED_SIGMA_MAX:
+        return large_unit_mu(sigma)
     start = _tail_start(sigma)
     z, error = _probits(sigma, start)
     increments = np.empty(start)
@@ -186,11 +180,13 @@ def sigma_for(sensitivity: float, mu_target: float) -> float:
     for _ in range(25):  # iterates alternate around the fixed point, closing in; keep the upper one
         _check_sigma(sigma)
         following = max(SIGMA_MIN, _up(Fraction(factor(sigma)) * ratio))
-        done = abs(following - sigma) <= 1e-10 * sigma
+        # above the certified range c(σ) jitters by ~1e-7 as blocks move: stop at 2⁻²⁰, then step by 2⁻¹⁸
+        large = following > CERTIFIED_SIGMA_MAX
+        done = abs(following - sigma) <= (2.0**-20 if large else 1e-10) * sigma
         sigma = max(sigma, following) if done else following
         if done:
             break
-    for step in range(64):
+    for step in range(34 if sigma > CERTIFIED_SIGMA_MAX else 0, 64):
         _check_sigma(sigma)
         if mu(sensitivity, sigma) <= mu_target:
             return sigma
@@ -200,13 +196,13 @@ def sigma_for(sensitivity: float, mu_target: float) -> float:
 
 def shift_mu(sigma: float, shift: int) -> float:
     """μ_Z(σ, k) over the central vertices, in floating point (no error margin, no tail bound): for
-    tests and reports. Always <= shift·`unit_mu`(σ).
+    tests and reports, σ <= CERTIFIED_SIGMA_MAX. Always <= shift·`unit_mu`(σ).
 
     Example:
         >>> shift_mu(1.0, 2) <= 2 * unit_mu(1.0)
         True
     """
-    _check_sigma(sigma)
+    _check_sigma(sigma, CERTIFIED_SIGMA_MAX)
     if isinstance(shift, bool) or not isinstance(shift, int) or shift < 1:
         raise ValueError(f"shift must be an integer >= 1, got {shift!r}")
     count = _tail_start(sigma) + shift

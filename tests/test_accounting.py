@@ -106,7 +106,7 @@ def test_approximate_costs_of_each_event() -> None:
     assert Fraction(mu) ** 2 >= Fraction(gdp.pure_mu(1.0)) ** 2 + Fraction(discrete_gaussian.mu(1, 4.0)) ** 2
     assert mu == pytest.approx(math.hypot(gdp.pure_mu(1.0), discrete_gaussian.unit_mu(4.0)), rel=1e-15)
     with pytest.raises(UnsupportedEvent, match="proven for sigma in"):  # beyond the proven range of σ
-        approximate_mu(ComposedEvent((LaplaceEvent(1, 1.0), GaussianEvent(1, 1000.0))))
+        approximate_mu(ComposedEvent((LaplaceEvent(1, 1.0), GaussianEvent(1, 4e6))))
 
 
 def test_composition_within_a_query() -> None:
@@ -359,7 +359,7 @@ def test_refusal_messages_name_the_currency_and_what_is_left() -> None:
     short = refusal(usage([selection] * 5, "zcdp"), selection, UNIT, Accounting("zcdp", 0.5))
     assert short is not None and "for partition selection" in str(short)
     assert refusal(usage([], "gdp"), _gaussian(10.0), UNIT, Accounting("gdp")) is None  # proven μ (§8)
-    gaussian_under_gdp = refusal(usage([], "gdp"), _gaussian(1000.0), UNIT, Accounting("gdp"))
+    gaussian_under_gdp = refusal(usage([], "gdp"), _gaussian(4e6), UNIT, Accounting("gdp"))
     assert gaussian_under_gdp is not None and "proven for sigma in" in str(gaussian_under_gdp)
 
 

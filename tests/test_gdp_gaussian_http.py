@@ -31,9 +31,20 @@ def test_a_gaussian_query_on_a_gdp_dataset(demo: DemoFiles, tmp_path: Path) -> N
             budget = spend(analyst)
             assert budget["accounting"] == "gdp" and 0 < budget["epsilon_remaining"] < 3.0
 
-            # ε = 0.01 for a COUNT with Δ2 = 20 needs σ far beyond 256 grid units: refused, nothing charged
-            refused = analyst.post("/v1/query", json={"sql": "SELECT COUNT(*) AS m FROM visits", "epsilon": 0.01,
-                                                      "delta": 1e-7})
+            # ε = 0.01 for a COUNT with Δ2 = 20 needs σ of thousands of grid units: the large-σ bound (§8.7)
+            small = analyst.post("/v1/query", json={"sql": "SELECT COUNT(*) AS m FROM visits", "epsilon": 0.01,
+                                                    "delta": 1e-7})
+            assert small.status_code == 200, small.text
+            event = small.json()["charge"]["events"]["events"][0]
+            mu = {c["accounting"]: c for c in small.json()["charge"]["costs"]}["gdp"]["mu"]
+            assert event["sigma"] > discrete_gaussian.CERTIFIED_SIGMA_MAX
+            assert mu == discrete_gaussian.mu(event["sensitivity"], event["sigma"])
+            assert mu > event["sensitivity"] / event["sigma"]
+            budget = spend(analyst)
+
+            # a SUM of seconds (Δ2 = 72000 grid units) at ε = 0.01 needs σ beyond 2²⁰: refused, nothing charged
+            refused = analyst.post("/v1/query", json={"sql": "SELECT SUM(duration_s) AS s FROM visits",
+                                                      "epsilon": 0.01, "delta": 1e-7})
             assert refused.status_code == 400, refused.text
             body = refused.json()
             assert body["code"] == "invalid_parameter" and body["charged"] is False and "proven" in body["error"]
