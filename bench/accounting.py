@@ -11,7 +11,7 @@ Table 2: the other way round. To answer k COUNT queries within the same budget, 
 allows (calibration inverting the accountant, rounded safely, and checked: all k are admitted).
 
 Under gdp, Gaussian queries are priced through the proven μ of the discrete Gaussian (docs/privacy.md §8,
-`plan(conversion="gdp")`); "—" marks a query whose σ falls outside the proven range [0.5, 256] grid units.
+`plan(conversion="gdp")`); "—" marks a query whose σ falls outside the proven range [0.5, 2²⁰] grid units.
 
 Table 3: private partition selection for `GROUP BY page` at the query's (ε, δ): the Laplace threshold (Laplace
 queries) against the Gaussian one (Gaussian queries, noise on the distinct-unit counts accounted with the
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Budget (ε, δ) = ({args.epsilon:g}, {args.delta:g}); COUNT(*) with sensitivity 1.\n")
     one = table1(budget)
     print("Table 1: answers admitted before the first refusal (noise per answer from its distribution;")
-    print("— = σ beyond the range where the discrete Gaussian's μ is proven, [0.5, 256] grid units)\n")
+    print("— = σ beyond the range where the discrete Gaussian's μ is proven, [0.5, 2²⁰] grid units)\n")
     print(_markdown(one, ["workload", "noise", "selection_delta_share", "basic", "zcdp", "gdp"]))
     two = table2(budget)
     print("\nTable 2: noise std of each answer when k answers must fit (smaller is better; — = not accountable)\n")
