@@ -1,5 +1,6 @@
 """What GET /v1/budget and the dashboard add to a budget: the f-DP trade-off curves under the rule in force
-(accountant/tradeoff.py) and the PLD accountant's (ε, δ) of the fixed history (accountant/report.py).
+(accountant/tradeoff.py) and the PLD accountant's (ε, δ) of the fixed history, per cell
+(accountant/pld_cells.py).
 Both are reports of the history, never admit rules (DESIGN.md §4)."""
 
 from __future__ import annotations
@@ -7,10 +8,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from accountant import report, tradeoff
+from accountant import tradeoff
 from accountant.cells import bound
 from accountant.errors import UnsupportedEvent
 from accountant.filter import Budget, Entry
+from accountant.pld_cells import pld_report_cells
 from proxy.policy import DatasetPolicy
 from proxy.schemas import BudgetReportOut, CurveOut, HistoryReportOut, PairOut, TradeoffOut
 
@@ -36,7 +38,7 @@ def curves(entries: Sequence[Entry], dataset: DatasetPolicy, allowed: Budget) ->
 def history_report(entries: Sequence[Entry], allowed: Budget) -> HistoryReportOut | None:
     if allowed.delta <= 0:
         return None
-    found = report.pld_report(entries, allowed.delta)
+    found = pld_report_cells(entries, allowed.delta)  # the worst-off unit's cells, as admit bounds them
     return None if found is None else HistoryReportOut(epsilon=found.epsilon, delta=found.delta)
 
 
