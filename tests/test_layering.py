@@ -1,5 +1,5 @@
 """Imports go one way (proxy shell → proxy.query → accountant → mechanisms), and side effects stay in
-their one module each: duckdb in proxy/engine.py, sqlite3 in accountant/ledger.py and accountant/audit.py,
+their one module each: duckdb in proxy/engine.py, sqlite3 in accountant/sqlite_ledger.py and accountant/audit.py,
 psycopg in accountant/postgres.py, randomness in
 mechanisms/sampling.py, fastapi/pydantic only in the proxy shell, sqlglot only in proxy/query."""
 
@@ -66,7 +66,7 @@ def test_side_effects_stay_in_their_module(path: Path) -> None:
     if "duckdb" in tops:
         assert relative in ("proxy/engine.py", "proxy/store.py"), relative  # store: builds the bounding store
     if "sqlite3" in tops:
-        assert relative in ("accountant/ledger.py", "accountant/audit.py"), relative  # the two SQLite stores
+        assert relative in ("accountant/sqlite_ledger.py", "accountant/audit.py"), relative  # the two SQLite stores
     if "psycopg" in tops:
         assert relative == "accountant/postgres.py", relative
     if names & RANDOMNESS or "random" in tops or "secrets" in tops:

@@ -245,7 +245,7 @@ class TestAccountingContract:
     def test_gaussian_events_are_refused_under_gdp_outside_the_proven_sigma(self, make_ledger: Factory) -> None:
         ledger = make_ledger()
         with pytest.raises(BudgetExceeded, match="proven for sigma in"):
-            _admit(ledger, 0.1, event=GaussianEvent(1, 1000.0), accounting=Accounting("gdp"))
+            _admit(ledger, 0.1, event=GaussianEvent(1, 4e6), accounting=Accounting("gdp"))
         assert ledger.count() == 0
         _admit(ledger, 0.1, event=GaussianEvent(1, 10.0), accounting=Accounting("gdp"))  # μ_Z proven (§8)
         assert ledger.count() == 1
@@ -498,7 +498,7 @@ def test_separate_processes_on_one_file_never_overspend(tmp_path: Path) -> None:
 def test_a_stored_gaussian_blocks_gdp_admits_instead_of_failing(tmp_path: Path) -> None:
     # a history charged under zcdp, read under gdp (a rule switch the docs forbid): refused, never a 500
     ledger = MemoryLedger()
-    _admit(ledger, 0.1, 1e-8, event=GaussianEvent(1, 1000.0))  # σ beyond the proven range of μ_Z
+    _admit(ledger, 0.1, 1e-8, event=GaussianEvent(1, 4e6))  # σ beyond the proven range of μ_Z
     with pytest.raises(BudgetExceeded, match="proven for sigma in"):
         _admit(ledger, 0.1, event=LaplaceEvent(1, 10.0), accounting=Accounting("gdp"))
     assert ledger.count() == 1

@@ -1,0 +1,238 @@
+"""The one admit shared by every ledger (`_Admitting`): check the charge against the per-cell sums of the
+history and insert it in one atomic step, with those sums kept between admits (`_Memos`) and brought up to
+date from a watermark (`Since`); and the checks every ledger applies to its arguments.
+
+Example:
+    >>> _check_window(None, None, 10, 0) is None
+    True
+    >>> event_of('{"kind": "laplace", "sensitivity": 1.0, "scale": 10.0}')
+    LaplaceEvent(sensitivity=1.0, scale=10.0)
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+
+from accountant import chain
+from accountant.admission import admission
+from accountant.cells import CellScope, Ledgered, Running
+from accountant.chain import AuditRecord
+from accountant.charges import Charge, Clock
+from accountant.errors import BudgetExceeded, UnsupportedEvent
+from accountant.events import Event, from_json
+from accountant.filter import BASIC, Accounting, Budget, Entry, Rule
+from accountant.report import refusal
+
+# --- shared by both ledgers -------------------------------------------------------------------------
+
+
+def _check_request(epsilon: float, delta: float, budget: Budget) -> None:
+    for name, value in (("epsilon", epsilon), ("delta", delta)):
+        if not isinstance(value, int | float) or not (0 <= value < float("inf")):
+            raise ValueError(f"charge {name} must be finite and >= 0, got {value!r}")
+    if delta >= 1:
+        raise ValueError(f"charge delta must be < 1, got {delta!r}")
+    if not isinstance(budget, Budget):
+        raise TypeError(f"budget must be a Budget, got {budget!r}")
+
+
+@lru_cache(maxsize=16384)
+def event_of(text: str) -> Event:
+    """An event from its stored JSON text (cached: stored charges never change)."""
+    return from_json(json.loads(text))
+
+
+def _check_window(since: datetime | None, until: datetime | None, limit: int, offset: int) -> None:
+    for name, moment in (("since", since), ("until", until)):
+        if moment is not None and moment.utcoffset() is None:
+            raise ValueError(f"{name} must be timezone-aware, got {moment!r}")
+    for name, number in (("limit", limit), ("offset", offset)):
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {number!r}")
+
+
+# --- the one admit, shared ------------------------------------------------------------------------
+
+
+class _Admitting(ABC):
+    """Check-then-commit through the same code for every ledger: `_write` makes it one atomic step.
+
+    Storage hooks, called only inside `_write()`: `_since(analyst, dataset, seq)` (the analyst's charges,
+    or every analyst's when `analyst` is None, for the dataset budget, from after `seq` on) and `_insert`.
+    A ledger whose locks are finer than the whole store must make `_since(None, dataset, …)` serialise
+    with every admit on that dataset, or two analysts could overspend the shared dataset budget together.
+
+    The per-cell sums of a history are kept between admits (`_memos`) and brought up to date with the
+    charges past their watermark, so an admit reads and sums only what is new (cells.Running).
+    """
+
+    _clock: Clock
+    _memos: _Memos
+
+    @abstractmethod
+    def _write(self) -> AbstractContextManager[object]:
+        """The write transaction: exclusive against every other admit on the same store."""
+
+    @abstractmethod
+    def _reading(self) -> AbstractContextManager[object]:
+        """A read outside an admit, in which `_since` may run (its one statement is one snapshot)."""
+
+    @abstractmethod
+    def _since(self, analyst: str | None, dataset: str, seq: int) -> Since:
+        """Inside `_write()`, in one consistent read: how many of the analyst's (or, with None, every
+        analyst's) charges on the dataset have a sequence number <= `seq`, and those after it."""
+
+    @abstractmethod
+    def _insert(self, charge: Charge) -> None:
+        """Write one charge, inside `_write()`."""
+
+    @abstractmethod
+    def _record(self, record: AuditRecord, at: datetime) -> None:
+        """Append the charge's `admitted` entry to the audit chain, inside `_write()` after `_insert`."""
+
+    @abstractmethod
+    def charges(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[Charge, ...]:
+        """Charges matching the filters, newest first, paginated."""
+
+    def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
+        """The charges on the dataset as the filter sees them, read through `charges` (for reports)."""
+        found = self.charges(analyst=analyst, dataset=dataset, limit=2**62)
+        return tuple(Entry(c.event, c.epsilon, c.delta, c.scope) for c in found)
+
+    def admit(
+        self,
+        *,
+        analyst: str,
+        dataset: str,
+        sql_sha256: str,
+        event: Event,
+        epsilon: float,
+        delta: float,
+        composition: str,
+        budget: Budget,
+        accounting: Accounting = BASIC,
+        dataset_budget: Budget | None = None,
+        scope: CellScope | None = None,
+        sql: str | None = None,
+    ) -> Charge:
+        """Record the charge if it fits (see `Ledger.admit`), else raise `BudgetExceeded`, writing nothing."""
+        _check_request(epsilon, delta, budget)
+        if not isinstance(accounting, Accounting):
+            raise TypeError(f"accounting must be an Accounting, got {accounting!r}")
+        if dataset_budget is not None and not isinstance(dataset_budget, Budget):
+            raise TypeError(f"dataset_budget must be a Budget or None, got {dataset_budget!r}")
+        if sql is not None and chain.sql_sha256(sql) != sql_sha256:
+            raise ValueError("sql_sha256 must be the sha256 of sql, the text the audit entry records")
+        entry = Entry(event, float(epsilon), float(delta), scope)
+        rule = accounting.rule
+        with self._write():
+            try:
+                mine = self._tallied(analyst, dataset, rule).bound(scope)
+                refused = refusal(mine, entry, budget, accounting)
+                if refused is None and dataset_budget is not None:
+                    everyone = self._tallied(None, dataset, rule).bound(scope)
+                    refused = refusal(everyone, entry, dataset_budget, accounting, scope="dataset")
+            except UnsupportedEvent as err:  # a stored charge the rule cannot account for: admit nothing more
+                raise BudgetExceeded(
+                    f"the charges on this dataset include one that {rule!r} accounting cannot account for ({err})",
+                    accounting=rule,
+                ) from err
+            if refused is not None:
+                raise refused
+            charge = Charge(
+                id=uuid.uuid4().hex,
+                analyst=analyst,
+                dataset=dataset,
+                at=self._clock().astimezone(UTC),
+                sql_sha256=sql_sha256,
+                event=event,
+                epsilon=float(epsilon),
+                delta=float(delta),
+                composition=composition,
+                scope=scope,
+            )
+            self._insert(charge)
+            if sql is not None:  # last: PostgreSQL holds the chain's head lock from here to the commit
+                self._record(admission(charge.id, analyst, dataset, sql, charge.epsilon, charge.delta), charge.at)
+            return charge
+
+    def tallied(self, *, dataset: str, analyst: str | None = None, rule: Rule = "basic") -> Ledgered:
+        """The per-cell sums of the analyst's (or, with None, every analyst's) charges on the dataset under
+        `rule`, exactly as an admit sees them, from the same memo: what reports read."""
+        with self._reading():
+            return self._tallied(analyst, dataset, rule)
+
+    def _tallied(self, analyst: str | None, dataset: str, rule: Rule) -> Ledgered:
+        """The history's per-cell sums under `rule`, inside `_write()`: the memo's, plus the charges past its
+        watermark. Charges are only ever added, so if as many charges as the memo counted still lie at or
+        below its watermark, they are the ones it summed. Otherwise (a charge that took its number early
+        and committed late, which PostgreSQL allows across analysts, or a deleted row) it starts over from
+        the whole history. The memo lives in this process only: a restart reads everything once."""
+        key = (analyst, dataset, rule)
+        memo = self._memos.take(key) or _Memo(Running(rule), 0, 0)
+        seen = self._since(analyst, dataset, memo.last)
+        if seen.before != memo.count:
+            memo = _Memo(Running(rule), 0, 0)
+            seen = self._since(analyst, dataset, 0)
+        memo.running.add(seen.after)  # raises, adding nothing, on a charge the rule cannot account for
+        memo.count = seen.before + sum(count for _, count in seen.after)
+        memo.last = max(memo.last, seen.last)
+        self._memos.put(key, memo)
+        return memo.running.ledgered()
+
+
+@dataclass(frozen=True, slots=True)
+class Since:
+    """One read of a history against a watermark: how many charges lie at or below it, the charges after
+    it as (entry, how many identical ones), and the highest sequence number among those."""
+
+    before: int
+    after: list[tuple[Entry, int]]
+    last: int
+
+
+@dataclass(slots=True)
+class _Memo:
+    running: Running
+    count: int  # charges summed
+    last: int  # the highest sequence number among them
+
+
+class _Memos:
+    """The per-cell sums of recent histories, least recently used dropped first, at most `max_cells`
+    per-cell sums in all (each a Python int of a few hundred bits). Thread-safe; a memo taken out is
+    held by one admit only until it is put back."""
+
+    def __init__(self, *, max_cells: int = 2_000_000, max_memos: int = 256) -> None:
+        self._lock = threading.Lock()
+        self._memos: OrderedDict[tuple[str | None, str, Rule], _Memo] = OrderedDict()
+        self._max_cells, self._max_memos = max_cells, max_memos
+
+    def take(self, key: tuple[str | None, str, Rule]) -> _Memo | None:
+        with self._lock:
+            return self._memos.pop(key, None)
+
+    def put(self, key: tuple[str | None, str, Rule], memo: _Memo) -> None:
+        with self._lock:
+            self._memos[key] = memo
+            while len(self._memos) > self._max_memos or (
+                len(self._memos) > 1 and sum(m.running.cells for m in self._memos.values()) > self._max_cells
+            ):
+                self._memos.popitem(last=False)

@@ -1,0 +1,125 @@
+"""A ledger in process memory (`MemoryLedger`), for tests and single-process demos.
+
+Example:
+    >>> from accountant.events import LaplaceEvent
+    >>> from accountant.filter import Budget
+    >>> ledger = MemoryLedger()
+    >>> charge = ledger.admit(analyst="ana", dataset="demo", sql_sha256="ab" * 32, event=LaplaceEvent(1, 10.0),
+    ...                       epsilon=0.1, delta=0.0, composition="basic", budget=Budget(1.0, 1e-6))
+    >>> ledger.spent("ana", "demo")
+    Spend(epsilon=0.1, delta=0.0)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from contextlib import AbstractContextManager
+from datetime import datetime
+
+from accountant.admitting import Since, _Admitting, _check_window, _Memos
+from accountant.chain import AuditRecord
+from accountant.charges import Charge, Clock, StoredRelease, _utcnow
+from accountant.filter import Entry, Spend, total
+
+# --- in memory --------------------------------------------------------------------------------------
+
+
+class MemoryLedger(_Admitting):
+    """A ledger in process memory, for tests and single-process demos; one lock makes admit atomic."""
+
+    def __init__(self, *, clock: Clock = _utcnow) -> None:
+        self._lock = threading.Lock()
+        self._rows: list[Charge] = []  # in insertion order
+        self._releases: dict[tuple[str, str, str], StoredRelease] = {}
+        self._clock = clock
+        self._memos = _Memos()
+        self.admissions: list[AuditRecord] = []  # the admitted entries, in order (no chain in memory)
+
+    def _write(self) -> AbstractContextManager[object]:
+        return self._lock
+
+    def _reading(self) -> AbstractContextManager[object]:
+        return self._lock
+
+    def _insert(self, charge: Charge) -> None:
+        self._rows.append(charge)
+
+    def _record(self, record: AuditRecord, at: datetime) -> None:
+        self.admissions.append(record)
+
+    def spent(self, analyst: str, dataset: str) -> Spend:
+        with self._lock:
+            return total((c.epsilon, c.delta) for c in self._rows if c.analyst == analyst and c.dataset == dataset)
+
+    def _entries(self, analyst: str | None, dataset: str) -> list[Entry]:
+        return [
+            Entry(c.event, c.epsilon, c.delta, c.scope)
+            for c in self._rows
+            if c.dataset == dataset and (analyst is None or c.analyst == analyst)
+        ]
+
+    def _since(self, analyst: str | None, dataset: str, seq: int) -> Since:
+        mine = [(i, c) for i, c in enumerate(self._rows, start=1)
+                if c.dataset == dataset and (analyst is None or c.analyst == analyst)]
+        after = Counter(Entry(c.event, c.epsilon, c.delta, c.scope) for i, c in mine if i > seq)
+        return Since(sum(1 for i, _ in mine if i <= seq), list(after.items()), max((i for i, _ in mine), default=0))
+
+    def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
+        with self._lock:
+            return tuple(self._entries(analyst, dataset))
+
+    def _select(
+        self,
+        analyst: str | None,
+        dataset: str | None,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> list[Charge]:
+        with self._lock:
+            rows = list(enumerate(self._rows))
+        picked = [
+            (seq, c)
+            for seq, c in rows
+            if (analyst is None or c.analyst == analyst)
+            and (dataset is None or c.dataset == dataset)
+            and (since is None or c.at >= since)
+            and (until is None or c.at < until)
+        ]
+        picked.sort(key=lambda row: (row[1].at, row[0]), reverse=True)
+        return [c for _, c in picked]
+
+    def charges(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[Charge, ...]:
+        _check_window(since, until, limit, offset)
+        return tuple(self._select(analyst, dataset, since, until)[offset : offset + limit])
+
+    def count(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> int:
+        _check_window(since, until, 0, 0)
+        return len(self._select(analyst, dataset, since, until))
+
+    def stored_release(self, analyst: str, dataset: str, request_sha256: str) -> StoredRelease | None:
+        with self._lock:
+            return self._releases.get((analyst, dataset, request_sha256))
+
+    def store_release(self, release: StoredRelease) -> None:
+        with self._lock:
+            self._releases.setdefault((release.analyst, release.dataset, release.request_sha256), release)
+
+    def close(self) -> None:
+        pass

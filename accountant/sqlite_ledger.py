@@ -1,0 +1,269 @@
+"""The durable ledger in one SQLite file (`SqliteLedger`): WAL, synchronous=FULL, every admit one
+`BEGIN IMMEDIATE` transaction, so threads and processes sharing the file can never overspend.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> from accountant.events import LaplaceEvent
+    >>> from accountant.filter import Budget
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     ledger = SqliteLedger(pathlib.Path(tmp) / "ledger.db")
+    ...     _ = ledger.admit(analyst="ana", dataset="demo", sql_sha256="ab" * 32, event=LaplaceEvent(1, 10.0),
+    ...                      epsilon=0.1, delta=0.0, composition="basic", budget=Budget(1.0, 1e-6))
+    ...     spent = ledger.spent("ana", "demo")
+    ...     ledger.close()
+    >>> spent
+    Spend(epsilon=0.1, delta=0.0)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime, timedelta
+
+from accountant.admission import append, migrate_sqlite
+from accountant.admitting import Since, _Admitting, _check_window, _Memos, event_of
+from accountant.chain import AuditRecord
+from accountant.charges import Charge, Clock, StoredRelease, _utcnow
+from accountant.events import to_json
+from accountant.filter import Entry, Spend, total
+from accountant.sql_rows import scope_of, scope_to_text, since_of, since_sql
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+SCHEMA_VERSION = 2  # 2: charges.scope
+# --- SQLite -----------------------------------------------------------------------------------------
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS charges (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        analyst TEXT NOT NULL,
+        dataset TEXT NOT NULL,
+        at_us INTEGER NOT NULL,
+        sql_sha256 TEXT NOT NULL,
+        event TEXT NOT NULL,
+        epsilon REAL NOT NULL,
+        delta REAL NOT NULL,
+        composition TEXT NOT NULL,
+        scope TEXT
+    )""",
+    "CREATE INDEX IF NOT EXISTS charges_by_owner ON charges (analyst, dataset)",
+    """CREATE TABLE IF NOT EXISTS releases (
+        analyst TEXT NOT NULL,
+        dataset TEXT NOT NULL,
+        request_sha256 TEXT NOT NULL,
+        charge_id TEXT NOT NULL REFERENCES charges (id),
+        body BLOB NOT NULL,
+        PRIMARY KEY (analyst, dataset, request_sha256)
+    )""",
+    "CREATE INDEX IF NOT EXISTS charges_by_time ON charges (at_us, seq)",
+    "CREATE INDEX IF NOT EXISTS charges_by_dataset ON charges (dataset)",  # the dataset budget's reads
+)
+_COLUMNS = "id, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition, scope"
+_UPGRADES = {1: "ALTER TABLE charges ADD COLUMN scope TEXT"}  # from version k to k + 1
+
+
+def _to_us(moment: datetime) -> int:
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def _from_row(row: tuple[str, str, str, int, str, str, float, float, str, str | None]) -> Charge:
+    id_, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition, scope = row
+    return Charge(
+        id=id_,
+        analyst=analyst,
+        dataset=dataset,
+        at=_EPOCH + at_us * _MICROSECOND,
+        sql_sha256=sql_sha256,
+        event=event_of(event),
+        epsilon=epsilon,
+        delta=delta,
+        composition=composition,
+        scope=scope_of(scope),
+    )
+
+
+def _where(
+    analyst: str | None, dataset: str | None, since: datetime | None, until: datetime | None
+) -> tuple[str, tuple[object, ...]]:
+    conditions = (
+        ("analyst = ?", analyst),
+        ("dataset = ?", dataset),
+        ("at_us >= ?", None if since is None else _to_us(since)),
+        ("at_us < ?", None if until is None else _to_us(until)),
+    )
+    used = [(sql, value) for sql, value in conditions if value is not None]
+    clause = " AND ".join(sql for sql, _ in used) or "1"
+    return clause, tuple(value for _, value in used)
+
+
+def use_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """Switch the file to WAL. The switch needs an exclusive lock and SQLite does not wait for it through
+    busy_timeout, so processes opening one file at once retry here instead of failing at start-up."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """`BEGIN IMMEDIATE` … `COMMIT`; on any exception (a refusal included) or a failed COMMIT, roll back."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+
+class SqliteLedger(_Admitting):
+    """A durable ledger in one SQLite file (WAL, synchronous=FULL); safe across threads and processes.
+
+    One connection per ledger object, guarded by a lock; `admit` runs in `BEGIN IMMEDIATE`, which takes
+    the database's write lock before reading the spend, so concurrent admits on the same file serialise.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, clock: Clock = _utcnow, timeout_s: float = 30.0
+    ) -> None:
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._memos = _Memos()
+        self._conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+            use_wal(self._conn, timeout_s)
+            self._conn.execute("PRAGMA synchronous = FULL")
+            self._create_schema()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _create_schema(self) -> None:
+        with _immediate(self._conn):
+            migrate_sqlite(self._conn)  # the audit chain's tables: admit appends to them
+            for statement in _SCHEMA:
+                self._conn.execute(statement)
+            versions = self._conn.execute("SELECT version FROM schema_version").fetchall()
+            if not versions:
+                self._conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+                return
+            while len(versions) == 1 and versions[0][0] in _UPGRADES:  # an older file: upgrade in place
+                (version,) = versions[0]
+                self._conn.execute(_UPGRADES[version])
+                self._conn.execute("UPDATE schema_version SET version = ?", (version + 1,))
+                versions = [(version + 1,)]
+            if versions != [(SCHEMA_VERSION,)]:
+                found = ", ".join(str(v) for (v,) in versions)
+                raise RuntimeError(f"ledger schema version {found} is not {SCHEMA_VERSION}; upgrade dp-proxy")
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        # BEGIN IMMEDIATE takes SQLite's write lock before the spend is read: admits on one file serialise
+        with self._lock, _immediate(self._conn):
+            yield
+
+    def _insert(self, charge: Charge) -> None:
+        self._conn.execute(
+            f"INSERT INTO charges ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                charge.id,
+                charge.analyst,
+                charge.dataset,
+                _to_us(charge.at),
+                charge.sql_sha256,
+                json.dumps(to_json(charge.event), allow_nan=False, separators=(",", ":")),
+                charge.epsilon,
+                charge.delta,
+                charge.composition,
+                scope_to_text(charge.scope),
+            ),
+        )
+
+    def _record(self, record: AuditRecord, at: datetime) -> None:
+        append(self._conn, record, at, postgres=False)  # inside BEGIN IMMEDIATE: the file's write lock
+
+    def spent(self, analyst: str, dataset: str) -> Spend:
+        with self._lock:
+            rows: Iterable[tuple[float, float]] = self._conn.execute(
+                "SELECT epsilon, delta FROM charges WHERE analyst = ? AND dataset = ?", (analyst, dataset)
+            )
+            return total(rows)  # summed exactly in Python: SQL SUM() rounds arbitrarily
+
+    def _reading(self) -> AbstractContextManager[object]:
+        return self._lock  # the connection is this object's; one statement needs no transaction
+
+    def _since(self, analyst: str | None, dataset: str, seq: int) -> Since:
+        clause, params = _where(analyst, dataset, None, None)
+        rows = self._conn.execute(since_sql(clause, "?"), (*params, seq, *params, seq)).fetchall()
+        return since_of(rows, seq)
+
+    def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
+        with self._lock:
+            found = self._since(analyst, dataset, 0).after
+        return tuple(entry for entry, count in found for entry in [entry] * count)
+
+    def charges(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[Charge, ...]:
+        _check_window(since, until, limit, offset)
+        clause, params = _where(analyst, dataset, since, until)
+        sql = f"SELECT {_COLUMNS} FROM charges WHERE {clause} ORDER BY at_us DESC, seq DESC LIMIT ? OFFSET ?"
+        with self._lock:
+            rows = self._conn.execute(sql, (*params, limit, offset)).fetchall()
+        return tuple(_from_row(row) for row in rows)
+
+    def count(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> int:
+        _check_window(since, until, 0, 0)
+        clause, params = _where(analyst, dataset, since, until)
+        with self._lock:
+            (number,) = self._conn.execute(f"SELECT COUNT(*) FROM charges WHERE {clause}", params).fetchone()
+        return int(number)
+
+    def stored_release(self, analyst: str, dataset: str, request_sha256: str) -> StoredRelease | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT charge_id, body FROM releases WHERE analyst = ? AND dataset = ? AND request_sha256 = ?",
+                (analyst, dataset, request_sha256),
+            ).fetchone()
+        return None if row is None else StoredRelease(analyst, dataset, request_sha256, row[0], bytes(row[1]))
+
+    def store_release(self, release: StoredRelease) -> None:
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR IGNORE INTO releases (analyst, dataset, request_sha256, charge_id, body)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (release.analyst, release.dataset, release.request_sha256, release.charge_id, release.body),
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
