@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, get_args
@@ -36,16 +36,36 @@ DEFAULT_SELECTION_SHARE = 0.5
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """An analyst's total allowance on one dataset: (ε, δ)-DP over all of their queries."""
+    """An analyst's total allowance on one dataset: (ε, δ)-DP over all of their queries.
+
+    `exact` is the (ε, δ) as written in decimal, when known (the policy's digits); `epsilon` and `delta` are
+    then the largest floats at or below them. Under `basic` the filter compares the exact sums of the
+    charges with `exact`, so charges whose written decimals add up to the budget fit (0.25 + 0.05 in 0.3),
+    which the floats alone would refuse by an ulp (docs/privacy.md §8.6).
+
+    Example:
+        >>> from fractions import Fraction
+        >>> Budget(0.3, 1e-6, exact=(Fraction(3, 10), Fraction(1, 10**6))).limits()
+        (Fraction(3, 10), Fraction(1, 1000000))
+        >>> Budget(0.5, 0.0).limits()
+        (Fraction(1, 2), Fraction(0, 1))
+    """
 
     epsilon: float
     delta: float
+    exact: tuple[Fraction, Fraction] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.epsilon) and self.epsilon > 0):
             raise ValueError(f"budget epsilon must be finite and > 0, got {self.epsilon!r}")
         if not (math.isfinite(self.delta) and 0 <= self.delta < 1):
             raise ValueError(f"budget delta must be in [0, 1), got {self.delta!r}")
+        if self.exact is not None and (_down(self.exact[0]), _down(self.exact[1])) != (self.epsilon, self.delta):
+            raise ValueError(f"a budget's floats must be the largest at or below its exact values, got {self!r}")
+
+    def limits(self) -> tuple[Fraction, Fraction]:
+        """The exact (ε, δ) that basic composition must stay within: the written decimals, else the floats."""
+        return self.exact if self.exact is not None else (Fraction(self.epsilon), Fraction(self.delta))
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +121,9 @@ def admits(spent: Spend, epsilon: float, delta: float, budget: Budget) -> bool:
     for name, value in (("epsilon", epsilon), ("delta", delta)):
         if not (math.isfinite(value) and value >= 0):
             raise ValueError(f"requested {name} must be finite and >= 0, got {value!r}")
-    epsilon_fits = Fraction(spent.epsilon) + Fraction(epsilon) <= Fraction(budget.epsilon)
-    delta_fits = Fraction(spent.delta) + Fraction(delta) <= Fraction(budget.delta)
+    epsilon_limit, delta_limit = budget.limits()
+    epsilon_fits = Fraction(spent.epsilon) + Fraction(epsilon) <= epsilon_limit
+    delta_fits = Fraction(spent.delta) + Fraction(delta) <= delta_limit
     return epsilon_fits and delta_fits
 
 
@@ -115,10 +136,8 @@ def remaining(spent: Spend, budget: Budget) -> Spend:
         >>> remaining(Spend(2.0, 0.0), Budget(1.0, 0.0))
         Spend(epsilon=0.0, delta=0.0)
     """
-    left = (
-        Fraction(budget.epsilon) - Fraction(spent.epsilon),
-        Fraction(budget.delta) - Fraction(spent.delta),
-    )
+    epsilon_limit, delta_limit = budget.limits()
+    left = (epsilon_limit - Fraction(spent.epsilon), delta_limit - Fraction(spent.delta))
     return Spend(*(max(0.0, _down(x)) for x in left))
 
 
@@ -164,6 +183,13 @@ class Capacity:
     amount: float
     delta: float
     conversion_delta: float
+    exact: tuple[Fraction, Fraction] | None = field(default=None, repr=False)  # basic: the budget's decimals
+
+    def limits(self) -> tuple[Fraction, Fraction]:
+        """What the exact sums may reach: Σε (exact decimal under basic when known), Σρ or Σμ²; and Σδ."""
+        if self.exact is not None:
+            return self.exact
+        return additive(self.amount, self.rule), Fraction(self.delta)
 
 
 def split_delta(delta: float, share: float) -> tuple[float, float]:
@@ -194,7 +220,7 @@ def capacity(budget: Budget, accounting: Accounting) -> Capacity:
         (0.02436, 0.0, 1e-06)
     """
     if accounting.rule == "basic":
-        return Capacity("basic", budget.epsilon, budget.delta, 0.0)
+        return Capacity("basic", budget.epsilon, budget.delta, 0.0, budget.exact)
     selection, conversion = split_delta(budget.delta, accounting.selection_share)
     if conversion <= 0:
         raise ValueError(f"accounting = {accounting.rule!r} needs a budget delta > 0, got {budget.delta!r}")
@@ -271,5 +297,5 @@ def fits(used: Usage, entry: Entry, limit: Capacity) -> bool:
     if used.rule != limit.rule:
         raise ValueError(f"usage under {used.rule!r} checked against a {limit.rule!r} capacity")
     amount, delta = cost(entry, limit.rule)
-    amount_fits = used.amount + additive(amount, limit.rule) <= additive(limit.amount, limit.rule)
-    return amount_fits and used.delta + Fraction(delta) <= Fraction(limit.delta)
+    amount_limit, delta_limit = limit.limits()
+    return used.amount + additive(amount, limit.rule) <= amount_limit and used.delta + Fraction(delta) <= delta_limit

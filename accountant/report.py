@@ -181,7 +181,7 @@ def refusal(
     }
     if entry.scope is not None:
         detail.update(cells=entry.scope.count, cells_table=entry.scope.table)
-    amount_short = used.amount + additive(amount, rule) > additive(limit.amount, rule)
+    amount_short = used.amount + additive(amount, rule) > limit.limits()[0]
     if rule == "basic":
         if scope != "analyst":
             detail.update(accounting=rule, scope=scope)
@@ -267,9 +267,9 @@ def how_many(entry: Entry, budget: Budget, accounting: Accounting, *, at_most: i
         return 0
     counts = [at_most]
     if amount > 0:
-        counts.append(math.floor(additive(limit.amount, rule) / additive(amount, rule)))
+        counts.append(math.floor(limit.limits()[0] / additive(amount, rule)))
     if delta > 0:
-        counts.append(math.floor(Fraction(limit.delta) / Fraction(delta)))
+        counts.append(math.floor(limit.limits()[1] / Fraction(delta)))
     return max(0, min(counts))
 
 

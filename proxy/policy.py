@@ -34,6 +34,7 @@ from proxy.policy_readers import (
     _Raw,
     _show,
     _str,
+    _written_decimal,
 )
 from proxy.query import Bounding, types
 from proxy.query.analyse import MAX_PUBLIC_CELLS
@@ -340,8 +341,10 @@ def _budget(value: object, loc: str, p: _Problems) -> Budget | None:
             p.add(f"{loc}.{number}", message)
     if len(p.items) > before or epsilon is None or delta is None:
         return None
+    written = (_written_decimal(value.get("epsilon")), _written_decimal(value.get("delta")))
+    exact = (written[0], written[1]) if written[0] is not None and written[1] is not None else None
     try:
-        return Budget(epsilon, delta)
+        return Budget(epsilon, delta, exact=exact)  # basic compares with the written decimals (privacy.md §8.6)
     except ValueError as err:
         p.add(loc, str(err))
         return None

@@ -117,6 +117,15 @@ def _privacy_float(raw: _Raw, key: str, loc: str, p: _Problems, default: object 
     return float(cast(float, value))
 
 
+def _written_decimal(value: object) -> Fraction | None:
+    """The exact number a policy wrote for an ε or δ (a decimal or an integer), or None if unknown."""
+    if isinstance(value, _DecimalText):
+        return value.exact
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Fraction(value)
+    return None
+
+
 def _float(raw: _Raw, key: str, loc: str, p: _Problems, default: object = _REQUIRED) -> float | None:
     value = _take(raw, key, loc, p, _is_number, "a number", default)
     return None if value is None else float(cast(float, value))

@@ -4,6 +4,7 @@ nothing ever charges more than was written or more than the budget."""
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from fractions import Fraction
 
@@ -15,6 +16,7 @@ from accountant.events import LaplaceEvent
 from accountant.filter import BASIC, Budget
 from accountant.ledger import MemoryLedger
 from mechanisms import laplace
+from mechanisms.rounding import down
 from proxy.decimal_json import loads
 from proxy.demo import DemoFiles
 from proxy.query import plan
@@ -106,3 +108,56 @@ def test_over_http_ten_tenths_fit_and_bad_numbers_charge_nothing(fresh_server: S
         response = analyst.post("/v1/query", content=raw, headers={"content-type": "application/json"})
         assert response.status_code == 403 and response.json()["code"] == "budget_exceeded"
         assert Fraction(spend(analyst)["epsilon_spent"]) <= 1
+
+
+def _written(epsilon: str, delta: str = "1e-6") -> Budget:
+    exact = (Fraction(Decimal(epsilon)), Fraction(Decimal(delta)))
+    return Budget(down(exact[0]), down(exact[1]), exact=exact)
+
+
+def test_a_budget_is_compared_as_its_written_decimal() -> None:
+    parts = [_request(f'{{"sql": "SELECT 1", "epsilon": {e}}}').epsilon for e in ("0.25", "0.05")]
+    assert all(p is not None for p in parts)
+    floats_only = Budget(_written("0.3").epsilon, 1e-6)  # the float below 0.3: refused by an ulp (as before)
+    assert _admit_all(parts, floats_only) == 1  # type: ignore[arg-type]
+    assert _admit_all([*parts, 1e-6], _written("0.3")) == 2  # type: ignore[list-item]  # exactly full: no more
+    tenths = [_request('{"sql": "SELECT 1", "epsilon": 0.1}').epsilon] * 4
+    assert _admit_all(tenths, _written("0.3")) == 3  # type: ignore[arg-type]
+
+
+def test_a_budget_never_admits_beyond_its_written_decimal() -> None:
+    # the exact comparison admits only histories whose charges (each >= the mechanism's true ε) fit the decimal
+    budget = _written("0.7")
+    ledger = MemoryLedger()
+    for i, e in enumerate(["0.3", "0.3", "0.1", "0.000001"]):
+        epsilon = _request(f'{{"sql": "SELECT 1", "epsilon": {e}}}').epsilon
+        assert epsilon is not None
+        p = plan(f"SELECT COUNT(*) AS n{i} FROM t", CATALOG, epsilon=epsilon, delta=0.0, mechanism="laplace")
+        try:
+            ledger.admit(analyst="a", dataset="d", sql_sha256=f"{i:064x}", event=p.price.event,
+                         epsilon=p.price.epsilon, delta=p.price.delta, composition="sequential", budget=budget)
+        except BudgetExceeded:
+            assert i == 3
+    total = sum(Fraction(c.epsilon) for c in ledger.charges(limit=10))
+    assert total <= Fraction(7, 10) and len(ledger.charges(limit=10)) == 3
+
+
+def test_budget_floats_must_be_the_decimal_rounded_down() -> None:
+    with pytest.raises(ValueError, match="largest at or below"):
+        Budget(0.1, 1e-6, exact=(Fraction(1, 10), Fraction(1, 10**6)))  # 0.1 as a float lies above 1/10
+    with pytest.raises(ValueError, match="largest at or below"):
+        Budget(0.2, 1e-6, exact=(Fraction(3, 10), Fraction(1, 10**6)))
+
+
+def test_over_http_decimals_that_add_up_to_the_budget_fit(fresh_server: StartFresh, demo: DemoFiles) -> None:
+    server = fresh_server(epsilon=0.3, delta=1e-6)  # written "0.3" in the policy TOML
+    with server.client(demo.analyst_key) as analyst:
+        for i, literal in enumerate(("0.25", "0.05")):
+            raw = '{"sql": "SELECT COUNT(*) AS n' + str(i) + ' FROM visits", "epsilon": ' + literal + "}"
+            response = analyst.post("/v1/query", content=raw, headers={"content-type": "application/json"})
+            assert response.status_code == 200, (literal, response.text)
+        budget = spend(analyst)
+        # Σ of the charged floats is 0.2999999999999999958…, reported rounded up: the float just above 0.3
+        assert budget["epsilon_remaining"] == 0.0 and budget["epsilon_spent"] == math.nextafter(0.3, math.inf)
+        response = analyst.post("/v1/query", json={"sql": "SELECT COUNT(*) AS more FROM visits", "epsilon": 1e-6})
+        assert response.status_code == 403 and response.json()["code"] == "budget_exceeded"

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
@@ -57,6 +58,12 @@ key_sha256 = "{ROOT_HASH}"
 """
 
 
+def _written(epsilon: int, delta: str) -> Budget:
+    """A budget as the policy reads it: the written decimals, and the floats at or below them."""
+    exact = (Fraction(epsilon), Fraction(Decimal(delta)))
+    return Budget(down(exact[0]), down(exact[1]), exact=exact)
+
+
 def write(directory: Path, text: str) -> Path:
     (directory / "demo.duckdb").touch()
     path = directory / "policy.toml"
@@ -88,7 +95,7 @@ def test_valid_policy_loads_into_frozen_values(tmp_path: Path, monkeypatch: pyte
                           down(Fraction(1, 10)), down(Fraction(1, 10**8)), 1.0),
         ),
         analysts=(
-            AnalystPolicy("alice", "analyst", ALICE_HASH, (("demo", Budget(3.0, 1e-6)),)),
+            AnalystPolicy("alice", "analyst", ALICE_HASH, (("demo", _written(3, "1e-6")),)),
             AnalystPolicy("root", "admin", ROOT_HASH, ()),
         ),
         ledger=base / "ledger.sqlite",
@@ -100,7 +107,8 @@ def test_valid_policy_loads_into_frozen_values(tmp_path: Path, monkeypatch: pyte
         demo.epsilon = 1.0  # type: ignore[misc]
     alice = policy.analyst_by_key_hash(ALICE_HASH)
     assert alice is not None and alice.name == "alice"
-    assert alice.budget("demo") == Budget(3.0, 1e-6) and alice.budget("other") is None
+    assert alice.budget("demo") == _written(3, "1e-6") and alice.budget("other") is None
+    assert alice.budget("demo") == Budget(3.0, 1e-6, exact=(Fraction(3), Fraction(1, 10**6)))  # as written
     assert policy.analyst_by_key_hash("b" * 64) is None
 
 
@@ -306,7 +314,7 @@ def test_accounting_keys_load(tmp_path: Path) -> None:
     dataset = load_policy(write(tmp_path, text)).dataset("demo")
     assert dataset is not None
     assert dataset.accounting == Accounting("gdp", 0.25)
-    assert dataset.budget == Budget(20.0, down(Fraction(1, 10**5)))  # 1e-5 as written, never above it
+    assert dataset.budget == _written(20, "1e-5")  # 1e-5 as written, its float never above it
 
 
 def test_accounting_defaults_to_basic_without_a_shared_budget(tmp_path: Path) -> None:
