@@ -13,9 +13,12 @@ import pytest
 
 from accountant.errors import UnsupportedEvent
 from accountant.events import GaussianEvent
+from accountant.filter import Entry
 from accountant.loss import approximate_mu
+from accountant.report import tightest
 from mechanisms import discrete_gaussian as dg
 from mechanisms import discrete_gaussian_analytic as dga
+from mechanisms import gaussian
 
 
 @lru_cache(maxsize=256)
@@ -120,3 +123,10 @@ def test_calibration_by_inversion_above_256(sensitivity: float, target: float) -
     sigma = dg.sigma_for(sensitivity, target)
     assert sigma > 256 and dg.mu(sensitivity, sigma) <= target
     assert sigma <= sensitivity / target * (1 + 1.3e-4)  # at most the bound's slack above Δ2/μ
+
+
+def test_a_large_sigma_history_reports_within_a_tenth_of_a_percent_of_continuous_gdp() -> None:
+    history = [Entry(GaussianEvent(1, 1000.0), 0.01, 0.0)] * 200 + [Entry(GaussianEvent(20, 3000.0), 0.01, 0.0)] * 50
+    epsilon, rule = tightest(history, 1e-6)
+    continuous = gaussian.epsilon_of(math.sqrt(200 / 1000.0**2 + 50 * (20 / 3000.0) ** 2), 1e-6)
+    assert rule == "gdp" and continuous < epsilon <= continuous * 1.001
