@@ -86,8 +86,11 @@ def test_a_small_gaussian_query_costs_little_rho(demo: DemoFiles, tmp_path: Path
         assert answer.status_code == 200, answer.text
         charge = answer.json()["charge"]
         assert charge["accounting"] == "zcdp"
-        assert [c["accounting"] for c in charge["costs"]] == ["basic", "zcdp"]  # no GDP bound for it
+        # σ ≈ 2600 grid units: since docs/privacy.md §8.7 it has a proven μ too, just above Δ2/σ
+        assert [c["accounting"] for c in charge["costs"]] == ["basic", "zcdp", "gdp"]
         assert charge["costs"][1]["rho"] < 1e-4
+        (event,) = charge["events"]["events"]
+        assert 1 < charge["costs"][2]["mu"] * event["sigma"] / event["sensitivity"] < 1.0002
         # the ρ left (0.02294 − 5e-5) still converts to ε > 0.99 at δ_conv: under basic 0.95 would be left
         assert answer.json()["budget"]["epsilon_remaining"] > 0.99
 
@@ -95,7 +98,8 @@ def test_a_small_gaussian_query_costs_little_rho(demo: DemoFiles, tmp_path: Path
 def test_gdp_refuses_gaussian_noise_before_charging(demo: DemoFiles, tmp_path: Path, started: list[Server]) -> None:
     server = _serve(demo, tmp_path, started, 'accounting = "gdp"', epsilon=1.0, delta=1e-6)
     with server.client(demo.analyst_key) as client:
-        refused = _query(client, "SELECT COUNT(*) FROM visits", epsilon=0.1, delta=1e-8, mechanism="gaussian")
+        # a SUM of seconds (Δ2 = 72000 grid units) needs σ beyond 2²⁰ grid units, where no μ is proven
+        refused = _query(client, "SELECT SUM(duration_s) FROM visits", epsilon=0.1, delta=1e-8, mechanism="gaussian")
         assert refused.status_code == 400 and refused.json()["code"] == "invalid_parameter"
         assert "discrete Gaussian" in refused.json()["error"] and refused.json()["charged"] is False
         codes = [_query(client, f"SELECT COUNT(*) AS n{i} FROM visits", epsilon=0.1).status_code for i in range(4)]
