@@ -413,9 +413,14 @@ def _noise(analysis: Analysis, price: Price) -> list[NoiseOut]:
     for output in analysis.outputs:
         if isinstance(output.expr, Agg):
             aggregate = analysis.aggregates[output.expr.index]
+            if aggregate.kind == "quantile":
+                quantile = next(q for q in price.quantiles if q.aggregate == output.expr.index)
+                out.append(NoiseOut(column=output.name, mechanism="exponential", scale=None, ci95=None,
+                                    rank_error95=quantile.rank_error95))
+                continue
             if aggregate.kind != "avg":
                 measure = analysis.measures.index(_first_measure(analysis, output.expr.index))
-                spec = price.noise[measure]
+                spec = next(n for n in price.noise if n.measure == measure)
                 out.append(NoiseOut(column=output.name, mechanism=spec.mechanism,
                                     scale=spec.scale / spec.grid, ci95=spec.ci95 / spec.grid))
                 continue

@@ -87,9 +87,13 @@ class QueryRequest(BaseModel):
 
 class NoiseOut(BaseModel):
     column: str
-    mechanism: Literal["laplace", "gaussian"]
+    mechanism: Literal["laplace", "gaussian", "exponential"]
     scale: float | None = Field(description="Laplace b or Gaussian σ, in the column's units; null if derived")
     ci95: float | None = Field(description="half-width of the 95% noise interval; null if derived")
+    rank_error95: float | None = Field(
+        None, description="quantiles (exponential mechanism): with probability 0.95 the released value lies "
+                          "between the true quantiles at ranks q·n ± this many rows, in every group",
+    )
 
 
 Accounting = Literal["basic", "zcdp", "gdp"]

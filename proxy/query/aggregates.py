@@ -6,7 +6,7 @@ Example:
     >>> t = TableSchema("orders", "customer_id", (ColumnSpec("customer_id", "BIGINT"),
     ...     ColumnSpec("amount", "DOUBLE", bounds=(0, 100))))
     >>> aggregate(parse_one("SUM(amount)"), Names(t, None, Catalog((t,))))
-    Aggregate(kind='sum', column='amount')
+    Aggregate(kind='sum', column='amount', q=None)
 """
 
 from __future__ import annotations
@@ -17,10 +17,15 @@ from proxy.query.errors import PolicyError, UnsupportedQuery
 from proxy.query.errors import construct_name as _construct
 from proxy.query.measures import Aggregate
 from proxy.query.names import Names
+from proxy.query.quantiles import QUANTILE_NODES, quantile
 from proxy.query.refusals import AGGREGATE_HINT, unsupported
 
+MORE_AGGREGATES = QUANTILE_NODES  # aggregate calls beyond COUNT, SUM and AVG (issue #15)
 
-def aggregate(node: exp.Count | exp.Sum | exp.Avg, names: Names) -> Aggregate:
+
+def aggregate(node: exp.Expr, names: Names) -> Aggregate:
+    if isinstance(node, QUANTILE_NODES):
+        return quantile(node, names)
     for name, value in node.args.items():
         if name not in ("this", "big_int") and value:
             raise unsupported(node, "an aggregate (no extra arguments)")

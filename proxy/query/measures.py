@@ -8,18 +8,21 @@ the rewrite keeps at most `max_rows` rows per unit and group:
     units             1                            (COUNT(DISTINCT unit))
     sum               max_rows · max(|lo|, |hi|)   (SUM, grid units)
     centred_sum       max_rows · max(hi − c, c − lo), c = centre of [lo, hi]   (AVG's numerator)
+    histogram         max_rows rows in the group's histogram over `points` grid points (quantiles; not
+                      noised: read by the exponential mechanism of mechanisms/dp_quantile.py)
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Literal
 
 from proxy.query.catalog import ColumnSpec, TableSchema
 
-AggregateKind = Literal["count", "count_column", "count_units", "sum", "avg"]
-MeasureKind = Literal["rows", "values", "units", "sum", "centred_sum"]
+AggregateKind = Literal["count", "count_column", "count_units", "sum", "avg", "quantile"]
+MeasureKind = Literal["rows", "values", "units", "sum", "centred_sum", "histogram"]
 
 GRID_BITS = 30  # a clamped value spans at most 2^30 grid steps: sums of 2^33 rows stay below 2^63
 
@@ -28,8 +31,11 @@ GRID_BITS = 30  # a clamped value spans at most 2^30 grid steps: sums of 2^33 ro
 class Aggregate:
     kind: AggregateKind
     column: str | None
+    q: Fraction | None = None  # the quantile, for kind "quantile" (0: MIN, 1: MAX)
 
     def label(self) -> str:
+        if self.kind == "quantile":
+            return f"QUANTILE({self.column}, {self.q})"
         return {"count": "COUNT(*)", "count_units": f"COUNT(DISTINCT {self.column})"}.get(
             self.kind, f"{self.kind.replace('_column', '').upper()}({self.column})"
         )
@@ -44,6 +50,7 @@ class Measure:
     grid: int = 1
     lo: int = 0
     hi: int = 0
+    points: int = 0  # histogram: grid points lo, lo + (hi − lo)/(points − 1), …, hi (grid units)
 
     @property
     def centre(self) -> int:
@@ -59,7 +66,7 @@ class Measure:
             15
         """
         match self.kind:
-            case "rows" | "values":
+            case "rows" | "values" | "histogram":
                 return max_rows
             case "units":
                 return 1
@@ -91,6 +98,24 @@ def fixed_point(spec: ColumnSpec) -> tuple[int, int, int]:
     return grid, math.ceil(lo * grid), math.floor(hi * grid)
 
 
+HISTOGRAM_POINTS = 1001  # the grid of a quantile: the clamp range in 1000 steps (or each integer, if fewer)
+
+
+def histogram_points(spec: ColumnSpec, lo: int, hi: int) -> int:
+    """How many grid points a quantile of the column chooses from: each integer of a narrow integer range,
+    else HISTOGRAM_POINTS evenly spaced (the error bar grows only with log(points)).
+
+    Example:
+        >>> histogram_points(ColumnSpec("age", "INTEGER", bounds=(18, 90)), 18, 90)
+        73
+        >>> histogram_points(ColumnSpec("amount", "DOUBLE", bounds=(0.0, 500.0)), 0, 2**29)
+        1001
+    """
+    if spec.kind == "integer" and hi - lo < HISTOGRAM_POINTS:
+        return hi - lo + 1
+    return HISTOGRAM_POINTS if hi > lo else 1
+
+
 def measures_of(aggregate: Aggregate, table: TableSchema) -> tuple[Measure, ...]:
     """The measures one aggregate is computed from (AVG: a centred sum and a count)."""
     match aggregate.kind:
@@ -103,6 +128,8 @@ def measures_of(aggregate: Aggregate, table: TableSchema) -> tuple[Measure, ...]
     column = table.column(aggregate.column or "")
     assert column is not None and column.bounds is not None
     grid, lo, hi = fixed_point(column)
+    if aggregate.kind == "quantile":  # every quantile of a column reads the one histogram
+        return (Measure("histogram", column.name, grid, lo, hi, histogram_points(column, lo, hi)),)
     if aggregate.kind == "sum":
         return (Measure("sum", column.name, grid, lo, hi),)
     return (Measure("centred_sum", column.name, grid, lo, hi), Measure("values", column.name))
