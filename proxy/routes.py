@@ -418,7 +418,7 @@ def _noise(analysis: Analysis, price: Price) -> list[NoiseOut]:
                 out.append(NoiseOut(column=output.name, mechanism="exponential", scale=None, ci95=None,
                                     rank_error95=quantile.rank_error95))
                 continue
-            if aggregate.kind != "avg":
+            if aggregate.kind not in ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp"):
                 measure = analysis.measures.index(_first_measure(analysis, output.expr.index))
                 spec = next(n for n in price.noise if n.measure == measure)
                 out.append(NoiseOut(column=output.name, mechanism=spec.mechanism,

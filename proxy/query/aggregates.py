@@ -19,13 +19,16 @@ from proxy.query.measures import Aggregate
 from proxy.query.names import Names
 from proxy.query.quantiles import QUANTILE_NODES, quantile
 from proxy.query.refusals import AGGREGATE_HINT, unsupported
+from proxy.query.spread import SPREAD_NODES, spread
 
-MORE_AGGREGATES = QUANTILE_NODES  # aggregate calls beyond COUNT, SUM and AVG (issue #15)
+MORE_AGGREGATES = (*QUANTILE_NODES, *SPREAD_NODES)  # aggregate calls beyond COUNT, SUM and AVG (issue #15)
 
 
 def aggregate(node: exp.Expr, names: Names) -> Aggregate:
     if isinstance(node, QUANTILE_NODES):
         return quantile(node, names)
+    if type(node) in SPREAD_NODES:
+        return spread(node, names)
     for name, value in node.args.items():
         if name not in ("this", "big_int") and value:
             raise unsupported(node, "an aggregate (no extra arguments)")

@@ -8,6 +8,7 @@ the rewrite keeps at most `max_rows` rows per unit and group:
     units             1                            (COUNT(DISTINCT unit))
     sum               max_rows · max(|lo|, |hi|)   (SUM, grid units)
     centred_sum       max_rows · max(hi − c, c − lo), c = centre of [lo, hi]   (AVG's numerator)
+    centred_squares   max_rows · max(hi − c, c − lo)²   (VAR and STDDEV, on a coarser grid: `spread_grid`)
     histogram         max_rows rows in the group's histogram over `points` grid points (quantiles; not
                       noised: read by the exponential mechanism of mechanisms/dp_quantile.py)
 """
@@ -21,8 +22,10 @@ from typing import Literal
 
 from proxy.query.catalog import ColumnSpec, TableSchema
 
-AggregateKind = Literal["count", "count_column", "count_units", "sum", "avg", "quantile"]
-MeasureKind = Literal["rows", "values", "units", "sum", "centred_sum", "histogram"]
+AggregateKind = Literal["count", "count_column", "count_units", "sum", "avg", "quantile", "var_pop", "var_samp",
+                        "stddev_pop", "stddev_samp"]
+MeasureKind = Literal["rows", "values", "units", "sum", "centred_sum", "histogram", "centred_squares"]
+SPREAD_KINDS = ("var_pop", "var_samp", "stddev_pop", "stddev_samp")
 
 GRID_BITS = 30  # a clamped value spans at most 2^30 grid steps: sums of 2^33 rows stay below 2^63
 
@@ -74,6 +77,8 @@ class Measure:
                 return max_rows * max(abs(self.lo), abs(self.hi))
             case "centred_sum":
                 return max_rows * max(self.hi - self.centre, self.centre - self.lo)
+            case "centred_squares":  # (x − c)² lies in [0, max(hi − c, c − lo)²] for x in [lo, hi]
+                return max_rows * max(self.hi - self.centre, self.centre - self.lo) ** 2
 
 
 def fixed_point(spec: ColumnSpec) -> tuple[int, int, int]:
@@ -94,6 +99,32 @@ def fixed_point(spec: ColumnSpec) -> tuple[int, int, int]:
         return 1, int(lo), int(hi)
     magnitude = max(abs(lo), abs(hi), 2.0**-20)
     bits = min(50, max(0, GRID_BITS - math.ceil(math.log2(magnitude))))
+    grid = 2**bits
+    return grid, math.ceil(lo * grid), math.floor(hi * grid)
+
+
+SPREAD_STEPS = 2**16  # VAR/STDDEV: at least this many grid steps over the range when the grid can be >= 1
+MAX_SPREAD_STEPS = 2**21  # … and at most this many: a square stays below 2^40, a sensitivity below 2^56
+
+
+def spread_grid(spec: ColumnSpec) -> tuple[int, int, int]:
+    """(grid, lo, hi) for the sums of VAR and STDDEV: a power-of-two grid with 2^16 to 2^17 steps over the
+    range (an integer range of at most 2^21 keeps grid 1), bounds rounded inwards as in `fixed_point`.
+    Squares of fine-grid values (2^30 steps) would reach 2^60: the coarse grid keeps them exact in BIGINT.
+
+    Example:
+        >>> spread_grid(ColumnSpec("amount", "DOUBLE", bounds=(0.0, 500.0)))
+        (128, 0, 64000)
+        >>> spread_grid(ColumnSpec("age", "INTEGER", bounds=(18, 90)))
+        (1, 18, 90)
+    """
+    assert spec.bounds is not None
+    lo, hi = spec.bounds
+    integral = spec.kind == "integer" and float(lo).is_integer() and float(hi).is_integer()
+    if integral and hi - lo <= MAX_SPREAD_STEPS:
+        return 1, int(lo), int(hi)
+    width = hi - lo
+    bits = 0 if width == 0 else max(0, min(50, math.floor(math.log2(SPREAD_STEPS / width))))
     grid = 2**bits
     return grid, math.ceil(lo * grid), math.floor(hi * grid)
 
@@ -128,6 +159,10 @@ def measures_of(aggregate: Aggregate, table: TableSchema) -> tuple[Measure, ...]
     column = table.column(aggregate.column or "")
     assert column is not None and column.bounds is not None
     grid, lo, hi = fixed_point(column)
+    if aggregate.kind in SPREAD_KINDS:  # count, centred sum and centred sum of squares, on a coarser grid
+        g2, lo2, hi2 = spread_grid(column)
+        return (Measure("values", column.name), Measure("centred_sum", column.name, g2, lo2, hi2),
+                Measure("centred_squares", column.name, g2, lo2, hi2))
     if aggregate.kind == "quantile":  # every quantile of a column reads the one histogram
         return (Measure("histogram", column.name, grid, lo, hi, histogram_points(column, lo, hi)),)
     if aggregate.kind == "sum":

@@ -33,6 +33,7 @@ from proxy.query.catalog import Mechanism
 from proxy.query.errors import InvalidParameter
 from proxy.query.measures import measures_of
 from proxy.query.quantile_noise import QuantileSpec, calibrate
+from proxy.query.spread import spread_weight
 
 Composition = Literal["parallel", "sequential"]
 
@@ -278,7 +279,7 @@ def _weights(analysis: Analysis) -> tuple[int, ...]:
     uses = [0] * len(analysis.measures)
     for aggregate in analysis.aggregates:
         for measure in measures_of(aggregate, analysis.table):
-            uses[analysis.measures.index(measure)] += 1
+            uses[analysis.measures.index(measure)] += spread_weight(aggregate, measure)
     return tuple(max(1, n) for n in uses)
 
 

@@ -22,9 +22,10 @@ from mechanisms.sampling import MAX_ABS_VALUE, Sampler
 from proxy.query import types
 from proxy.query.analyse import Analysis
 from proxy.query.expr import Agg, Key, Value, evaluate
-from proxy.query.measures import Aggregate, Measure, measures_of
+from proxy.query.measures import SPREAD_KINDS, Aggregate, Measure, measures_of
 from proxy.query.price import Price
 from proxy.query.quantile_noise import release_quantile
+from proxy.query.spread import variance
 
 _LARGEST = MAX_ABS_VALUE - 1
 
@@ -134,6 +135,8 @@ def _estimates(aggregate: Aggregate, analysis: Analysis, noisy: dict[Measure, np
             return np.maximum(value, 0).tolist()  # type: ignore[no-any-return]
         case "sum":
             return (value if first.grid == 1 else value / first.grid).tolist()  # type: ignore[no-any-return]
+    if aggregate.kind in SPREAD_KINDS:
+        return variance(value, noisy[measures[1]], noisy[measures[2]], measures[1], aggregate.kind)
     count = noisy[measures[1]]
     positive = count > 0
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -127,11 +127,13 @@ def _inputs(measures: tuple[Measure, ...]) -> dict[int, int]:
         >>> _inputs((Measure("rows"), Measure("sum", "x", 1, 0, 9), Measure("centred_sum", "x", 1, 0, 9)))
         {1: 1, 2: 1}
     """
-    first: dict[tuple[bool, bool, str | None], int] = {}
+    first: dict[tuple[object, ...], int] = {}
     out = {}
     for j, measure in enumerate(measures):
-        if measure.kind in ("values", "sum", "centred_sum", "histogram"):
-            shape = (measure.kind == "values", measure.kind == "histogram", measure.column)
+        if measure.kind in ("values", "sum", "centred_sum", "histogram", "centred_squares"):
+            # one projection per (shape, column, grid): VAR's coarse grid is not SUM's fine one
+            grid = () if measure.kind == "values" else (measure.grid, measure.lo, measure.hi)
+            shape = (measure.kind == "values", measure.kind == "histogram", measure.column, *grid)
             out[j] = first.setdefault(shape, j)
     return out
 
@@ -143,7 +145,7 @@ def _row_value(measure: Measure, j: int) -> exp.Expr:
         return exp.alias_(flag, f"__v{j}")
     if measure.kind == "histogram":
         return exp.alias_(histogram_point(measure), f"__v{j}")
-    assert measure.kind in ("sum", "centred_sum") and measure.column is not None
+    assert measure.kind in ("sum", "centred_sum", "centred_squares") and measure.column is not None
     column = _quoted(measure.column)
     grid, lo, hi = measure.grid, measure.lo, measure.hi
     # Clamp in DOUBLE first (NaN and ±inf land on a bound), scale to the grid, round, then clamp again in
@@ -203,6 +205,9 @@ def _cell_measure(measure: Measure, j: int, source: int | None) -> exp.Expr:
             value = exp.Sum(this=exp.column(f"__v{source}"))
         case "centred_sum":
             value = exp.Sum(this=exp.Sub(this=exp.column(f"__v{source}"), expression=_number(measure.centre)))
+        case "centred_squares":  # |v − c| < 2^21 on the spread grid: the square is exact in BIGINT
+            deviation = exp.Paren(this=exp.Sub(this=exp.column(f"__v{source}"), expression=_number(measure.centre)))
+            value = exp.Sum(this=exp.Mul(this=deviation, expression=deviation.copy()))
     return exp.alias_(value, f"__c{j}")
 
 
