@@ -35,6 +35,9 @@ class Aggregate:
     kind: AggregateKind
     column: str | None
     q: Fraction | None = None  # the quantile, for kind "quantile" (0: MIN, 1: MAX)
+    where: str = ""  # FILTER (WHERE …) / COUNT_IF: the rebuilt condition (DuckDB SQL), "" for none
+    expr: str = ""  # SUM/AVG of a per-row expression (row_expr.py): its rebuilt SQL; column is then None
+    bounds: tuple[float, float] | None = None  # the expression's range by interval arithmetic
 
     def label(self) -> str:
         if self.kind == "quantile":
@@ -54,6 +57,8 @@ class Measure:
     lo: int = 0
     hi: int = 0
     points: int = 0  # histogram: grid points lo, lo + (hi − lo)/(points − 1), …, hi (grid units)
+    where: str = ""  # only rows meeting this condition count (FILTER); a function of the row alone
+    expr: str = ""  # the per-row value is this expression (clamped to [lo, hi] on the grid), not `column`
 
     @property
     def centre(self) -> int:
@@ -148,16 +153,29 @@ def histogram_points(spec: ColumnSpec, lo: int, hi: int) -> int:
 
 
 def measures_of(aggregate: Aggregate, table: TableSchema) -> tuple[Measure, ...]:
-    """The measures one aggregate is computed from (AVG: a centred sum and a count)."""
+    """The measures one aggregate is computed from (AVG: a centred sum and a count); a FILTER condition or a
+    per-row expression travels with every measure of the aggregate."""
+    where, expr = aggregate.where, aggregate.expr
     match aggregate.kind:
         case "count":
-            return (Measure("rows"),)
+            return (Measure("values", where=where),) if where else (Measure("rows"),)
         case "count_column":
-            return (Measure("values", aggregate.column),)
+            return (Measure("values", aggregate.column, where=where),)
         case "count_units":
             return (Measure("units"),)
+    if expr:
+        assert aggregate.bounds is not None
+        grid, lo, hi = fixed_point(ColumnSpec("__expr", "DOUBLE", bounds=aggregate.bounds))
+        sums = (Measure("sum", None, grid, lo, hi, where=where, expr=expr),)
+        if aggregate.kind == "sum":
+            return sums
+        return (Measure("centred_sum", None, grid, lo, hi, where=where, expr=expr),
+                Measure("values", None, where=where, expr=expr))
     column = table.column(aggregate.column or "")
     assert column is not None and column.bounds is not None
+    if where:  # the same measures, each reading only the rows meeting the condition
+        plain = measures_of(Aggregate(aggregate.kind, aggregate.column, aggregate.q), table)
+        return tuple(Measure(m.kind, m.column, m.grid, m.lo, m.hi, m.points, where=where) for m in plain)
     grid, lo, hi = fixed_point(column)
     if aggregate.kind in SPREAD_KINDS:  # count, centred sum and centred sum of squares, on a coarser grid
         g2, lo2, hi2 = spread_grid(column)

@@ -11,8 +11,9 @@ Example:
     >>> from proxy.query.names import Names
     >>> t = TableSchema("orders", "cid", (ColumnSpec("cid", "BIGINT"), ColumnSpec("amount", "DOUBLE", bounds=(0, 100))))
     >>> names = Names(t, None, Catalog((t,)))
-    >>> quantile(parse_one("PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY amount)"), names)
-    Aggregate(kind='quantile', column='amount', q=Fraction(9, 10))
+    >>> a = quantile(parse_one("PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY amount)"), names)
+    >>> a.kind, a.column, a.q
+    ('quantile', 'amount', Fraction(9, 10))
     >>> quantile(parse_one("MIN(amount)"), names).q
     Fraction(0, 1)
 """

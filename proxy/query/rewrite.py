@@ -133,20 +133,37 @@ def _inputs(measures: tuple[Measure, ...]) -> dict[int, int]:
         if measure.kind in ("values", "sum", "centred_sum", "histogram", "centred_squares"):
             # one projection per (shape, column, grid): VAR's coarse grid is not SUM's fine one
             grid = () if measure.kind == "values" else (measure.grid, measure.lo, measure.hi)
-            shape = (measure.kind == "values", measure.kind == "histogram", measure.column, *grid)
+            shape = (measure.kind == "values", measure.kind == "histogram", measure.column, measure.expr,
+                     measure.where, *grid)
             out[j] = first.setdefault(shape, j)
     return out
 
 
 def _row_value(measure: Measure, j: int) -> exp.Expr:
-    """The per-row input of a measure: a 0/1 flag for counts of a column, a clamped grid integer for sums."""
+    """The per-row input of a measure: a 0/1 flag for counts of a column, a clamped grid integer for sums;
+    NULL for a row that does not meet the measure's FILTER condition (no SUM, COUNT or histogram reads it)."""
+    value = _unfiltered(measure)
+    if measure.where:
+        value = exp.Case(ifs=[exp.If(this=parse_one(measure.where, read="duckdb"), true=value)])
+    return exp.alias_(value, f"__v{j}")
+
+
+def _read(measure: Measure) -> exp.Expr:
+    """What a measure reads per row: its column, or its rebuilt per-row expression (row_expr.py)."""
+    if measure.expr:
+        return exp.Paren(this=parse_one(measure.expr, read="duckdb"))
+    return _quoted(measure.column)
+
+
+def _unfiltered(measure: Measure) -> exp.Expr:
     if measure.kind == "values":
-        flag = exp.cast(exp.Not(this=exp.Is(this=_quoted(measure.column), expression=exp.Null())), "INTEGER")
-        return exp.alias_(flag, f"__v{j}")
+        if measure.column is None and not measure.expr:
+            return exp.Literal.number(1)  # COUNT(*) FILTER (WHERE …): every row meeting the condition
+        return exp.cast(exp.Not(this=exp.Is(this=_read(measure), expression=exp.Null())), "INTEGER")
     if measure.kind == "histogram":
-        return exp.alias_(histogram_point(measure), f"__v{j}")
-    assert measure.kind in ("sum", "centred_sum", "centred_squares") and measure.column is not None
-    column = _quoted(measure.column)
+        return histogram_point(measure)
+    assert measure.kind in ("sum", "centred_sum", "centred_squares")
+    column = _read(measure)
     grid, lo, hi = measure.grid, measure.lo, measure.hi
     # Clamp in DOUBLE first (NaN and ±inf land on a bound), scale to the grid, round, then clamp again in
     # integers: the result lies in [lo, hi] for every input, so no cast can fail on the data.
@@ -155,10 +172,9 @@ def _row_value(measure: Measure, j: int) -> exp.Expr:
     scaled = exp.cast(exp.func("ROUND", exp.Mul(this=clamped, expression=_number(grid))), "BIGINT")
     bounded = exp.func("LEAST", exp.func("GREATEST", scaled, _number(lo)), _number(hi))
     # DuckDB's GREATEST/LEAST skip NULLs, so NULL is kept explicitly: a missing value contributes nothing.
-    value = exp.Case(
+    return exp.Case(
         ifs=[exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()), true=exp.Null())], default=bounded
     )
-    return exp.alias_(value, f"__v{j}")
 
 
 def histogram_point(measure: Measure) -> exp.Expr:

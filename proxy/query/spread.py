@@ -15,8 +15,8 @@ Example:
     >>> from sqlglot import parse_one
     >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
     >>> t = TableSchema("orders", "cid", (ColumnSpec("cid", "BIGINT"), ColumnSpec("amount", "DOUBLE", bounds=(0, 100))))
-    >>> spread(parse_one("STDDEV(amount)"), Names(t, None, Catalog((t,))))
-    Aggregate(kind='stddev_samp', column='amount', q=None)
+    >>> spread(parse_one("STDDEV(amount)"), Names(t, None, Catalog((t,)))).kind
+    'stddev_samp'
     >>> variance(np.array([4]), np.array([0]), np.array([8]), Measure("centred_sum", "x", 1, 0, 10), "var_pop")
     [2.0]
 """
