@@ -4,6 +4,7 @@ refused with a clear error and nothing charged."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import httpx
@@ -50,8 +51,10 @@ def test_quantiles_by_region_are_grid_values_charged_as_exponential_mechanisms(a
     noise = {n["column"]: n for n in body["noise"]}
     assert noise["median"]["mechanism"] == "exponential" and noise["median"]["ci95"] is None
     # max_rows 20, ε/4 = 0.2 per quantile: Δ = 10, rank error (2Δ/ε)·ln(1001/0.05)
-    assert noise["median"]["rank_error95"] == pytest.approx(2 * 10 / 0.2 * 9.904487, rel=1e-6)
-    assert noise["n"]["mechanism"] == "laplace" and noise["n"].get("rank_error95") is None
+    assert noise["median"]["rank_error"] == pytest.approx(2 * 10 / 0.2 * 9.904487, rel=1e-6)
+    assert noise["median"]["confidence"] == 0.95
+    assert noise["n"]["mechanism"] == "laplace" and noise["n"]["rank_error"] is None
+    assert noise["n"]["ci"] == noise["n"]["ci95"]
     assert spend(analyst)["epsilon_spent"] == pytest.approx(before["epsilon_spent"] + charge["epsilon"], rel=1e-12)
 
 
@@ -86,3 +89,20 @@ def test_bad_quantiles_are_refused_with_a_clear_error_and_nothing_charged(
     assert (body["code"], body["detail"].get("construct"), body["charged"]) == (code, construct, False)
     assert body["error"] and (code != "invalid_parameter" or "[0, 1]" in body["error"])
     assert spend(analyst) == before
+
+
+def test_confidence_sets_every_error_bar(analyst: httpx.Client) -> None:
+    sql = ("SELECT region, COUNT(*) AS n, SUM(amount) AS s, AVG(amount) AS a, MEDIAN(amount) AS m, "
+           "STDDEV(amount) AS sd FROM visits GROUP BY region")
+    at_95 = {n["column"]: n for n in post(analyst, sql, path="/v1/query/preview", epsilon=0.5)["noise"]}
+    at_99 = {n["column"]: n for n in post(analyst, sql, path="/v1/query/preview", epsilon=0.5,
+                                          confidence=0.99)["noise"]}
+    assert all(n["confidence"] == 0.99 for n in at_99.values())
+    assert at_99["n"]["ci"] > at_95["n"]["ci"] == at_95["n"]["ci95"] and at_99["s"]["ci"] > at_95["s"]["ci"]
+    assert at_99["a"]["ci_times_count"] > at_95["a"]["ci_times_count"] > 0 and at_95["a"]["ci"] is None
+    assert at_99["sd"]["ci_times_count"] > at_95["sd"]["ci_times_count"] > 0
+    # rank error (2Δ/ε)·ln(m/β): only β changes
+    ratio = at_99["m"]["rank_error"] / at_95["m"]["rank_error"]
+    assert ratio == pytest.approx(math.log(1001 / 0.01) / math.log(1001 / 0.05), rel=1e-9)
+    refused = analyst.post("/v1/query/preview", json={"sql": sql, "confidence": 1.5})
+    assert refused.status_code == 400 and refused.json()["code"] == "invalid_request"
