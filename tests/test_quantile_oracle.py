@@ -129,3 +129,16 @@ def test_the_charge_is_the_pure_epsilon_of_the_exponential_mechanisms() -> None:
     assert p90.scale == pytest.approx(2 * 0.9 * 3 / 0.25, rel=1e-15)
     assert median.event.sensitivity / median.event.scale == pytest.approx(0.5, rel=1e-15)
     assert price.epsilon <= 1.0 and price.epsilon == pytest.approx(1.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("conversion", ["zcdp", "gdp"])
+def test_gaussian_queries_charge_quantiles_as_pure_epsilon_beside_the_gaussians(conversion: str) -> None:
+    planned = plan("SELECT p, MEDIAN(x), COUNT(n), COUNT(*) FROM t GROUP BY p", CATALOG, epsilon=1.0, delta=1e-6,
+                   mechanism="gaussian", conversion=conversion)  # type: ignore[arg-type]
+    price = planned.price
+    (median,) = price.quantiles
+    assert len(price.noise) == 2 and all(n.mechanism == "gaussian" for n in price.noise)
+    # three parts: the median takes ε/3 as a pure ε over its L0 = 2 groups, the Gaussians the rest
+    assert median.event.sensitivity / median.event.scale == pytest.approx(1 / 3, rel=1e-12)
+    assert price.epsilon <= 1.0 and price.delta <= 1e-6
+    assert price.epsilon == pytest.approx(1.0, rel=1e-6)

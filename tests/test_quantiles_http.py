@@ -31,7 +31,9 @@ def _kinds(event: dict[str, Any]) -> list[str]:
     return [event["kind"]]
 
 
-def test_quantiles_by_region_are_grid_values_charged_as_exponential_mechanisms(analyst: httpx.Client) -> None:
+def test_quantiles_by_region_are_grid_values_charged_as_exponential_mechanisms(
+    analyst: httpx.Client, admin: httpx.Client
+) -> None:
     before = spend(analyst)
     preview = post(analyst, MEDIAN_BY_REGION, path="/v1/query/preview", epsilon=0.8)
     assert spend(analyst) == before  # the preview reports the charge and spends nothing
@@ -56,6 +58,10 @@ def test_quantiles_by_region_are_grid_values_charged_as_exponential_mechanisms(a
     assert noise["n"]["mechanism"] == "laplace" and noise["n"]["rank_error"] is None
     assert noise["n"]["ci"] == noise["n"]["ci95"]
     assert spend(analyst)["epsilon_spent"] == pytest.approx(before["epsilon_spent"] + charge["epsilon"], rel=1e-12)
+    # the ledger stores the exponential mechanisms under their own kind and reads them back
+    charges = admin.get("/v1/ledger", params={"limit": 1000}).json()["charges"]
+    (stored,) = [c for c in charges if c["id"] == charge["id"]]
+    assert stored["events"] == charge["events"] and stored["epsilon"] == charge["epsilon"]
 
 
 def test_percentile_within_group_and_max_without_group_by(analyst: httpx.Client) -> None:

@@ -42,6 +42,10 @@ class Aggregate:
     def label(self) -> str:
         if self.kind == "quantile":
             return f"QUANTILE({self.column}, {self.q})"
+        if self.expr or self.where:
+            inner = self.expr or self.column or "*"
+            return f"{self.kind.replace('_column', '').upper()}({inner})" + (
+                f" FILTER (WHERE {self.where})" if self.where else "")
         return {"count": "COUNT(*)", "count_units": f"COUNT(DISTINCT {self.column})"}.get(
             self.kind, f"{self.kind.replace('_column', '').upper()}({self.column})"
         )
