@@ -95,6 +95,7 @@ def test_noise_free_values_equal_duckdb() -> None:
     ("SELECT SUM(amount / age) FROM visits", "unsupported", "DIV"),
     ("SELECT COUNT(DISTINCT user_id) FILTER (WHERE age > 30) FROM visits", "unsupported", "FILTER"),
     ("SELECT COUNT_IF(amount) FROM visits", "unsupported", "WHERE"),
+    ("SELECT ABS(amount) FILTER (WHERE age > 1) FROM visits", "unsupported", "ABS()"),
 ])
 def test_bad_input_is_refused_with_the_construct(sql: str, code: str, construct: str) -> None:
     from tests.catalogs import CATALOG as DEMO

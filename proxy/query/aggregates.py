@@ -96,8 +96,8 @@ def conditional(node: exp.Filter | exp.CountIf, names: Names) -> Aggregate:
     if not isinstance(where, exp.Where):
         raise unsupported(node, "an aggregate's FILTER (WHERE …)")
     inner = node.this
-    if isinstance(inner, exp.Filter | exp.CountIf):
-        raise unsupported(inner, "FILTER")
+    if not isinstance(inner, (exp.Count, exp.Sum, exp.Avg, *QUANTILE_NODES)) and type(inner) not in SPREAD_NODES:
+        raise unsupported(inner, "FILTER (WHERE …), which follows an aggregate")
     base = aggregate(inner, names)
     if base.kind == "count_units":
         raise UnsupportedQuery(
