@@ -62,6 +62,7 @@ def test_neighbour_moves_each_measure_within_its_sensitivity(
     ("x * n", -30.0, 55.0),
     ("x * x", -16.5, 30.25),  # interval arithmetic treats the two x as independent: a sound over-estimate
     ("-x / 4 - 1", -2.375, -0.25),
+    ("x / -0.5", -11.0, 6.0),
     ("CASE WHEN n > 5 THEN x ELSE 0 END", -3.0, 5.5),
     ("CASE WHEN n > 5 THEN n * 10 WHEN n < 2 THEN -1 END", -1.0, 100.0),
 ])
@@ -93,6 +94,7 @@ def test_noise_free_values_equal_duckdb() -> None:
     ("SELECT SUM(amount * user_id) FROM visits", "policy", "SUM"),  # no bounds on user_id
     ("SELECT SUM(ABS(amount)) FROM visits", "unsupported", "ABS()"),
     ("SELECT SUM(amount / age) FROM visits", "unsupported", "DIV"),
+    ("SELECT SUM(amount / -age) FROM visits", "unsupported", "DIV"),
     ("SELECT COUNT(DISTINCT user_id) FILTER (WHERE age > 30) FROM visits", "unsupported", "FILTER"),
     ("SELECT COUNT_IF(amount) FROM visits", "unsupported", "WHERE"),
     ("SELECT ABS(amount) FILTER (WHERE age > 1) FROM visits", "unsupported", "ABS()"),

@@ -88,9 +88,10 @@ def _build(node: exp.Expr, names: Names, function: str) -> tuple[exp.Expr, float
                 return built, a - d, b - c
             corners = (a * c, a * d, b * c, b * d)
             return built, min(corners), max(corners)
-        case exp.Div() if isinstance(node.expression, exp.Literal | exp.Neg):
+        case exp.Div() if _constant(node.expression) is not None:
             left, a, b = _build(node.this, names, function)
-            _, divisor, _ = _build(node.expression, names, function)
+            divisor = _constant(node.expression)
+            assert divisor is not None
             if divisor == 0:
                 raise UnsupportedQuery(f"division by zero in {function}(…)", construct=function)
             built = exp.Div(this=exp.Paren(this=left), expression=_literal(divisor))
@@ -120,6 +121,16 @@ def _case(node: exp.Case, names: Names, function: str) -> tuple[exp.Expr, float,
     if not lows:
         raise UnsupportedQuery(f"a CASE in {function}(…) needs a THEN value", construct="CASE")
     return exp.Case(ifs=ifs, default=built_default), min(lows), max(highs)
+
+
+def _constant(node: exp.Expr) -> float | None:
+    """The value of a number literal, possibly negated; None for anything else (a column, an expression)."""
+    negative = isinstance(node, exp.Neg)
+    inner = node.this if negative else node
+    if isinstance(inner, exp.Literal) and not inner.is_string:
+        value = float(number(inner))
+        return -value if negative else value
+    return None
 
 
 def _literal(value: float) -> exp.Expr:
