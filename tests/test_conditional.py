@@ -90,7 +90,7 @@ def test_noise_free_values_equal_duckdb() -> None:
 
 @pytest.mark.parametrize(("sql", "code", "construct"), [
     ("SELECT COUNT(*) FILTER (WHERE undeclared > 1) FROM visits", "policy", "COLUMN"),
-    ("SELECT SUM(amount * 1e15) FROM visits", "policy", "SUM"),  # overflows what can be summed exactly
+    ("SELECT SUM(amount * 10000000000000) FROM visits", "policy", "SUM"),  # overflows what can be summed exactly
     ("SELECT SUM(amount * user_id) FROM visits", "policy", "SUM"),  # no bounds on user_id
     ("SELECT SUM(ABS(amount)) FROM visits", "unsupported", "ABS()"),
     ("SELECT SUM(amount / age) FROM visits", "unsupported", "DIV"),
