@@ -37,6 +37,17 @@ class LaplaceEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ExponentialEvent(LaplaceEvent):
+    """The exponential mechanism choosing among candidates with probability ∝ exp(−d/`scale`), each d moving
+    by at most `sensitivity`/2 between neighbours (over all groups a unit reaches): pure ε = sensitivity /
+    scale, the normaliser moving as much as a score (docs/privacy.md §9). A pure ε-DP event like Laplace,
+    and accounted exactly as one by every rule (each uses only ε); its own kind records what ran.
+
+    Event name: ``exponential``.
+    """
+
+
+@dataclass(frozen=True, slots=True)
 class GaussianEvent:
     """Discrete Gaussian noise of `sigma` on a vector of L2 `sensitivity`: ρ = sensitivity² / (2σ²) zCDP.
 
@@ -112,10 +123,12 @@ class ParallelEvent:
     events: tuple[Event, ...]
 
 
-Event = LaplaceEvent | GaussianEvent | ThresholdEvent | GaussianThresholdEvent | ComposedEvent | ParallelEvent
+Event = (LaplaceEvent | ExponentialEvent | GaussianEvent | ThresholdEvent | GaussianThresholdEvent | ComposedEvent
+         | ParallelEvent)
 
 _KINDS: dict[str, type] = {
     "laplace": LaplaceEvent,
+    "exponential": ExponentialEvent,
     "gaussian": GaussianEvent,
     "threshold": ThresholdEvent,
     "gaussian_threshold": GaussianThresholdEvent,
@@ -146,6 +159,8 @@ def from_json(data: dict[str, Any]) -> Event:
     Example:
         >>> from_json({"kind": "gaussian", "sensitivity": 2.0, "sigma": 4.0})
         GaussianEvent(sensitivity=2.0, sigma=4.0)
+        >>> from_json(to_json(ExponentialEvent(2.0, 4.0)))
+        ExponentialEvent(sensitivity=2.0, scale=4.0)
         >>> from_json(to_json(GaussianThresholdEvent(3, 8.0, 40)))
         GaussianThresholdEvent(max_groups=3, sigma=8.0, threshold=40)
     """

@@ -4,6 +4,8 @@
 OpenDP, which samples from the OS CSPRNG: no floating-point noise (Mironov 2012), no seed, and nothing
 derived from the query (DESIGN.md §5). Values live on the integer grid and stay below 2**62 in magnitude,
 so adding noise cannot reach OpenDP's saturating i64 arithmetic in practice.
+`SecureSampler.exponential_index` draws an index i with probability ∝ exp(−xᵢ) for rational xᵢ exactly
+(Bernoulli(exp(−x)) of CKS20 §5.1 under a uniform proposal; no floating point), for the DP quantile.
 `FixedSampler` is a deterministic test seam and must never reach production.
 """
 
@@ -39,6 +41,10 @@ class Sampler(Protocol):
         """A fresh key for the per-unit choice of rows and groups, independent of the data."""
         ...
 
+    def exponential_index(self, numerators: Sequence[int], denominator: int) -> int:
+        """An index i drawn with probability ∝ exp(−numerators[i] / denominator), exactly."""
+        ...
+
 
 def _checked(values: Sequence[int], name: str, scale: float) -> list[int]:
     # scale 0 would mean "no noise" to OpenDP: refuse it rather than release raw values
@@ -67,6 +73,34 @@ def _gaussian_measurement(sigma: float) -> _Measurement:
     dp.enable_features("contrib")
     space = dp.vector_domain(dp.atom_domain(T=dp.i64)), dp.l2_distance(T=dp.i64)
     return dp.m.make_gaussian(*space, scale=sigma)
+
+
+def _checked_exponents(numerators: Sequence[int], denominator: int) -> list[int]:
+    if isinstance(denominator, bool) or not isinstance(denominator, int) or denominator < 1:
+        raise ValueError(f"denominator must be an integer >= 1, got {denominator!r}")
+    if not numerators:
+        raise ValueError("numerators must be non-empty")
+    if any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in numerators):
+        raise TypeError("numerators must be non-negative integers: exact rationals, never floats")
+    return list(numerators)
+
+
+def _bernoulli_exp_at_most_one(numerator: int, denominator: int) -> bool:
+    """Exactly Bernoulli(exp(−γ)) for γ = numerator/denominator in [0, 1] (CKS20 Algorithm 1): K counts
+    successes of Bernoulli(γ/k), so P[K > k] = γᵏ/k! and P[K odd] = Σₙ (−γ)ⁿ/n! = e^(−γ)."""
+    k = 1
+    while secrets.randbelow(denominator * k) < numerator:  # Bernoulli(γ/k), exact on integers
+        k += 1
+    return k % 2 == 1
+
+
+def _bernoulli_exp(numerator: int, denominator: int) -> bool:
+    """Exactly Bernoulli(exp(−γ)) for γ = numerator/denominator >= 0: e^(−γ) = (e^(−1))^⌊γ⌋ · e^(−frac γ)."""
+    whole, rest = divmod(numerator, denominator)
+    for _ in range(whole):  # stops at the first failure: fewer than 1/(1 − e^(−1)) rounds expected
+        if not _bernoulli_exp_at_most_one(1, 1):
+            return False
+    return _bernoulli_exp_at_most_one(rest, denominator)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +144,26 @@ class SecureSampler:
             return ()
         return tuple(int(v) for v in _gaussian_measurement(float(sigma))(checked))
 
+    def exponential_index(self, numerators: Sequence[int], denominator: int) -> int:
+        """Index i with probability exactly exp(−xᵢ)/Σⱼ exp(−xⱼ), xᵢ = numerators[i]/denominator, by
+        rejection from a uniform proposal.
+
+        Shifting every exponent by the smallest one leaves the distribution unchanged and makes the best
+        candidate's acceptance probability 1, so a round accepts with probability ≥ 1/len(numerators).
+        The number of rounds depends on the weights (a timing channel: docs/privacy.md §9).
+
+        Example:
+            >>> SecureSampler().exponential_index([4000, 0, 3000], denominator=10)
+            1
+        """
+        checked = _checked_exponents(numerators, denominator)
+        least = min(checked)
+        shifted = [x - least for x in checked]
+        while True:
+            i = secrets.randbelow(len(shifted))
+            if _bernoulli_exp(shifted[i], denominator):
+                return i
+
 
 @dataclass(frozen=True, slots=True)
 class FixedSampler:
@@ -146,3 +200,13 @@ class FixedSampler:
             (3, 4)
         """
         return self._add(values, "sigma", sigma)
+
+    def exponential_index(self, numerators: Sequence[int], denominator: int) -> int:
+        """The most likely index (the first smallest exponent), as if there were no noise.
+
+        Example:
+            >>> FixedSampler().exponential_index([6, 1, 1], denominator=2)
+            1
+        """
+        checked = _checked_exponents(numerators, denominator)
+        return checked.index(min(checked))

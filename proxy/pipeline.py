@@ -66,6 +66,7 @@ class Prepared:
     budget: Budget
     plan: QueryPlan
     request_sha256: str  # the identity of a repeat
+    confidence: float | None = None  # of the error bars rendered (not part of a repeat's identity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,7 @@ def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int
         )
     knob = epsilon if req.noise_multiplier is None else ["noise_multiplier", req.noise_multiplier]
     identity = json.dumps([name, planned.normalized_sql, knob, delta, mechanism])
-    return Prepared(dataset, budget, planned, hashlib.sha256(identity.encode()).hexdigest())
+    return Prepared(dataset, budget, planned, hashlib.sha256(identity.encode()).hexdigest(), req.confidence)
 
 
 def reply(

@@ -22,6 +22,7 @@ from proxy.decimal_json import DecimalJSONRoute
 from proxy.pipeline import Answer, Env, Prepared, Reply, prepare, reply
 from proxy.policy import AnalystPolicy, DatasetPolicy
 from proxy.query.analyse import Analysis
+from proxy.query.error_bars import error_bar
 from proxy.query.expr import Agg
 from proxy.query.price import Price
 from proxy.query.scope import cell_space
@@ -144,7 +145,7 @@ def _render(result: Answer, env: Env) -> bytes:
         rows=[[_json_value(v) for v in row] for row in result.release.rows],
         charge=_charge(prepared.plan.price, result.charge.id, prepared.dataset, prepared.plan.scope),
         budget=budget_now(env, result.charge.analyst, prepared.dataset, prepared.budget),
-        noise=_noise(prepared.plan.analysis, prepared.plan.price),
+        noise=_noise(prepared.plan.analysis, prepared.plan.price, prepared.confidence),
         partitions=_partitions(prepared),
     ).model_dump_json().encode()
 
@@ -179,7 +180,7 @@ def _preview(body: QueryRequest, analyst: AnalystPolicy, env: Env) -> PreviewRes
                              _given((*everyone, entry)) if shared else None),
         admissible=refused is None,
         refusal=None if refused is None else str(refused),
-        noise=_noise(prepared.plan.analysis, price),
+        noise=_noise(prepared.plan.analysis, price, body.confidence),
         partitions=_partitions(prepared),
     )
 
@@ -406,19 +407,29 @@ def _budget(dataset: DatasetPolicy, allowed: Budget, mine: View, everyone: View 
     )
 
 
-def _noise(analysis: Analysis, price: Price) -> list[NoiseOut]:
-    """Noise per released aggregate column, in the column's own units. Derived columns (AVG, arithmetic)
-    have no single scale: their scale and ci95 are null."""
+def _noise(analysis: Analysis, price: Price, confidence: float | None = None) -> list[NoiseOut]:
+    """Noise per released aggregate column, in the column's own units, with its error bar at `confidence`
+    (proxy/query/error_bars.py). Derived columns (AVG, VAR, arithmetic) have no single scale: their scale and
+    ci95 are null."""
     out = []
+    level = 0.95 if confidence is None else float(confidence)
     for output in analysis.outputs:
         if isinstance(output.expr, Agg):
             aggregate = analysis.aggregates[output.expr.index]
-            if aggregate.kind != "avg":
-                measure = analysis.measures.index(_first_measure(analysis, output.expr.index))
-                spec = price.noise[measure]
-                out.append(NoiseOut(column=output.name, mechanism=spec.mechanism,
-                                    scale=spec.scale / spec.grid, ci95=spec.ci95 / spec.grid))
+            bar = error_bar(analysis, price, output.expr.index, level)
+            bars = {"confidence": level, "ci": bar.ci, "ci_times_count": bar.ci_times_count,
+                    "rank_error": bar.rank_error}
+            if aggregate.kind == "quantile":
+                out.append(NoiseOut(column=output.name, mechanism="exponential", scale=None, ci95=None, **bars))
                 continue
+            if aggregate.kind not in ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp"):
+                measure = analysis.measures.index(_first_measure(analysis, output.expr.index))
+                spec = next(n for n in price.noise if n.measure == measure)
+                out.append(NoiseOut(column=output.name, mechanism=spec.mechanism,
+                                    scale=spec.scale / spec.grid, ci95=spec.ci95 / spec.grid, **bars))
+                continue
+            out.append(NoiseOut(column=output.name, mechanism=price.mechanism, scale=None, ci95=None, **bars))
+            continue
         if _uses_aggregate(output.expr):
             out.append(NoiseOut(column=output.name, mechanism=price.mechanism, scale=None, ci95=None))
     return out

@@ -72,6 +72,11 @@ class QueryRequest(BaseModel):
         description="the SQL dialect of `sql`: duckdb, postgres, mysql, bigquery, snowflake or tsql; defaults to "
                     "the dataset's",
     )
+    confidence: float | None = Field(
+        None, gt=0, lt=1, strict=True,
+        description="the confidence of the error bars in `noise` (default 0.95); error bars are computed from "
+                    "public noise parameters and cost nothing",
+    )
     noise_multiplier: NoiseNumber = Field(
         None, gt=0, strict=True,
         description="instead of epsilon: noise = this multiple of each aggregate's sensitivity (Laplace b, "
@@ -87,9 +92,19 @@ class QueryRequest(BaseModel):
 
 class NoiseOut(BaseModel):
     column: str
-    mechanism: Literal["laplace", "gaussian"]
+    mechanism: Literal["laplace", "gaussian", "exponential"]
     scale: float | None = Field(description="Laplace b or Gaussian σ, in the column's units; null if derived")
     ci95: float | None = Field(description="half-width of the 95% noise interval; null if derived")
+    confidence: float = Field(0.95, description="the confidence of `ci`, `ci_times_count` and `rank_error`")
+    ci: float | None = Field(None, description="COUNT, SUM: half-width of the noise interval at `confidence`")
+    ci_times_count: float | None = Field(
+        None, description="AVG, VAR, STDDEV: the half-width at `confidence` times the row's noisy count: divide "
+                          "by it (docs/privacy.md §9, error bars; STDDEV: in variance units)",
+    )
+    rank_error: float | None = Field(
+        None, description="quantiles (exponential mechanism): at `confidence`, the released value lies between "
+                          "the true quantiles of ranks q·n ± this many rows, in every group",
+    )
 
 
 Accounting = Literal["basic", "zcdp", "gdp"]

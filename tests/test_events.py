@@ -75,7 +75,7 @@ def test_invalid_parameters_are_refused(build: object) -> None:
 
 @pytest.mark.parametrize(
     "data",
-    [{"kind": "exponential", "scale": 1.0}, {"scale": 1.0}, {"kind": 3}],
+    [{"kind": "staircase", "scale": 1.0}, {"scale": 1.0}, {"kind": 3}],
     ids=["unknown-kind", "missing-kind", "non-string-kind"],
 )
 def test_unknown_kinds_are_refused(data: dict[str, object]) -> None:

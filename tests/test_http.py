@@ -26,7 +26,8 @@ BUDGET_KEYS = {
     "dataset", "epsilon", "delta", "epsilon_spent", "delta_spent", "epsilon_remaining", "delta_remaining",
     "accounting", "accounts", "reported", "shared", "cells",
 }
-NOISE_KEYS = {"column", "mechanism", "scale", "ci95"}
+NOISE_KEYS = {"column", "mechanism", "scale", "ci95", "confidence", "ci", "ci_times_count", "rank_error"}
+# confidence/ci/ci_times_count/rank_error: error bars for every aggregate (issue #15)
 
 
 def post(client: httpx.Client, sql: str, path: str = "/v1/query", **params: object) -> dict[str, Any]:

@@ -94,6 +94,14 @@ def plan(
             "the WHERE clause holds for no privacy unit under the policy (its conditions on unit-level columns "
             "contradict each other); remove the contradiction", construct="WHERE",
         )
+    if bounding == "store" and any(
+        m.kind in ("histogram", "centred_squares") or m.where or m.expr for m in analysis.measures
+    ):
+        raise UnsupportedQuery(  # the store's single GROUP BY has no such measures yet (rewrite_ranked.py)
+            "quantiles, MEDIAN, MIN, MAX, VAR, STDDEV, FILTER, COUNT_IF and expressions inside aggregates are not "
+            "yet answered on a dataset with bounding = \"store\"", construct="bounding store",
+            hint="ask the operator for bounding = \"per_query\" on this dataset",
+        )
     scope = analysis.scope.charged() if cells else None
     if noise_multiplier is None:
         priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism, conversion=conversion)

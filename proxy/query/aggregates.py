@@ -5,11 +5,14 @@ Example:
     >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
     >>> t = TableSchema("orders", "customer_id", (ColumnSpec("customer_id", "BIGINT"),
     ...     ColumnSpec("amount", "DOUBLE", bounds=(0, 100))))
-    >>> aggregate(parse_one("SUM(amount)"), Names(t, None, Catalog((t,))))
-    Aggregate(kind='sum', column='amount')
+    >>> a = aggregate(parse_one("SUM(amount)"), Names(t, None, Catalog((t,))))
+    >>> a.kind, a.column
+    ('sum', 'amount')
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from sqlglot import exp
 
@@ -17,10 +20,23 @@ from proxy.query.errors import PolicyError, UnsupportedQuery
 from proxy.query.errors import construct_name as _construct
 from proxy.query.measures import Aggregate
 from proxy.query.names import Names
+from proxy.query.quantiles import QUANTILE_NODES, quantile
 from proxy.query.refusals import AGGREGATE_HINT, unsupported
+from proxy.query.row_expr import row_expression
+from proxy.query.spread import SPREAD_NODES, spread
+from proxy.query.where import predicate
+
+# aggregate calls beyond COUNT, SUM and AVG (issue #15)
+MORE_AGGREGATES = (*QUANTILE_NODES, *SPREAD_NODES, exp.Filter, exp.CountIf)
 
 
-def aggregate(node: exp.Count | exp.Sum | exp.Avg, names: Names) -> Aggregate:
+def aggregate(node: exp.Expr, names: Names) -> Aggregate:
+    if isinstance(node, exp.Filter | exp.CountIf):
+        return conditional(node, names)
+    if isinstance(node, QUANTILE_NODES):
+        return quantile(node, names)
+    if type(node) in SPREAD_NODES:
+        return spread(node, names)
     for name, value in node.args.items():
         if name not in ("this", "big_int") and value:
             raise unsupported(node, "an aggregate (no extra arguments)")
@@ -42,8 +58,10 @@ def aggregate(node: exp.Count | exp.Sum | exp.Avg, names: Names) -> Aggregate:
             return Aggregate("count_column", names.column(argument).name)
         raise inside_aggregate(argument, "COUNT")
     function = "SUM" if isinstance(node, exp.Sum) else "AVG"
-    if not isinstance(argument, exp.Column):
-        raise inside_aggregate(argument, function)
+    if not isinstance(argument, exp.Column):  # a per-row expression, its range from the declared bounds
+        expression = row_expression(argument, names, function)
+        kind = "sum" if function == "SUM" else "avg"
+        return Aggregate(kind, None, expr=expression.sql, bounds=(expression.lo, expression.hi))
     spec = names.column(argument)
     if not spec.numeric:
         raise PolicyError(f"{function}({spec.name}) needs a numeric column", construct=function, column=spec.name)
@@ -60,3 +78,30 @@ def inside_aggregate(node: exp.Expr, function: str) -> UnsupportedQuery:
         f"{function} takes a plain column; {_construct(node)} inside an aggregate would defeat clamping",
         construct=_construct(node), position=function, hint=AGGREGATE_HINT,
     )
+
+
+def conditional(node: exp.Filter | exp.CountIf, names: Names) -> Aggregate:
+    """`agg FILTER (WHERE c)` and `COUNT_IF(c)`: the aggregate over the rows meeting c, checked like WHERE.
+
+    Example:
+        >>> from sqlglot import parse_one
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("o", "cid", (ColumnSpec("cid", "BIGINT"), ColumnSpec("age", "INTEGER")))
+        >>> conditional(parse_one("COUNT_IF(age >= 18)"), Names(t, None, Catalog((t,)))).where
+        '"age" >= 18'
+    """
+    if isinstance(node, exp.CountIf):
+        return Aggregate("count", None, where=predicate(node.this, names).sql(dialect="duckdb"))
+    where = node.expression
+    if not isinstance(where, exp.Where):
+        raise unsupported(node, "an aggregate's FILTER (WHERE …)")
+    inner = node.this
+    if not isinstance(inner, (exp.Count, exp.Sum, exp.Avg, *QUANTILE_NODES)) and type(inner) not in SPREAD_NODES:
+        raise unsupported(inner, "FILTER (WHERE …), which follows an aggregate")
+    base = aggregate(inner, names)
+    if base.kind == "count_units":
+        raise UnsupportedQuery(
+            "COUNT(DISTINCT …) FILTER (WHERE …) is not supported; put the condition in WHERE",
+            construct="FILTER", hint=AGGREGATE_HINT,
+        )
+    return dataclasses.replace(base, where=predicate(where.this, names).sql(dialect="duckdb"))

@@ -8,18 +8,24 @@ the rewrite keeps at most `max_rows` rows per unit and group:
     units             1                            (COUNT(DISTINCT unit))
     sum               max_rows · max(|lo|, |hi|)   (SUM, grid units)
     centred_sum       max_rows · max(hi − c, c − lo), c = centre of [lo, hi]   (AVG's numerator)
+    centred_squares   max_rows · max(hi − c, c − lo)²   (VAR and STDDEV, on a coarser grid: `spread_grid`)
+    histogram         max_rows rows in the group's histogram over `points` grid points (quantiles; not
+                      noised: read by the exponential mechanism of mechanisms/dp_quantile.py)
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Literal
 
 from proxy.query.catalog import ColumnSpec, TableSchema
 
-AggregateKind = Literal["count", "count_column", "count_units", "sum", "avg"]
-MeasureKind = Literal["rows", "values", "units", "sum", "centred_sum"]
+AggregateKind = Literal["count", "count_column", "count_units", "sum", "avg", "quantile", "var_pop", "var_samp",
+                        "stddev_pop", "stddev_samp"]
+MeasureKind = Literal["rows", "values", "units", "sum", "centred_sum", "histogram", "centred_squares"]
+SPREAD_KINDS = ("var_pop", "var_samp", "stddev_pop", "stddev_samp")
 
 GRID_BITS = 30  # a clamped value spans at most 2^30 grid steps: sums of 2^33 rows stay below 2^63
 
@@ -28,8 +34,18 @@ GRID_BITS = 30  # a clamped value spans at most 2^30 grid steps: sums of 2^33 ro
 class Aggregate:
     kind: AggregateKind
     column: str | None
+    q: Fraction | None = None  # the quantile, for kind "quantile" (0: MIN, 1: MAX)
+    where: str = ""  # FILTER (WHERE …) / COUNT_IF: the rebuilt condition (DuckDB SQL), "" for none
+    expr: str = ""  # SUM/AVG of a per-row expression (row_expr.py): its rebuilt SQL; column is then None
+    bounds: tuple[float, float] | None = None  # the expression's range by interval arithmetic
 
     def label(self) -> str:
+        if self.kind == "quantile":
+            return f"QUANTILE({self.column}, {self.q})"
+        if self.expr or self.where:
+            inner = self.expr or self.column or "*"
+            return f"{self.kind.replace('_column', '').upper()}({inner})" + (
+                f" FILTER (WHERE {self.where})" if self.where else "")
         return {"count": "COUNT(*)", "count_units": f"COUNT(DISTINCT {self.column})"}.get(
             self.kind, f"{self.kind.replace('_column', '').upper()}({self.column})"
         )
@@ -44,6 +60,9 @@ class Measure:
     grid: int = 1
     lo: int = 0
     hi: int = 0
+    points: int = 0  # histogram: grid points lo, lo + (hi − lo)/(points − 1), …, hi (grid units)
+    where: str = ""  # only rows meeting this condition count (FILTER); a function of the row alone
+    expr: str = ""  # the per-row value is this expression (clamped to [lo, hi] on the grid), not `column`
 
     @property
     def centre(self) -> int:
@@ -59,7 +78,7 @@ class Measure:
             15
         """
         match self.kind:
-            case "rows" | "values":
+            case "rows" | "values" | "histogram":
                 return max_rows
             case "units":
                 return 1
@@ -67,6 +86,8 @@ class Measure:
                 return max_rows * max(abs(self.lo), abs(self.hi))
             case "centred_sum":
                 return max_rows * max(self.hi - self.centre, self.centre - self.lo)
+            case "centred_squares":  # (x − c)² lies in [0, max(hi − c, c − lo)²] for x in [lo, hi]
+                return max_rows * max(self.hi - self.centre, self.centre - self.lo) ** 2
 
 
 def fixed_point(spec: ColumnSpec) -> tuple[int, int, int]:
@@ -91,18 +112,81 @@ def fixed_point(spec: ColumnSpec) -> tuple[int, int, int]:
     return grid, math.ceil(lo * grid), math.floor(hi * grid)
 
 
+SPREAD_STEPS = 2**16  # VAR/STDDEV: at least this many grid steps over the range when the grid can be >= 1
+MAX_SPREAD_STEPS = 2**21  # … and at most this many: a square stays below 2^40, a sensitivity below 2^56
+
+
+def spread_grid(spec: ColumnSpec) -> tuple[int, int, int]:
+    """(grid, lo, hi) for the sums of VAR and STDDEV: a power-of-two grid with 2^16 to 2^17 steps over the
+    range (an integer range of at most 2^21 keeps grid 1), bounds rounded inwards as in `fixed_point`.
+    Squares of fine-grid values (2^30 steps) would reach 2^60: the coarse grid keeps them exact in BIGINT.
+
+    Example:
+        >>> spread_grid(ColumnSpec("amount", "DOUBLE", bounds=(0.0, 500.0)))
+        (128, 0, 64000)
+        >>> spread_grid(ColumnSpec("age", "INTEGER", bounds=(18, 90)))
+        (1, 18, 90)
+    """
+    assert spec.bounds is not None
+    lo, hi = spec.bounds
+    integral = spec.kind == "integer" and float(lo).is_integer() and float(hi).is_integer()
+    if integral and hi - lo <= MAX_SPREAD_STEPS:
+        return 1, int(lo), int(hi)
+    width = hi - lo
+    bits = 0 if width == 0 else max(0, min(50, math.floor(math.log2(SPREAD_STEPS / width))))
+    grid = 2**bits
+    return grid, math.ceil(lo * grid), math.floor(hi * grid)
+
+
+HISTOGRAM_POINTS = 1001  # the grid of a quantile: the clamp range in 1000 steps (or each integer, if fewer)
+
+
+def histogram_points(spec: ColumnSpec, lo: int, hi: int) -> int:
+    """How many grid points a quantile of the column chooses from: each integer of a narrow integer range,
+    else HISTOGRAM_POINTS evenly spaced (the error bar grows only with log(points)).
+
+    Example:
+        >>> histogram_points(ColumnSpec("age", "INTEGER", bounds=(18, 90)), 18, 90)
+        73
+        >>> histogram_points(ColumnSpec("amount", "DOUBLE", bounds=(0.0, 500.0)), 0, 2**29)
+        1001
+    """
+    if spec.kind == "integer" and hi - lo < HISTOGRAM_POINTS:
+        return hi - lo + 1
+    return HISTOGRAM_POINTS if hi > lo else 1
+
+
 def measures_of(aggregate: Aggregate, table: TableSchema) -> tuple[Measure, ...]:
-    """The measures one aggregate is computed from (AVG: a centred sum and a count)."""
+    """The measures one aggregate is computed from (AVG: a centred sum and a count); a FILTER condition or a
+    per-row expression travels with every measure of the aggregate."""
+    where, expr = aggregate.where, aggregate.expr
     match aggregate.kind:
         case "count":
-            return (Measure("rows"),)
+            return (Measure("values", where=where),) if where else (Measure("rows"),)
         case "count_column":
-            return (Measure("values", aggregate.column),)
+            return (Measure("values", aggregate.column, where=where),)
         case "count_units":
             return (Measure("units"),)
+    if expr:
+        assert aggregate.bounds is not None
+        grid, lo, hi = fixed_point(ColumnSpec("__expr", "DOUBLE", bounds=aggregate.bounds))
+        sums = (Measure("sum", None, grid, lo, hi, where=where, expr=expr),)
+        if aggregate.kind == "sum":
+            return sums
+        return (Measure("centred_sum", None, grid, lo, hi, where=where, expr=expr),
+                Measure("values", None, where=where, expr=expr))
     column = table.column(aggregate.column or "")
     assert column is not None and column.bounds is not None
+    if where:  # the same measures, each reading only the rows meeting the condition
+        plain = measures_of(Aggregate(aggregate.kind, aggregate.column, aggregate.q), table)
+        return tuple(Measure(m.kind, m.column, m.grid, m.lo, m.hi, m.points, where=where) for m in plain)
     grid, lo, hi = fixed_point(column)
+    if aggregate.kind in SPREAD_KINDS:  # count, centred sum and centred sum of squares, on a coarser grid
+        g2, lo2, hi2 = spread_grid(column)
+        return (Measure("values", column.name), Measure("centred_sum", column.name, g2, lo2, hi2),
+                Measure("centred_squares", column.name, g2, lo2, hi2))
+    if aggregate.kind == "quantile":  # every quantile of a column reads the one histogram
+        return (Measure("histogram", column.name, grid, lo, hi, histogram_points(column, lo, hi)),)
     if aggregate.kind == "sum":
         return (Measure("sum", column.name, grid, lo, hi),)
     return (Measure("centred_sum", column.name, grid, lo, hi), Measure("values", column.name))

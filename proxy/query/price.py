@@ -32,6 +32,8 @@ from proxy.query.analyse import Analysis
 from proxy.query.catalog import Mechanism
 from proxy.query.errors import InvalidParameter
 from proxy.query.measures import measures_of
+from proxy.query.quantile_noise import QuantileSpec, calibrate
+from proxy.query.spread import spread_weight
 
 Composition = Literal["parallel", "sequential"]
 
@@ -74,6 +76,7 @@ class Price:
     delta: float
     gaussian_delta: float  # δ at which the Gaussian part is converted to (ε, δ)
     composition: Composition
+    quantiles: tuple[QuantileSpec, ...] = ()  # the exponential mechanisms of the quantile aggregates
 
 
 def price_for_noise(
@@ -153,8 +156,13 @@ def _price_at(
             parameter="delta",
         )
     laplace_selection = private and mechanism == "laplace"
-    parts = len(analysis.measures) + (1 if laplace_selection else 0)
+    noised = [j for j, m in enumerate(analysis.measures) if m.kind != "histogram"]  # quantiles are not noised
+    n_quantiles = sum(a.kind == "quantile" for a in analysis.aggregates)
+    parts = len(noised) + n_quantiles + (1 if laplace_selection else 0)
     share = _share(epsilon, parts)
+    # each quantile takes an even share as a pure ε (the exponential mechanism); the rest is as before
+    quantiles = _quantiles(analysis, share, noise_multiplier)
+    epsilon = down(Fraction(epsilon) - n_quantiles * Fraction(share)) if n_quantiles else epsilon
 
     selection = None
     children: list[Event] = []
@@ -173,9 +181,12 @@ def _price_at(
     uses = _weights(analysis)
     if mechanism == "laplace":
         # ε_j ∝ n_j^(1/3) minimises Σ n_j·Var_j/s_j² = Σ 2n_j/ε_j² subject to Σε_j = the measures' ε
-        measures_epsilon = down(Fraction(share) * len(analysis.measures))
-        epsilons = _split(measures_epsilon, tuple(n ** (1 / 3) for n in uses), share)
+        measures_epsilon = down(Fraction(share) * len(noised))
+        epsilons = dict(zip(noised, _split(measures_epsilon, tuple(uses[j] ** (1 / 3) for j in noised), share),
+                            strict=True))
         for j, measure in enumerate(analysis.measures):
+            if measure.kind == "histogram":
+                continue
             sensitivity = l0 * measure.sensitivity(max_rows)  # Δ1 = L0 · per-group sensitivity (§2)
             if not sensitivity:
                 scale = 1.0
@@ -185,7 +196,7 @@ def _price_at(
                 scale = _noise(noise_multiplier, sensitivity)
             noise.append(NoiseSpec(j, "laplace", scale, sensitivity, measure.grid, laplace.ci_halfwidth(scale)))
             children.append(LaplaceEvent(sensitivity, scale))
-    else:
+    elif noised or private:
         gaussian_delta = _share(delta, 2) if private else delta
         if conversion == "gdp":
             # μ-GDP composes as √Σμ_j²: split μ² exactly as ρ (∝ μ²) is split below
@@ -194,8 +205,10 @@ def _price_at(
             total = Fraction(gaussian.rho_for(epsilon, gaussian_delta)) if noise_multiplier is None else 1
         # ρ_j ∝ √n_j minimises Σ n_j·Var_j/s_j² = Σ n_j/(2ρ_j) subject to Σρ_j = ρ (zCDP adds); private
         # partitions add the distinct-unit counts as one more Gaussian part, of weight 1
-        weights = tuple(math.sqrt(n) for n in uses) + ((1.0,) if private else ())
-        rhos = _split(down(Fraction(total)), weights, _share(down(Fraction(total)), len(weights)))
+        weights = tuple(math.sqrt(uses[j]) for j in noised) + ((1.0,) if private else ())
+        split = _split(down(Fraction(total)), weights, _share(down(Fraction(total)), len(weights)))
+        rhos: dict[int, float] = dict(zip(noised, split, strict=False))
+        rhos[-1] = split[-1]  # the distinct-unit counts' part, read only when partitions are private
 
         def calibrated(sensitivity: float, part: float) -> float:
             if noise_multiplier is not None:
@@ -218,6 +231,8 @@ def _price_at(
             )
             children.append(GaussianThresholdEvent(l0, sigma, cut))
         for j, measure in enumerate(analysis.measures):
+            if measure.kind == "histogram":
+                continue
             # Δ2 = √(L0 · s²) for per-group sensitivity s (§2): one upward rounding of the exact value
             sensitivity = sqrt_up(l0 * measure.sensitivity(max_rows) ** 2)
             sigma = calibrated(sensitivity, rhos[j]) if sensitivity else 1.0
@@ -226,6 +241,7 @@ def _price_at(
             )
             children.append(GaussianEvent(sensitivity, sigma))
 
+    children += [spec.event for spec in quantiles]
     per_partition = ComposedEvent(tuple(children))
     disjoint_groups = bool(analysis.keys) and analysis.disjoint
     # One group per unit: the release is the same mechanism on disjoint partitions, costing one (§3).
@@ -234,8 +250,22 @@ def _price_at(
     return Price(
         mechanism=mechanism, noise=tuple(noise), selection=selection, event=event,
         epsilon=charged_epsilon, delta=charged_delta, gaussian_delta=gaussian_delta,
-        composition="parallel" if disjoint_groups else "sequential",
+        composition="parallel" if disjoint_groups else "sequential", quantiles=quantiles,
     )
+
+
+def _quantiles(analysis: Analysis, share: float, noise_multiplier: float | None) -> tuple[QuantileSpec, ...]:
+    """Each quantile aggregate at per-group budget share / L0 (its L0 groups compose: L0 · share in all)."""
+    per_group = down(Fraction(share) / analysis.max_groups)
+    specs = []
+    for k, aggregate in enumerate(analysis.aggregates):
+        if aggregate.kind == "quantile":
+            (measure,) = measures_of(aggregate, analysis.table)
+            specs.append(calibrate(
+                k, analysis.measures.index(measure), aggregate, per_group, max_rows=analysis.table.max_rows,
+                max_groups=analysis.max_groups, points=measure.points, noise_multiplier=noise_multiplier,
+            ))
+    return tuple(specs)
 
 
 def _weights(analysis: Analysis) -> tuple[int, ...]:
@@ -249,7 +279,7 @@ def _weights(analysis: Analysis) -> tuple[int, ...]:
     uses = [0] * len(analysis.measures)
     for aggregate in analysis.aggregates:
         for measure in measures_of(aggregate, analysis.table):
-            uses[analysis.measures.index(measure)] += 1
+            uses[analysis.measures.index(measure)] += spread_weight(aggregate, measure)
     return tuple(max(1, n) for n in uses)
 
 

@@ -24,7 +24,9 @@ HINTS: dict[type[exp.Expr], str] = {
 }
 
 
-AGGREGATE_HINT = "the DP aggregates are COUNT(*), COUNT(col), COUNT(DISTINCT <privacy unit>), SUM(col), AVG(col)"
+AGGREGATE_HINT = ("the DP aggregates are COUNT(*), COUNT(col), COUNT(DISTINCT <privacy unit>), SUM(col), AVG(col), "
+                  "MEDIAN(col), QUANTILE_CONT(col, q), PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY col), MIN(col), "
+                  "MAX(col), VAR_POP(col), VAR_SAMP(col), STDDEV_POP(col), STDDEV(col)")
 
 
 def arg_construct(name: str) -> str:

@@ -22,8 +22,10 @@ from mechanisms.sampling import MAX_ABS_VALUE, Sampler
 from proxy.query import types
 from proxy.query.analyse import Analysis
 from proxy.query.expr import Agg, Key, Value, evaluate
-from proxy.query.measures import Aggregate, Measure, measures_of
+from proxy.query.measures import SPREAD_KINDS, Aggregate, Measure, measures_of
 from proxy.query.price import Price
+from proxy.query.quantile_noise import release_quantile
+from proxy.query.spread import variance
 
 _LARGEST = MAX_ABS_VALUE - 1
 
@@ -50,8 +52,10 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
     """
     n_keys = len(analysis.keys)
     read = [types.reader(_spec_type(analysis, k)) for k in analysis.keys]
+    histogram = [False] + [m.kind == "histogram" for m in analysis.measures]  # after __units: read as is
     exact = {
-        tuple(r(v) for r, v in zip(read, row[:n_keys], strict=True)): tuple(clip(v) for v in row[n_keys:])
+        tuple(r(v) for r, v in zip(read, row[:n_keys], strict=True)): tuple(
+            v if h else clip(v) for h, v in zip(histogram, row[n_keys:], strict=True))
         for row in rows
     }
     zeros = (0,) * (1 + len(analysis.measures))
@@ -72,7 +76,10 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
         values = [exact.get(cell, zeros)[1 + spec.measure] for cell in cells]
         draw = sampler.laplace if spec.mechanism == "laplace" else sampler.gaussian
         noisy[analysis.measures[spec.measure]] = np.asarray(draw(values, spec.scale) if cells else (), dtype=np.int64)
-    columns = [_estimates(a, analysis, noisy) for a in analysis.aggregates]
+    columns = [[] if a.kind == "quantile" else _estimates(a, analysis, noisy) for a in analysis.aggregates]
+    for spec in price.quantiles:  # one exponential-mechanism draw per cell (docs/privacy.md §9)
+        histograms = [exact[cell][1 + spec.measure] if cell in exact else None for cell in cells]
+        columns[spec.aggregate] = release_quantile(spec, analysis.measures[spec.measure], histograms, sampler)
     shown = [tuple(_shown(v) for v in cell) for cell in cells]
     per_cell = list(zip(*columns, strict=True)) if columns else [()] * len(cells)
 
@@ -128,6 +135,8 @@ def _estimates(aggregate: Aggregate, analysis: Analysis, noisy: dict[Measure, np
             return np.maximum(value, 0).tolist()  # type: ignore[no-any-return]
         case "sum":
             return (value if first.grid == 1 else value / first.grid).tolist()  # type: ignore[no-any-return]
+    if aggregate.kind in SPREAD_KINDS:
+        return variance(value, noisy[measures[1]], noisy[measures[2]], measures[1], aggregate.kind)
     count = noisy[measures[1]]
     positive = count > 0
     with np.errstate(divide="ignore", invalid="ignore"):

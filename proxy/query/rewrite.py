@@ -55,8 +55,8 @@ def rewrite(analysis: Analysis, salt: int = 0) -> str:
             exp.LTE(this=_keyed_rank(["__unit"], keys, salt), expression=exp.Literal.number(analysis.max_groups))
         )
     result = exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), UNITS))
-    for j, _ in enumerate(analysis.measures):
-        result = result.select(exp.alias_(exp.Sum(this=exp.column(f"__c{j}")), f"__m{j}"), append=True)
+    for j, measure in enumerate(analysis.measures):
+        result = result.select(exp.alias_(_group_measure(measure, j), f"__m{j}"), append=True)
     result = result.from_("__cells")
     if keys:
         result = result.group_by(*keys)
@@ -127,21 +127,43 @@ def _inputs(measures: tuple[Measure, ...]) -> dict[int, int]:
         >>> _inputs((Measure("rows"), Measure("sum", "x", 1, 0, 9), Measure("centred_sum", "x", 1, 0, 9)))
         {1: 1, 2: 1}
     """
-    first: dict[tuple[bool, str | None], int] = {}
+    first: dict[tuple[object, ...], int] = {}
     out = {}
     for j, measure in enumerate(measures):
-        if measure.kind in ("values", "sum", "centred_sum"):
-            out[j] = first.setdefault((measure.kind == "values", measure.column), j)
+        if measure.kind in ("values", "sum", "centred_sum", "histogram", "centred_squares"):
+            # one projection per (shape, column, grid): VAR's coarse grid is not SUM's fine one
+            grid = () if measure.kind == "values" else (measure.grid, measure.lo, measure.hi)
+            shape = (measure.kind == "values", measure.kind == "histogram", measure.column, measure.expr,
+                     measure.where, *grid)
+            out[j] = first.setdefault(shape, j)
     return out
 
 
 def _row_value(measure: Measure, j: int) -> exp.Expr:
-    """The per-row input of a measure: a 0/1 flag for counts of a column, a clamped grid integer for sums."""
+    """The per-row input of a measure: a 0/1 flag for counts of a column, a clamped grid integer for sums;
+    NULL for a row that does not meet the measure's FILTER condition (no SUM, COUNT or histogram reads it)."""
+    value = _unfiltered(measure)
+    if measure.where:
+        value = exp.Case(ifs=[exp.If(this=parse_one(measure.where, read="duckdb"), true=value)])
+    return exp.alias_(value, f"__v{j}")
+
+
+def _read(measure: Measure) -> exp.Expr:
+    """What a measure reads per row: its column, or its rebuilt per-row expression (row_expr.py)."""
+    if measure.expr:
+        return exp.Paren(this=parse_one(measure.expr, read="duckdb"))
+    return _quoted(measure.column)
+
+
+def _unfiltered(measure: Measure) -> exp.Expr:
     if measure.kind == "values":
-        flag = exp.cast(exp.Not(this=exp.Is(this=_quoted(measure.column), expression=exp.Null())), "INTEGER")
-        return exp.alias_(flag, f"__v{j}")
-    assert measure.kind in ("sum", "centred_sum") and measure.column is not None
-    column = _quoted(measure.column)
+        if measure.column is None and not measure.expr:
+            return exp.Literal.number(1)  # COUNT(*) FILTER (WHERE …): every row meeting the condition
+        return exp.cast(exp.Not(this=exp.Is(this=_read(measure), expression=exp.Null())), "INTEGER")
+    if measure.kind == "histogram":
+        return histogram_point(measure)
+    assert measure.kind in ("sum", "centred_sum", "centred_squares")
+    column = _read(measure)
     grid, lo, hi = measure.grid, measure.lo, measure.hi
     # Clamp in DOUBLE first (NaN and ±inf land on a bound), scale to the grid, round, then clamp again in
     # integers: the result lies in [lo, hi] for every input, so no cast can fail on the data.
@@ -150,22 +172,58 @@ def _row_value(measure: Measure, j: int) -> exp.Expr:
     scaled = exp.cast(exp.func("ROUND", exp.Mul(this=clamped, expression=_number(grid))), "BIGINT")
     bounded = exp.func("LEAST", exp.func("GREATEST", scaled, _number(lo)), _number(hi))
     # DuckDB's GREATEST/LEAST skip NULLs, so NULL is kept explicitly: a missing value contributes nothing.
-    value = exp.Case(
+    return exp.Case(
         ifs=[exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()), true=exp.Null())], default=bounded
     )
-    return exp.alias_(value, f"__v{j}")
+
+
+def histogram_point(measure: Measure) -> exp.Expr:
+    """The index of the grid point nearest the row's clamped value, 0 … points − 1; NULL for NULL.
+
+    Any function of the row alone keeps the histogram's sensitivity at max_rows: the index need not be exact
+    (rounding in DOUBLE only moves a row to a neighbouring point), only total, hence the integer clamp.
+    """
+    assert measure.column is not None
+    column = _quoted(measure.column)
+    lo, hi = measure.lo / measure.grid, measure.hi / measure.grid
+    last = max(measure.points - 1, 0)
+    clamped = exp.func("LEAST", exp.func("GREATEST", exp.cast(column, "DOUBLE"), _number(lo)), _number(hi))
+    if last == 0:
+        index: exp.Expr = exp.Literal.number(0)
+    else:
+        scaled = exp.Div(this=exp.Mul(this=exp.Paren(this=exp.Sub(this=clamped, expression=_number(lo))),
+                                         expression=_number(last)),
+                         expression=_number(hi - lo))
+        rounded = exp.cast(exp.func("ROUND", scaled), "BIGINT")
+        index = exp.func("LEAST", exp.func("GREATEST", rounded, exp.Literal.number(0)), exp.Literal.number(last))
+    return exp.Case(ifs=[exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()), true=exp.Null())],
+                    default=index)
+
+
+def _group_measure(measure: Measure, j: int) -> exp.Expr:
+    """A group's measure from its cells: a sum, or for a histogram the MAP point → rows of the cells' points."""
+    cell = exp.column(f"__c{j}")
+    if measure.kind == "histogram":
+        return exp.func("LIST_AGGREGATE", exp.func("FLATTEN", exp.func("LIST", cell)), exp.Literal.string("histogram"))
+    return exp.Sum(this=cell)
 
 
 def _cell_measure(measure: Measure, j: int, source: int | None) -> exp.Expr:
     match measure.kind:
+        case "histogram":  # the unit's (at most max_rows) points in this group
+            kept = exp.Where(this=exp.Not(this=exp.Is(this=exp.column(f"__v{source}"), expression=exp.Null())))
+            value: exp.Expr = exp.Filter(this=exp.func("LIST", exp.column(f"__v{source}")), expression=kept)
         case "rows":
-            value: exp.Expr = exp.Count(this=exp.Star())
+            value = exp.Count(this=exp.Star())
         case "units":
             value = exp.Literal.number(1)  # summed over cells: one per unit in the group
         case "values" | "sum":
             value = exp.Sum(this=exp.column(f"__v{source}"))
         case "centred_sum":
             value = exp.Sum(this=exp.Sub(this=exp.column(f"__v{source}"), expression=_number(measure.centre)))
+        case "centred_squares":  # |v − c| < 2^21 on the spread grid: the square is exact in BIGINT
+            deviation = exp.Paren(this=exp.Sub(this=exp.column(f"__v{source}"), expression=_number(measure.centre)))
+            value = exp.Sum(this=exp.Mul(this=deviation, expression=deviation.copy()))
     return exp.alias_(value, f"__c{j}")
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from proxy.query.aggregates import aggregate
+from proxy.query.aggregates import MORE_AGGREGATES, aggregate
 from proxy.query.errors import PolicyError, UnsupportedQuery
 from proxy.query.expr import Const, Expr, Key, Op
 from proxy.query.literals import number
@@ -59,6 +59,8 @@ def value(node: exp.Expr, names: Names, position: str) -> Expr:
         case exp.Column():
             return key_or_output(node, names, position)
         case exp.Count() | exp.Sum() | exp.Avg():
+            return names.aggregate(aggregate(node, names))
+        case _ if isinstance(node, MORE_AGGREGATES):
             return names.aggregate(aggregate(node, names))
         case exp.Neg():
             return Op("neg", (numeric(node.this, names, position),))
