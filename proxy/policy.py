@@ -406,7 +406,11 @@ def _column(name: str, raw: _Raw, table_loc: str, p: _Problems) -> ColumnSpec | 
             type_ = None
     unit_level = _bool(raw, "unit_level", loc, p, default=False)
     groupable = _bool(raw, "groupable", loc, p, default=False)
-    bounds = _bounds(raw.get("bounds"), f"{loc}.bounds", p) if "bounds" in raw else None
+    date_bounds = bounds = None
+    if "bounds" in raw and type_ is not None and types.kind(type_) == "date":
+        date_bounds = _date_bounds(raw["bounds"], f"{loc}.bounds", p)  # a DATE's days: a public domain
+    elif "bounds" in raw:
+        bounds = _bounds(raw.get("bounds"), f"{loc}.bounds", p)
     domain = None
     if "public_domain" in raw and type_ is not None:
         domain = _public_domain(raw["public_domain"], type_, f"{loc}.public_domain", p)
@@ -415,10 +419,19 @@ def _column(name: str, raw: _Raw, table_loc: str, p: _Problems) -> ColumnSpec | 
     if len(p.items) > before or type_ is None or unit_level is None or groupable is None:
         return None
     try:
-        return ColumnSpec(name, type_, bounds, unit_level, domain, groupable)
+        return ColumnSpec(name, type_, bounds, unit_level, domain, groupable, date_bounds)
     except ValueError as err:
         p.add(loc, str(err))
         return None
+
+
+def _date_bounds(value: object, loc: str, p: _Problems) -> tuple[str, str] | None:
+    """[first, last] of a DATE column, as TOML dates or ISO text."""
+    days = [_domain_value(v, "DATE") for v in value] if isinstance(value, list) and len(value) == 2 else None
+    if days is None or None in days or not str(days[0]) <= str(days[1]):
+        p.add(loc, f"must be [first, last] dates (YYYY-MM-DD) with first <= last, got {value!r}")
+        return None
+    return str(days[0]), str(days[1])
 
 
 def _bounds(value: object, loc: str, p: _Problems) -> tuple[float, float] | None:

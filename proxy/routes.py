@@ -23,6 +23,7 @@ from proxy.pipeline import Answer, Env, Prepared, Reply, prepare, reply
 from proxy.policy import AnalystPolicy, DatasetPolicy
 from proxy.query.analyse import Analysis
 from proxy.query.expr import Agg
+from proxy.query.hidden_groups import hidden_groups
 from proxy.query.price import Price
 from proxy.query.scope import cell_space
 from proxy.schemas import (
@@ -438,8 +439,9 @@ def _uses_aggregate(expr: Any) -> bool:
 
 def _partitions(prepared: Prepared) -> PartitionsOut:
     selection = prepared.plan.price.selection
-    return PartitionsOut(kind=prepared.plan.analysis.partitions,
-                         threshold=None if selection is None else selection.threshold)
+    threshold = None if selection is None else selection.threshold
+    return PartitionsOut(kind=prepared.plan.analysis.partitions, threshold=threshold,
+                         note=hidden_groups(prepared.plan.analysis, threshold))
 
 
 def _json_value(value: object) -> object:

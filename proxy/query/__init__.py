@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from typing import Literal
@@ -100,5 +101,9 @@ def plan(
     else:
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,
                                  conversion=conversion)
-    sql_text = rewrite_ranked(analysis, salt) if bounding == "store" else rewrite(analysis, salt)
+    if bounding == "store" and analysis.computed:
+        # computed keys run the per-query windows over the store, which already holds canonical values
+        sql_text = rewrite(dataclasses.replace(analysis, canonical=()), salt)
+    else:
+        sql_text = rewrite_ranked(analysis, salt) if bounding == "store" else rewrite(analysis, salt)
     return QueryPlan(sql, parsed.sql(dialect="duckdb"), analysis, sql_text, priced, scope)

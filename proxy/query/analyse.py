@@ -9,6 +9,7 @@ runs is generated from checked values alone (DESIGN.md §6).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ class Analysis:
     domains: tuple[tuple[Literal_, ...], ...]  # per key, when partitions == "public"
     scope: Scope  # the cells of the unit-attribute space the query can touch
     canonical: tuple[str, ...] = ()  # unit-level columns read as each unit's canonical value
+    computed: tuple[tuple[str, exp.Expr], ...] = ()  # computed keys: virtual column of `table`, its SQL
 
     @property
     def disjoint(self) -> bool:
@@ -102,11 +104,13 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
     where = select.args.get("where")
     where_expr = predicate(where.this, names) if where else None
 
+    # Computed keys are virtual columns of the analysed table (computed_keys.py); the rewrite computes them.
+    table = dataclasses.replace(table, columns=table.columns + tuple(k.spec for k in names.computed))
     all_unit_level = all(declared(table, k).unit_level for k in keys)
     # One group per unit ⇒ parallel composition (§3). Unit-level keys are constant per unit by declaration;
     # the rewrite still enforces L0 = 1 for them, so a wrong declaration costs utility, never privacy.
     max_groups = 1 if all_unit_level else table.max_groups
-    domains = tuple(declared(table, k).public_domain for k in keys)
+    domains = tuple(declared(table, k).domain for k in keys)
     partitions: Partitions
     if not keys:
         partitions = "none"
@@ -116,14 +120,18 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
         partitions = "private"
     public_domains = tuple(d for d in domains if d is not None) if partitions == "public" else ()
     aggregates = tuple(names.aggregates)
-    space = cell_space(table)
+    space = cell_space(names.table)  # the declared table: computed keys are no unit attributes of their own
     reach = scope_of(space, where_expr)
+    read_keys = tuple(k for k in keys if names.table.column(k) is not None) + tuple(
+        c for key in names.computed for c in sorted(key.columns))
     return Analysis(
         table=table, keys=keys, aggregates=aggregates, measures=measures_for(aggregates, table),
         outputs=outputs, where=where_expr, having=having_expr, order=ordering, limit=row_cap,
         max_groups=max_groups, partitions=partitions, domains=public_domains,
         scope=reach,
-        canonical=canonical_columns(space, where_expr, keys) if canonical_units and reach.cells is not None else (),
+        canonical=canonical_columns(space, where_expr, read_keys) if canonical_units and reach.cells is not None
+        else (),
+        computed=tuple((k.spec.name, k.sql) for k in names.computed),
     )
 
 

@@ -6,6 +6,7 @@ finite with lo <= hi, contribution bounds are positive integers, the privacy uni
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -19,6 +20,7 @@ __all__ = ["TYPE_KINDS", "Catalog", "ColumnSpec", "Kind", "Literal_", "TableSche
 Mechanism = Literal["laplace", "gaussian"]
 Adjacency = Literal["add_remove"]
 MAX_ABS_BOUND = 1e15  # clamp bounds: a clamped value is below 2^50 on its grid, so no cast of it can fail
+MAX_DOMAIN_DAYS = 100_000  # declared date bounds spanning more days are not enumerated as a public domain
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +33,7 @@ class ColumnSpec:
     unit_level: bool = False  # constant per privacy unit: grouping on it is disjoint per unit (§3)
     public_domain: tuple[Literal_, ...] | None = None  # every value released, no δ spent on keys
     groupable: bool = False  # may appear in GROUP BY
+    date_bounds: tuple[str, str] | None = None  # a DATE column's declared first and last day (ISO): a public domain
 
     def __post_init__(self) -> None:
         try:
@@ -55,6 +58,30 @@ class ColumnSpec:
             if len(set(domain)) != len(domain):
                 raise ValueError(f"column {self.name}: public_domain has duplicate values (as {self.type} values)")
             object.__setattr__(self, "public_domain", domain)
+        if self.date_bounds is not None:
+            if self.kind != "date":
+                raise ValueError(f"column {self.name}: date bounds are only for DATE columns")
+            first, last = (types.canonical("DATE", v) for v in self.date_bounds)
+            if not str(first) <= str(last):
+                raise ValueError(f"column {self.name}: bounds must be [first, last] with first <= last")
+            object.__setattr__(self, "date_bounds", (first, last))
+
+    @property
+    def domain(self) -> tuple[Literal_, ...] | None:
+        """The public values of the column as a group key: its `public_domain`, or every day of its declared
+        date bounds (the calendar is public; a day outside them is dropped like any value outside a domain).
+
+        Example:
+            >>> ColumnSpec("day", "DATE", groupable=True, date_bounds=("2026-01-30", "2026-02-01")).domain
+            ('2026-01-30', '2026-01-31', '2026-02-01')
+        """
+        if self.public_domain is not None or self.date_bounds is None:
+            return self.public_domain
+        first, last = (dt.date.fromisoformat(d) for d in self.date_bounds)
+        days = (last - first).days + 1
+        if days > MAX_DOMAIN_DAYS:
+            return None
+        return tuple((first + dt.timedelta(days=i)).isoformat() for i in range(days))
 
     @property
     def kind(self) -> Kind:

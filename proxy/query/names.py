@@ -43,6 +43,12 @@ class Names:
         self.keys: tuple[str, ...] = ()
         self.outputs: tuple[Output, ...] = ()
         self.aggregates: list[Aggregate] = []
+        self.computed: list = []  # computed_keys.ComputedKey, in GROUP BY order
+
+    def key_spec(self, name: str) -> ColumnSpec:
+        """The column a group key reads: declared, or a computed key's virtual column."""
+        virtual = next((k.spec for k in self.computed if k.spec.name == name), None)
+        return virtual if virtual is not None else declared(self.table, name)
 
     def column(self, node: exp.Column) -> ColumnSpec:
         if not isinstance(node.this, exp.Identifier):

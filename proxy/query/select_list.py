@@ -16,10 +16,11 @@ from __future__ import annotations
 from sqlglot import exp
 
 from proxy.query.aggregates import aggregate
+from proxy.query.computed_keys import match
 from proxy.query.errors import PolicyError, UnsupportedQuery
 from proxy.query.expr import Const, Expr, Key, Op
 from proxy.query.literals import number
-from proxy.query.names import Names, Output, declared
+from proxy.query.names import Names, Output
 from proxy.query.refusals import unsupported
 
 MAX_LIMIT = 100_000
@@ -53,6 +54,9 @@ def label(node: exp.Expr) -> str:
 
 def value(node: exp.Expr, names: Names, position: str) -> Expr:
     """A numeric or key expression over group keys, aggregates and numeric literals."""
+    key = match(node, names)  # the same expression as a computed GROUP BY key
+    if key is not None:
+        return Key(names.keys.index(key))
     match node:
         case exp.Paren():
             return value(node.this, names, position)
@@ -74,7 +78,7 @@ def numeric(node: exp.Expr, names: Names, position: str) -> Expr:
     """An arithmetic operand: a number, an aggregate, or a numeric group key (never text or dates)."""
     result = value(node, names, position)
     if isinstance(result, Key):
-        spec = declared(names.table, names.keys[result.index])
+        spec = names.key_spec(names.keys[result.index])
         if not spec.numeric:
             raise UnsupportedQuery(
                 f"arithmetic on the {spec.kind} key {spec.name!r} is not supported; use numbers and aggregates",
