@@ -101,8 +101,8 @@ def plan(
     else:
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,
                                  conversion=conversion)
-    if bounding == "store" and analysis.computed:
-        # computed keys run the per-query windows over the store, which already holds canonical values
+    if bounding == "store" and (analysis.computed or analysis.source is not None):
+        # computed keys and joins run the per-query windows over the store, which holds canonical values
         sql_text = rewrite(dataclasses.replace(analysis, canonical=()), salt)
     else:
         sql_text = rewrite_ranked(analysis, salt) if bounding == "store" else rewrite(analysis, salt)

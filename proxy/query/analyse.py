@@ -21,6 +21,7 @@ from proxy.query.catalog import Catalog, Literal_, TableSchema
 from proxy.query.errors import PolicyError, UnsupportedQuery
 from proxy.query.expr import Expr
 from proxy.query.group_keys import group_keys
+from proxy.query.joins import join
 from proxy.query.measures import Aggregate, Measure, measures_for
 from proxy.query.names import Names, Output, declared
 from proxy.query.refusals import AGGREGATE_HINT, unsupported_clause
@@ -36,7 +37,7 @@ MAX_PUBLIC_CELLS = 100_000
 
 Partitions = Literal["none", "public", "private"]
 
-_SELECT_ARGS = frozenset({"expressions", "from_", "where", "group", "having", "order", "limit"})
+_SELECT_ARGS = frozenset({"expressions", "from_", "joins", "where", "group", "having", "order", "limit"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,7 @@ class Analysis:
     scope: Scope  # the cells of the unit-attribute space the query can touch
     canonical: tuple[str, ...] = ()  # unit-level columns read as each unit's canonical value
     computed: tuple[tuple[str, exp.Expr], ...] = ()  # computed keys: virtual column of `table`, its SQL
+    source: exp.Expr | None = None  # a JOIN's virtual table (joins.py); None: the protected table itself
 
     @property
     def disjoint(self) -> bool:
@@ -84,8 +86,10 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
     for name, value in select.args.items():
         if name not in _SELECT_ARGS and value:
             raise unsupported_clause(name, value)
-    table, alias = resolve_table(select, catalog)
+    joined = join(select, catalog) if select.args.get("joins") else None
+    table, alias = (joined.table, None) if joined is not None else resolve_table(select, catalog)
     names = Names(table, alias, catalog)
+    names.joined = joined
     keys = group_keys(select, names)
     names.keys = keys
     outputs = tuple(output(node, names) for node in select.expressions)
@@ -132,6 +136,7 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
         canonical=canonical_columns(space, where_expr, read_keys) if canonical_units and reach.cells is not None
         else (),
         computed=tuple((k.spec.name, k.sql) for k in names.computed),
+        source=None if joined is None else joined.source,
     )
 
 

@@ -15,7 +15,7 @@ from proxy.query import types
 from proxy.query.types import TYPE_KINDS, Kind
 from proxy.query.types import Value as Literal_
 
-__all__ = ["TYPE_KINDS", "Catalog", "ColumnSpec", "Kind", "Literal_", "TableSchema"]
+__all__ = ["TYPE_KINDS", "Catalog", "ColumnSpec", "Kind", "Literal_", "PublicTable", "TableSchema"]
 
 Mechanism = Literal["laplace", "gaussian"]
 Adjacency = Literal["add_remove"]
@@ -125,6 +125,29 @@ class TableSchema:
 
 
 @dataclass(frozen=True, slots=True)
+class PublicTable:
+    """A table declared public (a product catalogue, a calendar): no privacy unit, no bounds; it may only be
+    joined to a protected table on one of its `keys`, adding group keys and filters. With `unique`, each key
+    value is on at most one row (checked by nobody: a wrong declaration costs utility, never privacy)."""
+
+    name: str
+    columns: tuple[ColumnSpec, ...]
+    keys: tuple[str, ...]
+    unique: bool = False
+
+    def __post_init__(self) -> None:
+        names = [c.name.lower() for c in self.columns]
+        if len(set(names)) != len(names):
+            raise ValueError(f"public table {self.name}: duplicate column names")
+        if not self.keys or any(k.lower() not in names for k in self.keys):
+            raise ValueError(f"public table {self.name}: keys must be declared columns, got {self.keys!r}")
+
+    def column(self, name: str) -> ColumnSpec | None:
+        lowered = name.lower()
+        return next((c for c in self.columns if c.name.lower() == lowered), None)
+
+
+@dataclass(frozen=True, slots=True)
 class Catalog:
     """The protected tables of one dataset, and the qualifiers a query may name them with: a schema in
     `schemas` (`main.visits`), a database in `databases` (`demo.main.visits`), compared case-insensitively."""
@@ -132,8 +155,14 @@ class Catalog:
     tables: tuple[TableSchema, ...]
     schemas: tuple[str, ...] = ("main",)
     databases: tuple[str, ...] = ()
+    public: tuple[PublicTable, ...] = ()  # tables joined to protected ones, never queried alone
 
     def table(self, name: str) -> TableSchema | None:
         """The protected table called `name` (case-insensitive), or None."""
         lowered = name.lower()
         return next((t for t in self.tables if t.name.lower() == lowered), None)
+
+    def public_table(self, name: str) -> PublicTable | None:
+        """The public table called `name` (case-insensitive), or None."""
+        lowered = name.lower()
+        return next((t for t in self.public if t.name.lower() == lowered), None)

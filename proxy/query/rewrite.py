@@ -104,7 +104,7 @@ def _table(analysis: Analysis) -> exp.Expr:
     """The protected table; with unit-level columns of the cell space replaced by each unit's canonical
     value (the smallest over the unit's rows), so every unit lies in exactly one cell whatever the data
     holds, and queries with disjoint scopes touch disjoint sets of units (docs/privacy.md §7)."""
-    table = exp.table_(analysis.table.name, quoted=True)
+    table = analysis.source.copy() if analysis.source is not None else exp.table_(analysis.table.name, quoted=True)
     if not analysis.canonical:
         return table
     # binary collation: the canonical value must be one function of the unit's rows in every query

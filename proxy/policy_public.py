@@ -1,0 +1,44 @@
+"""The policy's public tables: `[datasets.<d>.public_tables.<name>]` with `keys` (the columns it may be joined
+on), `unique` (each key value on one row) and `columns` read like a protected table's (proxy/policy.py).
+
+Example:
+    >>> from proxy.policy_readers import _Problems
+    >>> p = _Problems()
+    >>> raw = {"public_tables": {"plans": {"keys": ["plan"], "unique": True, "columns": {"plan": {}, "tier": {}}}}}
+    >>> read_public_tables(raw, "datasets.d", p, lambda n, r, loc, p: ColumnSpec(n, "VARCHAR", groupable=True))
+    (PublicTable(name='plans', columns=(...), keys=('plan',), unique=True),)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from proxy.policy_readers import _bool, _check_keys, _named_tables, _Problems, _Raw
+from proxy.query.catalog import ColumnSpec, PublicTable
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+ColumnReader = Callable[[str, _Raw, str, _Problems], ColumnSpec | None]
+
+
+def read_public_tables(raw: _Raw, loc: str, p: _Problems, column: ColumnReader) -> tuple[PublicTable, ...]:
+    tables = []
+    for name, table_raw in _named_tables(raw, "public_tables", loc, _IDENTIFIER, p):
+        table_loc = f"{loc}.public_tables.{name}"
+        before = len(p.items)
+        _check_keys(table_raw, table_loc, ("keys", "unique", "columns"), p)
+        keys = table_raw.get("keys")
+        if not (isinstance(keys, list) and keys and all(isinstance(k, str) for k in keys)):
+            p.add(f"{table_loc}.keys", f"must be a non-empty array of column names, got {keys!r}")
+            keys = None
+        unique = _bool(table_raw, "unique", table_loc, p, default=False)
+        columns = tuple(c for n, r in _named_tables(table_raw, "columns", table_loc, _IDENTIFIER, p)
+                        if (c := column(n, r, table_loc, p)))
+        if len(p.items) > before or keys is None or unique is None:
+            continue
+        try:
+            tables.append(PublicTable(name, columns, tuple(keys), unique))
+        except ValueError as err:
+            p.add(table_loc, str(err))
+    return tuple(tables)
