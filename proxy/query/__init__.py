@@ -101,6 +101,13 @@ def plan(
     else:
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,
                                  conversion=conversion)
+    if bounding == "store" and analysis.source is not None and any(
+            catalog.public_table(t.name) for t in analysis.source.find_all(exp.Table)):
+        # the bounding store holds the protected tables only (proxy/store.py): refused before any charge
+        raise UnsupportedQuery(
+            "joins to public tables are not available on a dataset with bounding = \"store\"; ask the operator "
+            "for bounding = \"per_query\"", construct="JOIN", bounding=bounding,
+        )
     if bounding == "store" and (analysis.computed or analysis.source is not None):
         # computed keys and joins run the per-query windows over the store, which holds canonical values
         sql_text = rewrite(dataclasses.replace(analysis, canonical=()), salt)
