@@ -20,7 +20,7 @@ from typing import ClassVar, Literal, cast, get_args
 from accountant.filter import BASIC, DEFAULT_SELECTION_SHARE, RULES, Accounting, Budget, Rule, capacity
 from mechanisms.gdp import MIN_BUDGET_EPSILON
 from proxy.limits import LIMIT_KEYS, AnalystLimits, read_limits
-from proxy.policy_public import read_public_tables
+from proxy.policy_public import read_date_bounds, read_public_tables
 from proxy.policy_readers import (
     _bool,
     _check_case_duplicates,
@@ -411,7 +411,7 @@ def _column(name: str, raw: _Raw, table_loc: str, p: _Problems) -> ColumnSpec | 
     groupable = _bool(raw, "groupable", loc, p, default=False)
     date_bounds = bounds = None
     if "bounds" in raw and type_ is not None and types.kind(type_) == "date":
-        date_bounds = _date_bounds(raw["bounds"], f"{loc}.bounds", p)  # a DATE's days: a public domain
+        date_bounds = read_date_bounds(raw["bounds"], f"{loc}.bounds", p)  # its days: a public domain
     elif "bounds" in raw:
         bounds = _bounds(raw.get("bounds"), f"{loc}.bounds", p)
     domain = None
@@ -426,15 +426,6 @@ def _column(name: str, raw: _Raw, table_loc: str, p: _Problems) -> ColumnSpec | 
     except ValueError as err:
         p.add(loc, str(err))
         return None
-
-
-def _date_bounds(value: object, loc: str, p: _Problems) -> tuple[str, str] | None:
-    """[first, last] of a DATE column, as TOML dates or ISO text."""
-    days = [_domain_value(v, "DATE") for v in value] if isinstance(value, list) and len(value) == 2 else None
-    if days is None or None in days or not str(days[0]) <= str(days[1]):
-        p.add(loc, f"must be [first, last] dates (YYYY-MM-DD) with first <= last, got {value!r}")
-        return None
-    return str(days[0]), str(days[1])
 
 
 def _bounds(value: object, loc: str, p: _Problems) -> tuple[float, float] | None:

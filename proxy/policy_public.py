@@ -1,5 +1,6 @@
-"""The policy's public tables: `[datasets.<d>.public_tables.<name>]` with `keys` (the columns it may be joined
-on), `unique` (each key value on one row) and `columns` read like a protected table's (proxy/policy.py).
+"""Policy readers for public data: the public tables, `[datasets.<d>.public_tables.<name>]` with `keys` (the
+columns it may be joined on), `unique` (each key value on one row) and `columns` read like a protected
+table's (proxy/policy.py); and the `bounds` of a DATE column, whose days are then a public domain.
 
 Example:
     >>> from proxy.policy_readers import _Problems
@@ -13,8 +14,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import datetime
 
 from proxy.policy_readers import _bool, _check_keys, _named_tables, _Problems, _Raw
+from proxy.query import types
 from proxy.query.catalog import ColumnSpec, PublicTable
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -42,3 +45,23 @@ def read_public_tables(raw: _Raw, loc: str, p: _Problems, column: ColumnReader) 
         except ValueError as err:
             p.add(table_loc, str(err))
     return tuple(tables)
+
+
+def read_date_bounds(value: object, loc: str, p: _Problems) -> tuple[str, str] | None:
+    """[first, last] of a DATE column, as TOML dates or ISO text.
+
+    Example:
+        >>> import datetime as dt
+        >>> read_date_bounds([dt.date(2026, 1, 1), "2026-12-31"], "x", _Problems())
+        ('2026-01-01', '2026-12-31')
+    """
+    days: list[str] = []
+    for item in value if isinstance(value, list) and len(value) == 2 else ():
+        try:
+            days.append(str(types.canonical("DATE", item)))
+        except ValueError:
+            break
+    if len(days) != 2 or not days[0] <= days[1] or any(isinstance(v, datetime) for v in value):  # type: ignore[union-attr]
+        p.add(loc, f"must be [first, last] dates (YYYY-MM-DD) with first <= last, got {value!r}")
+        return None
+    return days[0], days[1]

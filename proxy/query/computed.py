@@ -43,7 +43,7 @@ ALLOWED = (
     "DOUBLE, DECIMAL(p,s), VARCHAR, DATE; CASE WHEN <condition> THEN <literal> … [ELSE <literal>] END, IF; "
     "COALESCE; LOWER, UPPER, SUBSTR(text, start[, length]), LEFT(text, n) on text; DATE_TRUNC(year|quarter|"
     "month|week|day, date), EXTRACT/DATE_PART(year|quarter|month|week|day|dow|isodow|doy|isoyear FROM date), "
-    "YEAR/QUARTER/MONTH/DAY/DAYOFWEEK/ISODOW/DAYOFYEAR/WEEK(date), STRFTIME(date, format) on dates"
+    "YEAR/QUARTER/MONTH/DAY/DAYOFWEEK/ISODOW/DAYOFYEAR/WEEK(date), STRFTIME(date, format), DATE(date or text)"
 )
 
 _TRUNC_UNITS = frozenset({"YEAR", "QUARTER", "MONTH", "WEEK", "DAY"})
@@ -101,6 +101,12 @@ def scalar(node: exp.Expr, names: Names) -> Scalar:
             return Scalar(exp.Neg(this=_as(inner, kind)), kind, inner.columns)
         case exp.Literal() | exp.Neg() | exp.Boolean() | exp.Null():
             return constant(node)
+        case exp.Date() if not node.expressions:  # DATE(x): a DATE as is, text read as a date
+            inner = scalar(node.this, names)
+            if inner.kind == "date":
+                return inner
+            if inner.kind == "string":
+                return Scalar(exp.cast(inner.sql, "DATE"), "DATE", inner.columns)
         case exp.TsOrDsToDate() | exp.TsOrDsToTimestamp():  # how MySQL and BigQuery read a DATE argument
             inner = scalar(node.this, names)
             if inner.kind == "date" and not node.args.get("format"):

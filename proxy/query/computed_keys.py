@@ -59,8 +59,9 @@ def computed_key(node: exp.Expr, names: Names, index: int) -> ComputedKey:
             f"a group key may not read the privacy unit {table.privacy_unit!r} ({node.sql()}): each group could be "
             "one person", construct="GROUP BY", column=table.privacy_unit,
         )
-    if value.type == "NULL":
-        raise UnsupportedQuery(f"GROUP BY {node.sql()} is a constant NULL; remove it", construct="GROUP BY")
+    if not value.columns:
+        raise UnsupportedQuery(f"GROUP BY {node.sql()} is a constant; name a column (or its position, GROUP BY 1)",
+                               construct="GROUP BY")
     specs = tuple(s for c in sorted(value.columns) if (s := table.column(c)) is not None)
     closed = [s.name for s in specs if not s.groupable]
     if closed and value.choices is None:

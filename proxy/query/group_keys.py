@@ -34,6 +34,8 @@ def group_keys(select: exp.Select, names: Names) -> tuple[str, ...]:
     keys: list[str] = []
     for node in group.expressions:
         node = _referenced(node, select, names)
+        while isinstance(node, exp.Paren):
+            node = node.this
         if not isinstance(node, exp.Column):
             key = computed_key(node, names, len(names.computed))
             if key.text not in {k.text for k in names.computed}:

@@ -20,8 +20,10 @@ private: the sensitivity follows the bounds the rewrite enforces.
 
 Example:
     >>> from sqlglot import parse_one
-    >>> from tests.catalogs import CATALOG
-    >>> j = join(parse_one("SELECT COUNT(*) FROM visits v JOIN users u USING (user_id)"), CATALOG)
+    >>> visits = TableSchema("visits", "user_id", (ColumnSpec("user_id", "BIGINT"),), max_rows=20)
+    >>> users = TableSchema("users", "user_id", (ColumnSpec("user_id", "BIGINT"),
+    ...     ColumnSpec("plan", "VARCHAR", unit_level=True, groupable=True)))
+    >>> j = join(parse_one("SELECT COUNT(*) FROM visits v JOIN users u USING (user_id)"), Catalog((visits, users)))
     >>> [c.name for c in j.table.columns][-1], j.table.column("plan").unit_level, j.qualifiers["u"]["user_id"]
     ('plan', True, 'user_id')
 """
