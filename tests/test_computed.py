@@ -215,3 +215,19 @@ def test_dialects_give_the_same_key() -> None:
     }
     sqls = {d: plan(q, CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace", dialect=d).sql for d, q in texts.items()}
     assert len(set(sqls.values())) == 1, sqls
+
+
+@pytest.mark.parametrize(("query", "line", "column"), [
+    ("SELECT COUNT(*) FROM t\nWHERE random() < 0.5", 2, 7),
+    ("SELECT COUNT(*) FROM t GROUP BY uid % 10", 1, 33),
+    ("SELECT nope, COUNT(*) FROM t", 1, 8),
+    ("SELECT COUNT(*)\n  FROM t WHERE read_text('/etc/passwd') = 'x'", 2, 16),
+])
+def test_refusals_say_where_the_construct_starts(query: str, line: int, column: int) -> None:
+    with pytest.raises(QueryError) as caught:
+        analyse(parse(query), CATALOG)
+    at = caught.value.detail["at"]
+    assert (at["line"], at["column"]) == (line, column)
+    assert f"(line {line}, column {column})" in caught.value.message
+    offset = at["offset"]
+    assert query[offset:].lower().startswith(query.splitlines()[line - 1][column - 1:][:3].lower())

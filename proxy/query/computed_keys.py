@@ -33,6 +33,7 @@ from proxy.query.computed import Scalar, scalar, total
 from proxy.query.errors import PolicyError, QueryError, UnsupportedQuery
 from proxy.query.key_domains import MAX_VALUES, domain
 from proxy.query.names import Names
+from proxy.query.refusals import located, where
 
 PREFIX = "__key"
 _CONDITIONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.In, exp.Between,
@@ -56,8 +57,8 @@ def computed_key(node: exp.Expr, names: Names, index: int) -> ComputedKey:
     table = names.table
     if table.privacy_unit in value.columns:
         raise PolicyError(
-            f"a group key may not read the privacy unit {table.privacy_unit!r} ({node.sql()}): each group could be "
-            "one person", construct="GROUP BY", column=table.privacy_unit,
+            f"a group key may not read the privacy unit {table.privacy_unit!r} ({node.sql()}{where(node)}): each "
+            "group could be one person", construct="GROUP BY", column=table.privacy_unit, **located(node),
         )
     if not value.columns:
         raise UnsupportedQuery(f"GROUP BY {node.sql()} is a constant; name a column (or its position, GROUP BY 1)",

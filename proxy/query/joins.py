@@ -38,6 +38,7 @@ from sqlglot import exp
 from proxy.query import types
 from proxy.query.catalog import Catalog, ColumnSpec, PublicTable, TableSchema
 from proxy.query.errors import PolicyError, UnsupportedQuery
+from proxy.query.refusals import located, where
 from proxy.query.resolve import check_qualifiers
 
 BASE, OTHER = "__b", "__o"
@@ -142,10 +143,11 @@ def _condition(node: exp.Join, base: TableSchema, base_alias: str, other: TableS
                 construct="JOIN ON", column=b.name,
             )
     elif not (a.name == base.privacy_unit and b.name == other.privacy_unit):
+        on = node.args.get("on") or node
         raise PolicyError(
-            f"JOIN on {a.name} = {b.name} is not supported between two protected tables; join on "
+            f"JOIN on {a.name} = {b.name}{where(on)} is not supported between two protected tables; join on "
             f"{base.privacy_unit} (their privacy unit), or declare {other.name!r} public",
-            construct="JOIN ON", column=a.name,
+            construct="JOIN ON", column=a.name, **located(on),
         )
     if _family(a) != _family(b):
         raise PolicyError(f"JOIN compares {a.name} ({a.type}) with {b.name} ({b.type})", construct="JOIN ON")

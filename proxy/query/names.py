@@ -22,7 +22,7 @@ from proxy.query.errors import PolicyError
 from proxy.query.expr import Agg, Expr
 from proxy.query.joins import Joined
 from proxy.query.measures import Aggregate
-from proxy.query.refusals import unsupported
+from proxy.query.refusals import located, unsupported, where
 from proxy.query.resolve import check_qualifiers
 
 
@@ -66,9 +66,9 @@ class Names:
         spec = self.table.column(node.name)
         if spec is None:
             raise PolicyError(
-                f"unknown column {node.name!r} in table {self.table.name}",
+                f"unknown column {node.name!r} in table {self.table.name}{where(node)}",
                 construct="COLUMN", column=node.name,
-                hint="columns: " + ", ".join(c.name for c in self.table.columns),
+                hint="columns: " + ", ".join(c.name for c in self.table.columns), **located(node),
             )
         return spec
 
