@@ -165,3 +165,36 @@ def test_public_tables_load_from_the_policy(bi: tuple[Server, DemoFiles]) -> Non
     assert departments is not None and departments.keys == ("category",) and departments.unique
     day = catalog.table("visits").column("day")  # type: ignore[union-attr]
     assert day is not None and day.date_bounds == ("2026-01-01", "2026-12-31")
+
+
+def test_csv_and_arrow_carry_the_same_numbers_and_the_charge(client: httpx.Client) -> None:
+    import csv
+    import io
+    import json
+
+    import pyarrow as pa
+
+    sql = "SELECT region, COUNT(*) AS n, AVG(amount) AS mean FROM visits GROUP BY region"
+    body = {"dataset": "demo", "sql": sql, "epsilon": 0.5}
+    answer = client.post("/v1/query", json=body)
+    assert answer.status_code == 200
+    before = spend(client)
+    as_csv = client.post("/v1/query", json=body, headers={"Accept": "text/csv"})  # a repeat: free, same numbers
+    assert as_csv.status_code == 200 and as_csv.headers["content-type"].startswith("text/csv")
+    assert as_csv.headers["x-dp-repeat"] == "true" and spend(client) == before
+    rows = list(csv.reader(io.StringIO(as_csv.text)))
+    assert rows[0] == ["region", "n", "mean"]
+    expected = answer.json()
+    assert [[r[0], int(r[1]), float(r[2]) if r[2] else None] for r in rows[1:]] == expected["rows"]
+    assert json.loads(as_csv.headers["x-dp-charge"]) == expected["charge"]
+    assert json.loads(as_csv.headers["x-dp-noise"]) == expected["noise"]
+    as_arrow = client.post("/v1/query", json=body, headers={"Accept": "application/vnd.apache.arrow.stream"})
+    assert as_arrow.headers["content-type"] == "application/vnd.apache.arrow.stream"
+    table = pa.ipc.open_stream(as_arrow.content).read_all()
+    assert table.column_names == ["region", "n", "mean"]
+    assert [list(r.values()) for r in table.to_pylist()] == expected["rows"]
+    assert json.loads(table.schema.metadata[b"dp.charge"]) == expected["charge"]
+    fresh = client.post("/v1/query", json={**body, "epsilon": 0.25}, headers={"Accept": "text/csv"})
+    assert fresh.status_code == 200 and fresh.headers["x-dp-repeat"] == "false"
+    error = client.post("/v1/query", json={**body, "sql": "SELECT * FROM visits"}, headers={"Accept": "text/csv"})
+    assert error.status_code == 400 and error.json()["code"] == "unsupported"  # errors stay JSON
