@@ -98,6 +98,7 @@ def test_typed_division_of_integers_truncates_as_in_postgres() -> None:
 @pytest.mark.parametrize("text", [
     "random()", "now()", "read_text('/etc/passwd')", "getenv('HOME')", "current_date", "uuid()",
     "regexp_replace(s, 'a', 'b')", "repeat(s, 1000000)", "strftime(day, '%H:%M %s')", "date_trunc('hour', day)",
+    "strftime(day, '%q')",
     "SUBSTR(s, 1, 100000)", "CAST(day AS INTEGER)", "CAST(i AS BLOB)", "s || s", "day + 1", "LOWER(i)",
     "(SELECT 1)", "COUNT(*)", "i / 'a'",
 ])

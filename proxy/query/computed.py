@@ -54,7 +54,7 @@ _PART_FUNCTIONS: dict[type[exp.Expr], str] = {
     exp.Year: "YEAR", exp.Quarter: "QUARTER", exp.Month: "MONTH", exp.Day: "DAY", exp.DayOfWeek: "DOW",
     exp.DayOfWeekIso: "ISODOW", exp.DayOfYear: "DOY", exp.Week: "WEEK", exp.WeekOfYear: "WEEK",
 }
-_FORMAT = re.compile(r"(?:%[YymdbBaAjuwq%]|[-/ .:_,A-Za-z0-9])*")  # date parts and plain separators only
+_FORMAT = re.compile(r"(?:%[YymdbBaAjuw%]|[-/ .:_,A-Za-z0-9])*")  # date parts and plain separators only
 _CAST_TARGETS = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "DOUBLE", "FLOAT", "VARCHAR", "DATE"})
 _ARITHMETIC: dict[type[exp.Expr], str] = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Mod: "%"}
 

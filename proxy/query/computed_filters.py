@@ -21,6 +21,7 @@ from sqlglot import exp
 from proxy.query.catalog import ColumnSpec
 from proxy.query.computed import Scalar, scalar, total
 from proxy.query.errors import UnsupportedQuery
+from proxy.query.key_domains import binds
 from proxy.query.literals import literal
 from proxy.query.names import Names
 from proxy.query.where import MAX_IN_LIST
@@ -40,31 +41,31 @@ def computed_condition(node: exp.Expr, names: Names) -> exp.Expr | None:
                 node = _flipped(node)
             value = scalar(left, names)
             if _is_literal(right):
-                return type(node)(this=_side(value), expression=_typed(right, value))
+                return type(node)(this=_side(value, names), expression=_typed(right, value))
             other = scalar(right, names)
             if _family(value) != _family(other):
                 raise UnsupportedQuery(
                     f"cannot compare {value.type} with {other.type} in {node.sql()}", construct="WHERE",
                 )
-            return type(node)(this=_side(value), expression=_side(other))
+            return type(node)(this=_side(value, names), expression=_side(other, names))
         case exp.In() if not any(v for k, v in node.args.items() if k not in ("this", "expressions")):
             if not 0 < len(node.expressions) <= MAX_IN_LIST or not all(map(_is_literal, node.expressions)):
                 return None
             value = scalar(node.this, names)
-            return exp.In(this=_side(value), expressions=[_typed(v, value) for v in node.expressions])
+            return exp.In(this=_side(value, names), expressions=[_typed(v, value) for v in node.expressions])
         case exp.Between() if not node.args.get("symmetric"):
             value = scalar(node.this, names)
             low, high = node.args["low"], node.args["high"]
             if _is_literal(low) and _is_literal(high):
-                return exp.Between(this=_side(value), low=_typed(low, value), high=_typed(high, value))
+                return exp.Between(this=_side(value, names), low=_typed(low, value), high=_typed(high, value))
         case exp.Is() if isinstance(node.expression, exp.Null):
-            return exp.Is(this=_side(scalar(node.this, names)), expression=exp.Null())
+            return exp.Is(this=_side(scalar(node.this, names), names), expression=exp.Null())
         case exp.Like() | exp.ILike() if not any(v for k, v in node.args.items()
                                                  if k not in ("this", "expression", "negate")):
             value = scalar(node.this, names)
             pattern = node.expression
             if value.kind == "string" and isinstance(pattern, exp.Literal) and pattern.is_string:
-                like = type(node)(this=_side(value), expression=exp.Literal.string(pattern.this))
+                like = type(node)(this=_side(value, names), expression=exp.Literal.string(pattern.this))
                 return exp.Not(this=like) if node.args.get("negate") else like
     return None
 
@@ -75,11 +76,16 @@ def _is_literal(node: exp.Expr) -> bool:
     return isinstance(node, _LITERALS) and (not isinstance(node, exp.Neg) or isinstance(node.this, exp.Literal))
 
 
-def _side(value: Scalar) -> exp.Expr:
+def _side(value: Scalar, names: Names) -> exp.Expr:
     """The computed side, parenthesised: scope.py must not read it as a declared column (see the module)."""
     if value.type == "NULL":
         raise UnsupportedQuery("a comparison with NULL is never TRUE; use IS NULL", construct="WHERE")
-    side = exp.Paren(this=total(value))
+    computed = total(value)
+    refused = binds(computed, tuple(s for c in sorted(value.columns) if (s := names.table.column(c))))
+    if refused is not None:
+        raise UnsupportedQuery(f"DuckDB cannot compute {value.sql.sql(dialect='duckdb')}: {refused}",
+                               construct="WHERE")
+    side = exp.Paren(this=computed)
     if value.kind == "string":  # text compares under binary collation, as declared columns do (types.column)
         return exp.Collate(this=side, expression=exp.Identifier(this="binary", quoted=True))
     return side

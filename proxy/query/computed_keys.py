@@ -31,7 +31,7 @@ from sqlglot import exp
 from proxy.query.catalog import ColumnSpec
 from proxy.query.computed import Scalar, scalar, total
 from proxy.query.errors import PolicyError, QueryError, UnsupportedQuery
-from proxy.query.key_domains import MAX_VALUES, domain
+from proxy.query.key_domains import MAX_VALUES, binds, domain
 from proxy.query.names import Names
 from proxy.query.refusals import located, where
 
@@ -72,6 +72,9 @@ def computed_key(node: exp.Expr, names: Names, index: int) -> ComputedKey:
             hint="group by CASE WHEN <condition> THEN <label> … END to bucket it into labels",
         )
     sql = total(value)
+    refused = binds(sql, specs)
+    if refused is not None:
+        raise UnsupportedQuery(f"DuckDB cannot compute {node.sql()}: {refused}", construct="GROUP BY", **located(node))
     values = value.choices if value.choices is not None else domain(sql, value.type, specs)
     if values is not None and (not values or len(values) > MAX_VALUES):
         values = None

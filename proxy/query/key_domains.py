@@ -89,6 +89,35 @@ def _evaluate(
     return tuple(sorted(values, key=lambda v: (type(v).__name__, v)))  # type: ignore[arg-type, return-value]
 
 
+def binds(sql: exp.Expr, columns: tuple[ColumnSpec, ...]) -> str | None:
+    """None when DuckDB can compute `sql` over columns of these declared types, else DuckDB's complaint.
+
+    Checked on an empty table before any charge: an expression DuckDB refuses to bind (a format it does not
+    know, say) would otherwise fail after admission. The table is empty, so the complaint holds no data.
+
+    Example:
+        >>> from sqlglot import parse_one
+        >>> day = ColumnSpec("day", "DATE")
+        >>> binds(parse_one("STRFTIME(day, '%Y')"), (day,)) is None, binds(parse_one("STRFTIME(day, '%q')"), (day,))
+        (True, 'Failed to parse format specifier %q: Unrecognized format for strftime/strptime: %q')
+    """
+    return _binds(sql.sql(dialect="duckdb"), tuple((c.name, c.type) for c in columns))
+
+
+@functools.lru_cache(maxsize=1024)
+def _binds(sql: str, columns: tuple[tuple[str, str], ...]) -> str | None:
+    definition = ", ".join(f"{exp.to_identifier(n, quoted=True).sql(dialect='duckdb')} {t}" for n, t in columns)
+    with _lock:
+        connection = _connection()
+        try:
+            connection.execute(f"CREATE OR REPLACE TEMP TABLE __probe ({definition or '__none INTEGER'})")
+            connection.execute(f"SELECT {sql} FROM __probe LIMIT 0").fetchall()
+        except duckdb.Error as err:
+            first = str(err).splitlines()[0]
+            return first.split(": ", 1)[1] if ": " in first else first
+    return None
+
+
 def _text(value: Literal_) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
