@@ -65,3 +65,33 @@ def read_date_bounds(value: object, loc: str, p: _Problems) -> tuple[str, str] |
         p.add(loc, f"must be [first, last] dates (YYYY-MM-DD) with first <= last, got {value!r}")
         return None
     return days[0], days[1]
+
+
+def public_table_problems(tables: tuple[PublicTable, ...], columns: Callable[[str], dict[str, str]]) -> tuple[str, ...]:
+    """Mismatches between the declared public tables and the database (`columns(table)`: name → DuckDB type, {}
+    when missing), checked at start-up: a join to a missing table would fail only after admission.
+
+    Example:
+        >>> t = PublicTable("plans", (ColumnSpec("plan", "VARCHAR"), ColumnSpec("tier", "INTEGER")), ("plan",))
+        >>> public_table_problems((t,), lambda name: {"plan": "VARCHAR", "tier": "VARCHAR"})
+        ('public table plans: column tier is VARCHAR in the database, declared INTEGER',)
+    """
+    problems: list[str] = []
+    for table in tables:
+        actual = {name.lower(): type_ for name, type_ in columns(table.name).items()}
+        if not actual:
+            problems.append(f"public table {table.name}: not found in the database")
+            continue
+        for column in table.columns:
+            found = actual.get(column.name.lower())
+            if found is None:
+                problems.append(f"public table {table.name}: column {column.name} not found in the database")
+                continue
+            try:
+                same = types.kind(found) == column.kind
+            except (ValueError, KeyError):
+                same = False
+            if not same:
+                problems.append(f"public table {table.name}: column {column.name} is {found} in the database, "
+                                f"declared {column.type}")
+    return tuple(problems)

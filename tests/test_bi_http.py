@@ -198,3 +198,14 @@ def test_csv_and_arrow_carry_the_same_numbers_and_the_charge(client: httpx.Clien
     assert fresh.status_code == 200 and fresh.headers["x-dp-repeat"] == "false"
     error = client.post("/v1/query", json={**body, "sql": "SELECT * FROM visits"}, headers={"Accept": "text/csv"})
     assert error.status_code == 400 and error.json()["code"] == "unsupported"  # errors stay JSON
+
+
+def test_a_public_table_missing_from_the_database_stops_the_start(demo: DemoFiles,
+                                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    directory = tmp_path_factory.mktemp("bi-missing")
+    policy = policy_copy(demo, directory)
+    policy.write_text(policy.read_text().replace("\n# One row per user.", PUBLIC_TABLE, 1))
+    server = Server(directory / "server.log")
+    with pytest.raises(RuntimeError):
+        server.start(policy)
+    assert "public table departments: not found in the database" in server.log_tail()
