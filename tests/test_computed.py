@@ -232,3 +232,12 @@ def test_refusals_say_where_the_construct_starts(query: str, line: int, column: 
     assert f"(line {line}, column {column})" in caught.value.message
     offset = at["offset"]
     assert query[offset:].lower().startswith(query.splitlines()[line - 1][column - 1:][:3].lower())
+
+
+@pytest.mark.parametrize("dialect", ["duckdb", "postgres", "mysql", "bigquery", "snowflake", "tsql"])
+def test_the_age_histogram_has_the_same_buckets_in_every_dialect(dialect: str) -> None:
+    sql = ("SELECT CAST(FLOOR(i / 10) * 10 AS INTEGER) AS a, COUNT(*) AS n FROM t "
+           "GROUP BY CAST(FLOOR(i / 10) * 10 AS INTEGER)")
+    p = plan(sql, CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace", dialect=dialect)
+    assert p.analysis.domains == ((10, 20, 30, 40, 50, 60, 70, 80, 90),)
+    assert (p.analysis.max_groups, p.price.composition, p.analysis.partitions) == (1, "parallel", "public")
