@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,8 @@ def unique_request(sql: str) -> QueryRequest:
     The proxy may answer an identical request (same SQL and parameters) from its stored releases without
     running it; a benchmark of the query path must not hit that shortcut.
     """
-    return QueryRequest(sql=sql, epsilon=EPSILON + next(_UNIQUE) * 1e-9)
+    # a Decimal, as the HTTP layer parses JSON numbers (a Python float is refused: proxy/schemas.py)
+    return QueryRequest(sql=sql, epsilon=Decimal(repr(EPSILON + next(_UNIQUE) * 1e-9)))
 
 
 def prepare(req: QueryRequest, analyst: AnalystPolicy, env: Any) -> Any:
@@ -130,6 +132,11 @@ WORKLOAD = (
              " GROUP BY category"),
     Workload("count_sum_total", "COUNT(*), SUM(amount), no GROUP BY",
              "SELECT COUNT(*) AS n, SUM(amount) AS total FROM visits"),
+    Workload("age_histogram", "COUNT(*) by a computed key: age buckets of 10 (public, unit-level)",
+             "SELECT CAST(FLOOR(age / 10) * 10 AS INTEGER) AS age_group, COUNT(*) AS n FROM visits"
+             " GROUP BY CAST(FLOOR(age / 10) * 10 AS INTEGER)"),
+    Workload("plan_join", "COUNT(*) by users.plan: visits JOIN users on the privacy unit",
+             "SELECT u.plan, COUNT(*) AS n FROM visits v JOIN users u USING (user_id) GROUP BY u.plan"),
 )
 
 

@@ -29,6 +29,7 @@ from proxy.metrics import Metrics
 from proxy.observe import Observe, Rejections
 from proxy.pipeline import Env, StageTimer, untimed
 from proxy.policy import DatasetPolicy, Policy, load_policy
+from proxy.policy_public import public_table_problems
 from proxy.runner import QueryRunner
 from proxy.settings import Settings
 from proxy.store import StoreEngine
@@ -47,6 +48,7 @@ def build_env(settings: Settings, *, timed: StageTimer = untimed) -> Env:
                             timeout_s=settings.query_timeout_s)
             engines.append((dataset.name, engine))
             problems = engine.check_catalog(dataset.catalog)
+            problems += public_table_problems(dataset.catalog.public, engine.columns)  # joined public tables
             if problems:
                 raise EngineMisconfigured(f"dataset {dataset.name}: " + "; ".join(problems))
             if dataset.bounding == "store":  # queries read the bounding store, built here when missing

@@ -20,6 +20,7 @@ from typing import ClassVar, Literal, cast, get_args
 from accountant.filter import BASIC, DEFAULT_SELECTION_SHARE, RULES, Accounting, Budget, Rule, capacity
 from mechanisms.gdp import MIN_BUDGET_EPSILON
 from proxy.limits import LIMIT_KEYS, AnalystLimits, read_limits
+from proxy.policy_public import read_date_bounds, read_public_tables
 from proxy.policy_readers import (
     _bool,
     _check_case_duplicates,
@@ -233,7 +234,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     loc = f"datasets.{name}"
     before = len(p.items)
     keys = ("path", "mechanism", "epsilon", "delta", "max_epsilon", "accounting", "selection_delta_share",
-            "budget", "cell_accounting", "max_release_cells", "tables", "bounding", *READING_KEYS)
+            "budget", "cell_accounting", "max_release_cells", "tables", "public_tables", "bounding", *READING_KEYS)
     _check_keys(raw, loc, keys, p)
     file = _str(raw, "path", loc, p)
     path = base / file if file is not None else None
@@ -271,14 +272,16 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     if not declared and isinstance(raw.get("tables", {}), dict):
         p.add(f"{loc}.tables", "declare at least one protected table")
     tables = tuple(t for n, r in declared if (t := _table(n, r, loc, p)))
-    _check_case_duplicates(tuple(t.name for t in tables), f"{loc}.tables", p)
+    public = read_public_tables(raw, loc, p, _column)  # proxy/policy_public.py
+    _check_case_duplicates(tuple(t.name for t in tables) + tuple(t.name for t in public), f"{loc}.tables", p)
     if len(p.items) > before or path is None or mechanism is None or accounting is None:
         return None
     assert epsilon is not None and delta is not None and max_epsilon is not None and cell_accounting is not None
     assert max_release_cells is not None and reading is not None
     # a table may be qualified with one of the dataset's schemas, and with its name or its file's (DuckDB's
     # name for the database): `demo.main.visits`
-    catalog = Catalog(tables, schemas=reading.schemas, databases=tuple(dict.fromkeys((name, path.stem))))
+    catalog = Catalog(tables, schemas=reading.schemas, databases=tuple(dict.fromkeys((name, path.stem))),
+                      public=public)
     return DatasetPolicy(
         name, path, catalog, cast(Mechanism, mechanism), epsilon, delta, max_epsilon, accounting, total,
         cell_accounting, max_release_cells, reading.dialect, cast(Bounding, bounding),
@@ -409,7 +412,11 @@ def _column(name: str, raw: _Raw, table_loc: str, p: _Problems) -> ColumnSpec | 
             type_ = None
     unit_level = _bool(raw, "unit_level", loc, p, default=False)
     groupable = _bool(raw, "groupable", loc, p, default=False)
-    bounds = _bounds(raw.get("bounds"), f"{loc}.bounds", p) if "bounds" in raw else None
+    date_bounds = bounds = None
+    if "bounds" in raw and type_ is not None and types.kind(type_) == "date":
+        date_bounds = read_date_bounds(raw["bounds"], f"{loc}.bounds", p)  # its days: a public domain
+    elif "bounds" in raw:
+        bounds = _bounds(raw.get("bounds"), f"{loc}.bounds", p)
     domain = None
     if "public_domain" in raw and type_ is not None:
         domain = _public_domain(raw["public_domain"], type_, f"{loc}.public_domain", p)
@@ -418,7 +425,7 @@ def _column(name: str, raw: _Raw, table_loc: str, p: _Problems) -> ColumnSpec | 
     if len(p.items) > before or type_ is None or unit_level is None or groupable is None:
         return None
     try:
-        return ColumnSpec(name, type_, bounds, unit_level, domain, groupable)
+        return ColumnSpec(name, type_, bounds, unit_level, domain, groupable, date_bounds)
     except ValueError as err:
         p.add(loc, str(err))
         return None

@@ -16,7 +16,7 @@ from accountant.errors import UnsupportedEvent
 from accountant.events import to_json
 from accountant.filter import Accounting, Budget, Entry, Rule, Usage
 from accountant.ledger import Charge
-from proxy import auth, budget_detail
+from proxy import auth, budget_detail, output_formats
 from proxy.deadline import Deadline
 from proxy.decimal_json import DecimalJSONRoute
 from proxy.pipeline import Answer, Env, Prepared, Reply, prepare, reply
@@ -24,6 +24,7 @@ from proxy.policy import AnalystPolicy, DatasetPolicy
 from proxy.query.analyse import Analysis
 from proxy.query.error_bars import error_bar
 from proxy.query.expr import Agg
+from proxy.query.hidden_groups import hidden_groups
 from proxy.query.price import Price
 from proxy.query.scope import cell_space
 from proxy.schemas import (
@@ -134,6 +135,12 @@ async def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: 
 
     result: Reply = await _run(request, analyst, work, env)
     headers = {"X-DP-Repeat": str(result.repeat).lower(), "X-DP-Charge-Id": result.charge_id}
+    wanted = output_formats.negotiated(request.headers.get("accept"))  # CSV or Arrow from the same JSON answer
+    if wanted == output_formats.CSV:
+        text, metadata = output_formats.to_csv(result.body)
+        return Response(text, media_type="text/csv; charset=utf-8", headers={**headers, **metadata})
+    if wanted == output_formats.ARROW:
+        return Response(output_formats.to_arrow(result.body), media_type=wanted, headers=headers)
     return Response(result.body, media_type="application/json", headers=headers)
 
 
@@ -449,8 +456,9 @@ def _uses_aggregate(expr: Any) -> bool:
 
 def _partitions(prepared: Prepared) -> PartitionsOut:
     selection = prepared.plan.price.selection
-    return PartitionsOut(kind=prepared.plan.analysis.partitions,
-                         threshold=None if selection is None else selection.threshold)
+    threshold = None if selection is None else selection.threshold
+    return PartitionsOut(kind=prepared.plan.analysis.partitions, threshold=threshold,
+                         note=hidden_groups(prepared.plan.analysis, threshold))
 
 
 def _json_value(value: object) -> object:

@@ -256,6 +256,7 @@ class BudgetOut(BaseModel):
 class PartitionsOut(BaseModel):
     kind: Literal["none", "public", "private"]
     threshold: int | None = Field(None, description="distinct-unit threshold of private partition selection")
+    note: str | None = Field(None, description="what private partition selection can hide, and how to avoid it")
 
 
 class QueryResponse(BaseModel):

@@ -40,7 +40,8 @@ def test_a_flattened_query_plans_as_the_direct_one(direct: str, wrapped: str) ->
     ("SELECT COUNT(*) FROM (SELECT DISTINCT region FROM visits) q", "DISTINCT"),
     ("SELECT COUNT(*) FROM (SELECT * FROM visits LIMIT 10) q", "LIMIT"),
     ("SELECT COUNT(*) FROM (SELECT * FROM (SELECT * FROM visits) a) b", "SUBQUERY"),
-    ("SELECT COUNT(*) FROM (SELECT amount * 2 AS x FROM visits) q", "SUBQUERY"),
+    ("SELECT COUNT(*) FROM (SELECT random() AS x FROM visits) q WHERE x > 0.5", "RAND()"),
+        ("SELECT COUNT(*) FROM (SELECT SUM(amount) AS x FROM visits) q", "SUBQUERY"),
     ("SELECT SUM(amount) FROM (SELECT region FROM visits) q", "COLUMN"),  # not selected by the subquery
     ("WITH a AS (SELECT * FROM visits), b AS (SELECT * FROM visits) SELECT COUNT(*) FROM a", "WITH"),
     ("WITH RECURSIVE a AS (SELECT * FROM visits) SELECT COUNT(*) FROM a", "WITH"),
@@ -53,3 +54,18 @@ def test_anything_beyond_filter_and_project_is_refused(sql: str, construct: str)
     with pytest.raises(QueryError) as err:
         plan(sql, CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace")
     assert err.value.detail.get("construct") == construct, (err.value, err.value.detail)
+
+
+def test_computed_projections_are_flattened_into_computed_keys_and_filters() -> None:
+    """A BI virtual dataset (`SELECT *, <expr> AS name FROM t`) plans exactly as the direct query (issue #14)."""
+    from proxy.query import plan
+    from tests.demo_catalog import DEMO
+
+    wrapped = ("SELECT q.bucket, COUNT(*) AS n FROM (SELECT *, CAST(FLOOR(age / 10) * 10 AS INTEGER) AS bucket "
+               "FROM visits WHERE amount > 1) q WHERE q.bucket >= 30 GROUP BY q.bucket")
+    direct = ("SELECT CAST(FLOOR(age / 10) * 10 AS INTEGER) AS bucket, COUNT(*) AS n FROM visits "
+              "WHERE amount > 1 AND CAST(FLOOR(age / 10) * 10 AS INTEGER) >= 30 "
+              "GROUP BY CAST(FLOOR(age / 10) * 10 AS INTEGER)")
+    a, b = (plan(q, DEMO, epsilon=0.5, delta=1e-6, mechanism="laplace", salt=3) for q in (wrapped, direct))
+    assert a.sql == b.sql and a.price == b.price
+    assert [o.name for o in a.analysis.outputs] == ["bucket", "n"]

@@ -80,7 +80,7 @@ def test_query_returns_rows_charge_budget_noise_and_partitions(analyst: httpx.Cl
     assert set(noise) == NOISE_KEYS
     assert (noise["column"], noise["mechanism"], noise["scale"]) == ("n", "laplace", event["scale"])
     assert abs(noise["ci95"] - event["scale"] * math.log(20)) <= 1  # P(|Laplace(b)| > b·ln 20) = 5%
-    assert body["partitions"] == {"kind": "none", "threshold": None}
+    assert body["partitions"] == {"kind": "none", "threshold": None, "note": None}
 
     assert set(body["budget"]) == BUDGET_KEYS
     assert body["budget"] == after  # the response reports the budget as GET /v1/budget then sees it
@@ -122,7 +122,7 @@ def test_group_by_unit_level_key_composes_in_parallel(analyst: httpx.Client) -> 
     assert grouped["columns"] == ["region", "n"]
     assert sorted(row[0] for row in grouped["rows"]) == sorted(REGIONS)  # exactly the public domain
     assert all(is_int(row[1]) for row in grouped["rows"])
-    assert grouped["partitions"] == {"kind": "public", "threshold": None}
+    assert grouped["partitions"] == {"kind": "public", "threshold": None, "note": None}
 
     g, s = grouped["charge"], single["charge"]
     assert (g["composition"], s["composition"]) == ("parallel", "sequential")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from typing import Literal
@@ -108,5 +109,16 @@ def plan(
     else:
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,
                                  conversion=conversion)
-    sql_text = rewrite_ranked(analysis, salt) if bounding == "store" else rewrite(analysis, salt)
+    if bounding == "store" and analysis.source is not None and any(
+            catalog.public_table(t.name) for t in analysis.source.find_all(exp.Table)):
+        # the bounding store holds the protected tables only (proxy/store.py): refused before any charge
+        raise UnsupportedQuery(
+            "joins to public tables are not available on a dataset with bounding = \"store\"; ask the operator "
+            "for bounding = \"per_query\"", construct="JOIN", bounding=bounding,
+        )
+    if bounding == "store" and (analysis.computed or analysis.source is not None):
+        # computed keys and joins run the per-query windows over the store, which holds canonical values
+        sql_text = rewrite(dataclasses.replace(analysis, canonical=()), salt)
+    else:
+        sql_text = rewrite_ranked(analysis, salt) if bounding == "store" else rewrite(analysis, salt)
     return QueryPlan(sql, parsed.sql(dialect="duckdb"), analysis, sql_text, priced, scope)

@@ -9,6 +9,7 @@ runs is generated from checked values alone (DESIGN.md §6).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from proxy.query.catalog import Catalog, Literal_, TableSchema
 from proxy.query.errors import PolicyError, UnsupportedQuery
 from proxy.query.expr import Expr
 from proxy.query.group_keys import group_keys
+from proxy.query.joins import join
 from proxy.query.measures import Aggregate, Measure, measures_for
 from proxy.query.names import Names, Output, declared
 from proxy.query.refusals import AGGREGATE_HINT, unsupported_clause
@@ -35,7 +37,7 @@ MAX_PUBLIC_CELLS = 100_000
 
 Partitions = Literal["none", "public", "private"]
 
-_SELECT_ARGS = frozenset({"expressions", "from_", "where", "group", "having", "order", "limit"})
+_SELECT_ARGS = frozenset({"expressions", "from_", "joins", "where", "group", "having", "order", "limit"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,8 @@ class Analysis:
     domains: tuple[tuple[Literal_, ...], ...]  # per key, when partitions == "public"
     scope: Scope  # the cells of the unit-attribute space the query can touch
     canonical: tuple[str, ...] = ()  # unit-level columns read as each unit's canonical value
+    computed: tuple[tuple[str, exp.Expr], ...] = ()  # computed keys: virtual column of `table`, its SQL
+    source: exp.Expr | None = None  # a JOIN's virtual table (joins.py); None: the protected table itself
 
     @property
     def disjoint(self) -> bool:
@@ -82,8 +86,10 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
     for name, value in select.args.items():
         if name not in _SELECT_ARGS and value:
             raise unsupported_clause(name, value)
-    table, alias = resolve_table(select, catalog)
+    joined = join(select, catalog) if select.args.get("joins") else None
+    table, alias = (joined.table, None) if joined is not None else resolve_table(select, catalog)
     names = Names(table, alias, catalog)
+    names.joined = joined
     keys = group_keys(select, names)
     names.keys = keys
     outputs = tuple(output(node, names) for node in select.expressions)
@@ -102,11 +108,13 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
     where = select.args.get("where")
     where_expr = predicate(where.this, names) if where else None
 
+    # Computed keys are virtual columns of the analysed table (computed_keys.py); the rewrite computes them.
+    table = dataclasses.replace(table, columns=table.columns + tuple(k.spec for k in names.computed))
     all_unit_level = all(declared(table, k).unit_level for k in keys)
     # One group per unit ⇒ parallel composition (§3). Unit-level keys are constant per unit by declaration;
     # the rewrite still enforces L0 = 1 for them, so a wrong declaration costs utility, never privacy.
     max_groups = 1 if all_unit_level else table.max_groups
-    domains = tuple(declared(table, k).public_domain for k in keys)
+    domains = tuple(declared(table, k).domain for k in keys)
     partitions: Partitions
     if not keys:
         partitions = "none"
@@ -116,14 +124,19 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
         partitions = "private"
     public_domains = tuple(d for d in domains if d is not None) if partitions == "public" else ()
     aggregates = tuple(names.aggregates)
-    space = cell_space(table)
+    space = cell_space(names.table)  # the declared table: computed keys are no unit attributes of their own
     reach = scope_of(space, where_expr)
+    read_keys = tuple(k for k in keys if names.table.column(k) is not None) + tuple(
+        c for key in names.computed for c in sorted(key.columns))
     return Analysis(
         table=table, keys=keys, aggregates=aggregates, measures=measures_for(aggregates, table),
         outputs=outputs, where=where_expr, having=having_expr, order=ordering, limit=row_cap,
         max_groups=max_groups, partitions=partitions, domains=public_domains,
         scope=reach,
-        canonical=canonical_columns(space, where_expr, keys) if canonical_units and reach.cells is not None else (),
+        canonical=canonical_columns(space, where_expr, read_keys) if canonical_units and reach.cells is not None
+        else (),
+        computed=tuple((k.spec.name, k.sql) for k in names.computed),
+        source=None if joined is None else joined.source,
     )
 
 

@@ -6,6 +6,7 @@ finite with lo <= hi, contribution bounds are positive integers, the privacy uni
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -14,11 +15,12 @@ from proxy.query import types
 from proxy.query.types import TYPE_KINDS, Kind
 from proxy.query.types import Value as Literal_
 
-__all__ = ["TYPE_KINDS", "Catalog", "ColumnSpec", "Kind", "Literal_", "TableSchema"]
+__all__ = ["TYPE_KINDS", "Catalog", "ColumnSpec", "Kind", "Literal_", "PublicTable", "TableSchema"]
 
 Mechanism = Literal["laplace", "gaussian"]
 Adjacency = Literal["add_remove"]
 MAX_ABS_BOUND = 1e15  # clamp bounds: a clamped value is below 2^50 on its grid, so no cast of it can fail
+MAX_DOMAIN_DAYS = 100_000  # declared date bounds spanning more days are not enumerated as a public domain
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +33,7 @@ class ColumnSpec:
     unit_level: bool = False  # constant per privacy unit: grouping on it is disjoint per unit (§3)
     public_domain: tuple[Literal_, ...] | None = None  # every value released, no δ spent on keys
     groupable: bool = False  # may appear in GROUP BY
+    date_bounds: tuple[str, str] | None = None  # a DATE column's declared first and last day (ISO): a public domain
 
     def __post_init__(self) -> None:
         try:
@@ -55,6 +58,30 @@ class ColumnSpec:
             if len(set(domain)) != len(domain):
                 raise ValueError(f"column {self.name}: public_domain has duplicate values (as {self.type} values)")
             object.__setattr__(self, "public_domain", domain)
+        if self.date_bounds is not None:
+            if self.kind != "date":
+                raise ValueError(f"column {self.name}: date bounds are only for DATE columns")
+            first, last = (types.canonical("DATE", v) for v in self.date_bounds)
+            if not str(first) <= str(last):
+                raise ValueError(f"column {self.name}: bounds must be [first, last] with first <= last")
+            object.__setattr__(self, "date_bounds", (first, last))
+
+    @property
+    def domain(self) -> tuple[Literal_, ...] | None:
+        """The public values of the column as a group key: its `public_domain`, or every day of its declared
+        date bounds (the calendar is public; a day outside them is dropped like any value outside a domain).
+
+        Example:
+            >>> ColumnSpec("day", "DATE", groupable=True, date_bounds=("2026-01-30", "2026-02-01")).domain
+            ('2026-01-30', '2026-01-31', '2026-02-01')
+        """
+        if self.public_domain is not None or self.date_bounds is None:
+            return self.public_domain
+        first, last = (dt.date.fromisoformat(d) for d in self.date_bounds)
+        days = (last - first).days + 1
+        if days > MAX_DOMAIN_DAYS:
+            return None
+        return tuple((first + dt.timedelta(days=i)).isoformat() for i in range(days))
 
     @property
     def kind(self) -> Kind:
@@ -98,6 +125,29 @@ class TableSchema:
 
 
 @dataclass(frozen=True, slots=True)
+class PublicTable:
+    """A table declared public (a product catalogue, a calendar): no privacy unit, no bounds; it may only be
+    joined to a protected table on one of its `keys`, adding group keys and filters. With `unique`, each key
+    value is on at most one row (checked by nobody: a wrong declaration costs utility, never privacy)."""
+
+    name: str
+    columns: tuple[ColumnSpec, ...]
+    keys: tuple[str, ...]
+    unique: bool = False
+
+    def __post_init__(self) -> None:
+        names = [c.name.lower() for c in self.columns]
+        if len(set(names)) != len(names):
+            raise ValueError(f"public table {self.name}: duplicate column names")
+        if not self.keys or any(k.lower() not in names for k in self.keys):
+            raise ValueError(f"public table {self.name}: keys must be declared columns, got {self.keys!r}")
+
+    def column(self, name: str) -> ColumnSpec | None:
+        lowered = name.lower()
+        return next((c for c in self.columns if c.name.lower() == lowered), None)
+
+
+@dataclass(frozen=True, slots=True)
 class Catalog:
     """The protected tables of one dataset, and the qualifiers a query may name them with: a schema in
     `schemas` (`main.visits`), a database in `databases` (`demo.main.visits`), compared case-insensitively."""
@@ -105,8 +155,14 @@ class Catalog:
     tables: tuple[TableSchema, ...]
     schemas: tuple[str, ...] = ("main",)
     databases: tuple[str, ...] = ()
+    public: tuple[PublicTable, ...] = ()  # tables joined to protected ones, never queried alone
 
     def table(self, name: str) -> TableSchema | None:
         """The protected table called `name` (case-insensitive), or None."""
         lowered = name.lower()
         return next((t for t in self.tables if t.name.lower() == lowered), None)
+
+    def public_table(self, name: str) -> PublicTable | None:
+        """The public table called `name` (case-insensitive), or None."""
+        lowered = name.lower()
+        return next((t for t in self.public if t.name.lower() == lowered), None)

@@ -1,10 +1,14 @@
 """Flatten the wrapper BI tools put around a question: one level of `FROM (SELECT …) AS q`, or one
-non-recursive CTE read in FROM, that only filters and projects columns, becomes one SELECT over the table.
+non-recursive CTE read in FROM, that only filters, projects columns and computes per-row values, becomes one
+SELECT over the table.
 
-The inner query may select `*` and columns (renamed or not) of one table and filter with WHERE; the outer
-query then reads the inner names, which are mapped back to the table's columns, and the two WHERE clauses
-are joined with AND. Nothing else is flattened (aggregates, GROUP BY, DISTINCT, LIMIT, ORDER BY, joins,
-a second CTE or level): those are refused with what to write instead. The result is an ordinary SELECT,
+The inner query may select `*` or columns (renamed or not) of one table, computed per-row values with an
+alias (`amount * 2 AS double_amount`, beside `*` too), and filter with WHERE; the outer query then reads the
+inner names, which are mapped back to the table's columns or replaced by the expressions they name (checked
+by the allow-list where they are used, as if written there), and the two WHERE clauses are joined with AND.
+A computed value the outer query never reads is dropped, never run. Nothing else is flattened (aggregates,
+GROUP BY, DISTINCT, LIMIT, ORDER BY, joins, a second CTE or level): those are refused with what to write
+instead. The result is an ordinary SELECT,
 checked by the allow-list like any other, so flattening adds no way to reach data.
 """
 
@@ -43,19 +47,23 @@ def flatten(select: exp.Select) -> exp.Select:
             raise UnsupportedQuery(f"a subquery in FROM needs an alias and one SELECT; {_HINT}",
                                    construct="SUBQUERY")
         inner, alias = subquery.this, subquery.alias
-    table, names, where = _inner(inner)
+    table, star, names, where = _inner(inner)
     outer.set("from_", exp.From(this=exp.Table(**{**table.args, "alias": exp.TableAlias(
         this=exp.to_identifier(alias))})))
-    if names is not None:
+    if not star:
         _check_reads(outer, names, alias)
-    renames = {k: v for k, v in (names or {}).items() if k != v.lower()}
+    renames = {k: v for k, v in names.items() if not (isinstance(v, exp.Column) and k == v.name.lower())}
     if renames:
-        # a renamed column selected as is keeps the name the analyst sees (`q.r` stays a column `r`)
+        # a renamed or computed column selected as is keeps the name the analyst sees (`q.r` stays `r`)
         outer.set("expressions", [
             exp.alias_(e, e.name) if isinstance(e, exp.Column) and e.name.lower() in renames else e
             for e in outer.expressions
         ])
-        outer = outer.transform(lambda node: _renamed(node, renames, alias))
+        # collected first, replaced after: a computed column's own columns are never substituted again
+        for column in list(outer.find_all(exp.Column)):
+            replacement = _renamed(column, renames, alias)
+            if replacement is not column:
+                column.replace(replacement)
     if where is not None:
         outer_where = outer.args.get("where")
         outer.set("where", exp.Where(this=exp.and_(where, outer_where.this) if outer_where else where))
@@ -77,9 +85,10 @@ def _cte(outer: exp.Select) -> tuple[exp.Select, str]:
     return ctes[0].this, alias
 
 
-def _inner(inner: exp.Select) -> tuple[exp.Table, dict[str, str] | None, exp.Expr | None]:
-    """The inner query's table, its output names mapped to the table's columns (None when it selects `*`,
-    which passes every column through), and its WHERE (unqualified)."""
+def _inner(inner: exp.Select) -> tuple[exp.Table, bool, dict[str, exp.Expr], exp.Expr | None]:
+    """The inner query's table; whether it selects `*` (every column passes through); its other output names
+    mapped to what they compute from the table's columns (a column, or a per-row expression that the
+    allow-list checks where the outer query uses it); and its WHERE (unqualified)."""
     for name, value in inner.args.items():
         if name not in _INNER_ARGS and value:
             construct = {"joins": "JOIN", "group": "GROUP BY", "order": "ORDER BY", "with_": "WITH"}.get(
@@ -91,28 +100,31 @@ def _inner(inner: exp.Select) -> tuple[exp.Table, dict[str, str] | None, exp.Exp
         raise UnsupportedQuery(f"a subquery or CTE reads one table by name; {_HINT}", construct="SUBQUERY")
     table = source.this.copy()
     table.set("alias", None)
-    renames: dict[str, str] = {}
+    names: dict[str, exp.Expr] = {}
     star = False
     for projection in inner.expressions:
         if isinstance(projection, exp.Star):
             star = True
             continue
         node = projection.this if isinstance(projection, exp.Alias) else projection
-        if not isinstance(node, exp.Column) or not isinstance(node.this, exp.Identifier):
+        if isinstance(node, exp.Column) and isinstance(node.this, exp.Identifier):
+            names[projection.alias_or_name.lower()] = exp.column(node.name)
+        elif isinstance(projection, exp.Alias) and not node.find(exp.AggFunc, exp.Window, exp.Select, exp.Star):
+            names[projection.alias.lower()] = node.transform(_unqualified)  # checked where it is used
+        else:
             raise UnsupportedQuery(f"{node.sql()} inside a subquery or CTE is not supported; {_HINT}",
                                    construct="SUBQUERY", position="SELECT")
-        renames[projection.alias_or_name.lower()] = node.name
     where = inner.args.get("where")
     condition = None
     if where is not None:
         condition = where.this.transform(_unqualified)  # one table: its alias or name qualifies nothing
-    if star and renames:
+    if star and any(isinstance(v, exp.Column) for v in names.values()):
         raise UnsupportedQuery(f"select `*` or named columns inside a subquery or CTE, not both; {_HINT}",
                                construct="SUBQUERY", position="SELECT")
-    return table, None if star else renames, condition
+    return table, star, names, condition
 
 
-def _check_reads(outer: exp.Select, names: dict[str, str], alias: str) -> None:
+def _check_reads(outer: exp.Select, names: dict[str, exp.Expr], alias: str) -> None:
     """The outer query reads only what the inner one selects (as SQL would say), besides its own aliases."""
     own = {e.alias.lower() for e in outer.expressions if isinstance(e, exp.Alias)}
     for column in outer.find_all(exp.Column):
@@ -130,9 +142,12 @@ def _unqualified(node: exp.Expr) -> exp.Expr:
     return node
 
 
-def _renamed(node: exp.Expr, renames: dict[str, str], alias: str) -> exp.Expr:
-    if isinstance(node, exp.Column) and node.name.lower() in renames and node.table.lower() in ("", alias.lower()):
-        renamed = node.copy()
-        renamed.set("this", exp.to_identifier(renames[node.name.lower()]))
-        return renamed
+def _renamed(node: exp.Column, renames: dict[str, exp.Expr], alias: str) -> exp.Expr:
+    if node.name.lower() in renames and node.table.lower() in ("", alias.lower()):
+        target = renames[node.name.lower()]
+        if isinstance(target, exp.Column):
+            renamed = node.copy()
+            renamed.set("this", exp.to_identifier(target.name))
+            return renamed
+        return exp.Paren(this=target.copy())
     return node

@@ -1,4 +1,5 @@
-"""GROUP BY: the group keys, each a declared, groupable column that is not the privacy unit.
+"""GROUP BY: the group keys, each a declared, groupable column that is not the privacy unit, or a computed key
+(computed_keys.py); an item may name an output by position (`GROUP BY 1`) or by alias.
 
 Example:
     >>> from proxy.query.parse import parse
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from proxy.query.computed_keys import computed_key
 from proxy.query.errors import PolicyError, UnsupportedQuery
+from proxy.query.literals import number
 from proxy.query.names import Names
-from proxy.query.refusals import arg_construct, unsupported
+from proxy.query.refusals import arg_construct
 
 
 def group_keys(select: exp.Select, names: Names) -> tuple[str, ...]:
@@ -30,12 +33,15 @@ def group_keys(select: exp.Select, names: Names) -> tuple[str, ...]:
             )
     keys: list[str] = []
     for node in group.expressions:
+        node = _referenced(node, select, names)
+        while isinstance(node, exp.Paren):
+            node = node.this
         if not isinstance(node, exp.Column):
-            if isinstance(node, exp.Literal):
-                raise UnsupportedQuery(
-                    "GROUP BY by position is not supported; name the columns", construct="GROUP BY ordinal"
-                )
-            raise unsupported(node, "GROUP BY (group keys are plain declared columns)")
+            key = computed_key(node, names, len(names.computed))
+            if key.text not in {k.text for k in names.computed}:
+                names.computed.append(key)
+                keys.append(key.spec.name)
+            continue
         spec = names.column(node)
         if spec.name == names.table.privacy_unit:
             raise PolicyError(
@@ -50,3 +56,27 @@ def group_keys(select: exp.Select, names: Names) -> tuple[str, ...]:
         if spec.name not in keys:
             keys.append(spec.name)
     return tuple(keys)
+
+
+def _referenced(node: exp.Expr, select: exp.Select, names: Names) -> exp.Expr:
+    """What a GROUP BY item stands for: `GROUP BY 1` the first output's expression, `GROUP BY bucket` the
+    expression aliased `bucket` (unless the table has a column of that name, which wins, as in DuckDB)."""
+    outputs = select.expressions
+    if isinstance(node, exp.Literal) and not node.is_string:
+        position = number(node)
+        if not (isinstance(position, int) and 1 <= position <= len(outputs)):
+            raise UnsupportedQuery(
+                f"GROUP BY {node.this} does not name an output column (1..{len(outputs)})", construct="GROUP BY",
+            )
+        target = outputs[position - 1]
+        target = target.this if isinstance(target, exp.Alias) else target
+        if target.find(exp.AggFunc):
+            raise UnsupportedQuery(f"GROUP BY {node.this} names an aggregate; group by keys",
+                                   construct="GROUP BY")
+        return target
+    if isinstance(node, exp.Column) and not node.table and names.table.column(node.name) is None:
+        aliased = next((o.this for o in outputs if isinstance(o, exp.Alias) and o.alias.lower() == node.name.lower()),
+                       None)
+        if aliased is not None and not aliased.find(exp.AggFunc):
+            return aliased
+    return node

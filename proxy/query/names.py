@@ -20,8 +20,9 @@ from sqlglot import exp
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.errors import PolicyError
 from proxy.query.expr import Agg, Expr
+from proxy.query.joins import Joined
 from proxy.query.measures import Aggregate
-from proxy.query.refusals import unsupported
+from proxy.query.refusals import located, unsupported, where
 from proxy.query.resolve import check_qualifiers
 
 
@@ -43,11 +44,20 @@ class Names:
         self.keys: tuple[str, ...] = ()
         self.outputs: tuple[Output, ...] = ()
         self.aggregates: list[Aggregate] = []
+        self.computed: list = []  # computed_keys.ComputedKey, in GROUP BY order
+        self.joined: Joined | None = None  # a JOIN's virtual table: columns resolve through its qualifiers
+
+    def key_spec(self, name: str) -> ColumnSpec:
+        """The column a group key reads: declared, or a computed key's virtual column."""
+        virtual = next((k.spec for k in self.computed if k.spec.name == name), None)
+        return virtual if virtual is not None else declared(self.table, name)
 
     def column(self, node: exp.Column) -> ColumnSpec:
         if not isinstance(node.this, exp.Identifier):
             raise unsupported(node.this, "a column reference")
         check_qualifiers(node, self.catalog)  # main.visits.region: the schema must be this dataset's
+        if self.joined is not None:
+            return self._joined_column(node, self.joined)
         qualifier = node.table
         if qualifier and qualifier.lower() not in {self.table.name.lower(), (self.alias or "").lower()}:
             raise PolicyError(
@@ -56,10 +66,28 @@ class Names:
         spec = self.table.column(node.name)
         if spec is None:
             raise PolicyError(
-                f"unknown column {node.name!r} in table {self.table.name}",
+                f"unknown column {node.name!r} in table {self.table.name}{where(node)}",
                 construct="COLUMN", column=node.name,
-                hint="columns: " + ", ".join(c.name for c in self.table.columns),
+                hint="columns: " + ", ".join(c.name for c in self.table.columns), **located(node),
             )
+        return spec
+
+    def _joined_column(self, node: exp.Column, joined: Joined) -> ColumnSpec:
+        if node.table:
+            columns = joined.qualifiers.get(node.table.lower())
+            if columns is None:
+                raise PolicyError(f"unknown table or alias {node.table!r} in {node.sql()}", construct="COLUMN",
+                                  column=node.sql(), hint="tables: " + ", ".join(joined.qualifiers))
+            name = columns.get(node.name.lower())
+        else:
+            if joined.unqualified.get(node.name.lower(), "") is None:
+                raise PolicyError(f"column {node.name!r} is in both joined tables; qualify it (alias.{node.name})",
+                                  construct="COLUMN", column=node.name)
+            name = joined.unqualified.get(node.name.lower())
+        spec = self.table.column(name) if name is not None else None
+        if spec is None:
+            raise PolicyError(f"unknown column {node.sql()!r} in the joined tables", construct="COLUMN",
+                              column=node.sql(), hint="columns: " + ", ".join(c.name for c in self.table.columns))
         return spec
 
     def aggregate(self, aggregate: Aggregate) -> Agg:

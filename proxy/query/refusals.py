@@ -2,8 +2,11 @@
 
 Example:
     >>> from sqlglot import parse_one
-    >>> unsupported(parse_one("ROW_NUMBER() OVER ()"), "SELECT").message
-    'WINDOW is not allowed in SELECT; window functions are not supported; use GROUP BY with aggregates'
+    >>> error = unsupported(parse_one("SELECT ROW_NUMBER() OVER ()").expressions[0], "SELECT")
+    >>> error.message
+    'WINDOW is not allowed in SELECT (line 1, column 8); window functions are not supported; use GROUP BY with ...'
+    >>> error.detail["at"]
+    {'line': 1, 'column': 8, 'offset': 7}
 """
 
 from __future__ import annotations
@@ -50,5 +53,30 @@ def unsupported(node: exp.Expr, position: str) -> UnsupportedQuery:
     hint = next((h for cls, h in HINTS.items() if isinstance(node, cls)), None)
     if isinstance(node, exp.AggFunc):
         hint = AGGREGATE_HINT
-    message = f"{construct} is not allowed in {position}"
-    return UnsupportedQuery(f"{message}; {hint}" if hint else message, construct=construct, position=position)
+    message = f"{construct} is not allowed in {position}{where(node)}"
+    return UnsupportedQuery(f"{message}; {hint}" if hint else message, construct=construct, position=position,
+                            **located(node))
+
+
+def located(node: exp.Expr) -> dict[str, object]:
+    """`{"at": {"line", "column", "offset"}}` of the node's first token in the query text, when the parser
+    recorded it (an error detail: where the offending construct starts); else {}.
+
+    Example:
+        >>> from sqlglot import parse_one
+        >>> located(parse_one("SELECT COUNT(*)\\nFROM t WHERE random() < 1").find(exp.Rand))
+        {'at': {'line': 2, 'column': 14, 'offset': 29}}
+    """
+    metas = [n.meta for n in node.walk() if n.meta and "line" in n.meta and "start" in n.meta]
+    if not metas:
+        return {}
+    meta = min(metas, key=lambda m: int(m["start"]))  # the construct's first token
+    # sqlglot's col is where the token ends; the column of its first character is reported
+    width = int(meta.get("end", meta["start"])) - int(meta["start"])
+    return {"at": {"line": meta["line"], "column": int(meta["col"]) - width, "offset": meta["start"]}}
+
+
+def where(node: exp.Expr) -> str:
+    """` (line L, column C)` for a message, or ''."""
+    at = located(node).get("at")
+    return f" (line {at['line']}, column {at['column']})" if isinstance(at, dict) else ""

@@ -71,7 +71,7 @@ def _source(analysis: Analysis) -> exp.Select:
     projections: list[exp.Expr] = [exp.alias_(_typed(table, table.privacy_unit), "__unit")]
     projections += [exp.alias_(_typed(table, key), f"__k{i}") for i, key in enumerate(analysis.keys)]
     projections += [_row_value(analysis.measures[j], j) for j in sorted(set(_inputs(analysis.measures).values()))]
-    source = exp.select(*projections).from_(_table(analysis))
+    source = exp.select(*projections).from_(with_computed(analysis, _table(analysis)))
     # Rows of no privacy unit belong to nobody we can bound: they are dropped, never pooled into one unit.
     conditions = [exp.Not(this=exp.Is(this=_quoted(table.privacy_unit), expression=exp.Null()))]
     if analysis.where is not None:
@@ -85,6 +85,15 @@ def _source(analysis: Analysis) -> exp.Select:
     return source.where(exp.and_(*conditions))
 
 
+def with_computed(analysis: Analysis, table: exp.Expr) -> exp.Expr:
+    """`table` with the computed keys as columns (analyse.py, computed_keys.py): each is evaluated per row from
+    declared columns (after the canonical values, when there are), before bounding, like any key column."""
+    if not analysis.computed:
+        return table
+    extended = exp.select("*", *(exp.alias_(sql.copy(), name, quoted=True) for name, sql in analysis.computed))
+    return exp.Subquery(this=extended.from_(table), alias=exp.TableAlias(this=exp.to_identifier("__computed")))
+
+
 def _typed(table: TableSchema, name: str) -> exp.Expr:
     spec = table.column(name)
     assert spec is not None
@@ -95,7 +104,7 @@ def _table(analysis: Analysis) -> exp.Expr:
     """The protected table; with unit-level columns of the cell space replaced by each unit's canonical
     value (the smallest over the unit's rows), so every unit lies in exactly one cell whatever the data
     holds, and queries with disjoint scopes touch disjoint sets of units (docs/privacy.md §7)."""
-    table = exp.table_(analysis.table.name, quoted=True)
+    table = analysis.source.copy() if analysis.source is not None else exp.table_(analysis.table.name, quoted=True)
     if not analysis.canonical:
         return table
     # binary collation: the canonical value must be one function of the unit's rows in every query

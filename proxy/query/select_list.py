@@ -16,13 +16,14 @@ from __future__ import annotations
 from sqlglot import exp
 
 from proxy.query.aggregates import MORE_AGGREGATES, aggregate
+from proxy.query.computed_keys import match
 from proxy.query.errors import PolicyError, UnsupportedQuery
 from proxy.query.expr import Const, Expr, Key, Op
 from proxy.query.literals import number
-from proxy.query.names import Names, Output, declared
+from proxy.query.names import Names, Output
 from proxy.query.refusals import unsupported
 
-MAX_LIMIT = 100_000
+MAX_LIMIT = 1_048_576  # BI tools send their row caps (Metabase exports 1048575, Superset 50000): post-processing only
 
 _ARITHMETIC = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
 
@@ -36,7 +37,10 @@ def output(node: exp.Expr, names: Names) -> Output:
         name = node.alias
         shadowed = names.table.column(name)
         is_same_column = isinstance(node.this, exp.Column) and node.this.name.lower() == name.lower()
-        if shadowed is not None and not is_same_column:
+        # BI tools name a computed key after its column (`date_trunc('month', day) AS day`): allowed for a
+        # computed key, which HAVING and ORDER BY then read by that name (key_or_output)
+        computed_key = isinstance(expr, Key) and names.table.column(names.keys[expr.index]) is None
+        if shadowed is not None and not is_same_column and not computed_key:
             raise PolicyError(
                 f"alias {name!r} renames another expression to a column name; choose a new name",
                 construct="ALIAS", alias=name,
@@ -53,6 +57,9 @@ def label(node: exp.Expr) -> str:
 
 def value(node: exp.Expr, names: Names, position: str) -> Expr:
     """A numeric or key expression over group keys, aggregates and numeric literals."""
+    key = match(node, names)  # the same expression as a computed GROUP BY key
+    if key is not None:
+        return Key(names.keys.index(key))
     match node:
         case exp.Paren():
             return value(node.this, names, position)
@@ -76,7 +83,7 @@ def numeric(node: exp.Expr, names: Names, position: str) -> Expr:
     """An arithmetic operand: a number, an aggregate, or a numeric group key (never text or dates)."""
     result = value(node, names, position)
     if isinstance(result, Key):
-        spec = declared(names.table, names.keys[result.index])
+        spec = names.key_spec(names.keys[result.index])
         if not spec.numeric:
             raise UnsupportedQuery(
                 f"arithmetic on the {spec.kind} key {spec.name!r} is not supported; use numbers and aggregates",
@@ -91,6 +98,11 @@ def key_or_output(node: exp.Column, names: Names, position: str) -> Expr:
             if output.name.lower() == node.name.lower() and names.table.column(node.name) is None:
                 return output.expr
     spec = names.column(node)
+    if spec.name not in names.keys and not node.table:
+        renamed = next((o.expr for o in names.outputs if o.name.lower() == node.name.lower()
+                        and isinstance(o.expr, Key)), None)
+        if position != "SELECT" and renamed is not None:
+            return renamed  # a computed key aliased to its column's name (see `output`)
     if spec.name not in names.keys:
         raise PolicyError(
             f"column {spec.name!r} is neither a group key nor inside an aggregate; raw values are never "

@@ -79,11 +79,16 @@ def predicate(node: exp.Expr, names: Names) -> exp.Expr:
             if isinstance(left, exp.Column):
                 spec = names.column(left)
                 return types.compare(spec.name, spec.type, cls, literal(right, spec))
+    from proxy.query.computed_filters import computed_condition  # it reads MAX_IN_LIST from here
+
+    computed = computed_condition(node, names)
+    if computed is not None:
+        return computed
     offender = next((a for a in node.iter_expressions() if not isinstance(a, _PREDICATE_LEAVES)), node)
     raise unsupported(
         offender,
-        "WHERE (allowed: column compared with a literal, IN (literals), BETWEEN, IS [NOT] NULL, LIKE, "
-        "AND, OR, NOT)",
+        "WHERE (allowed: a column or computed value compared with a literal or another, IN (literals), BETWEEN, "
+        "IS [NOT] NULL, LIKE, AND, OR, NOT)",
     )
 
 
