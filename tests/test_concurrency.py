@@ -16,18 +16,18 @@ import pytest
 
 from mechanisms.rounding import down
 from proxy.demo import DemoFiles
-from tests.conftest import Server, StartFresh, difference_down, spend, sum_up
+from tests.conftest import Server, StartFresh, spend, sum_up
 
 QUERY_EPSILON = 0.1
 N = 16
 SQL = "SELECT COUNT(*) AS n FROM visits"
 
 
-def admitted(charge: float, budget: float) -> int:
+def admitted(charge: float, budget: Fraction) -> int:
     """How many charges of `charge` the budget admits, one after another: spent + charge <= budget exactly,
     where spent is the exact sum of the earlier charges rounded up (accountant/filter.py)."""
     count = 0
-    while Fraction(sum_up([charge] * count)) + Fraction(charge) <= Fraction(budget):
+    while Fraction(sum_up([charge] * count)) + Fraction(charge) <= budget:
         count += 1
     return count
 
@@ -60,13 +60,13 @@ def test_concurrent_queries_admit_exactly_what_the_budget_holds(
     budget: float, expected: int | None, fresh_server: StartFresh, demo: DemoFiles
 ) -> None:
     server = fresh_server(epsilon=budget)
-    # the policy's budget as written, read as the largest float at or below its decimal (proxy/policy.py)
-    budget = down(Fraction(Decimal(repr(budget))))
+    # the policy's budget as written: basic compares with its exact decimal (docs/privacy.md §8.6)
+    exact = Fraction(Decimal(repr(budget)))
     with server.client(demo.analyst_key) as analyst:
         preview = analyst.post("/v1/query/preview", json={"sql": SQL, "epsilon": QUERY_EPSILON}).json()
         charge = preview["charge"]["epsilon"]
         assert QUERY_EPSILON - 1e-12 < charge <= QUERY_EPSILON
-        fits = admitted(charge, budget)
+        fits = admitted(charge, exact)
         assert fits in (4, 5)
         if expected is not None:
             assert fits == expected
@@ -89,6 +89,7 @@ def test_concurrent_queries_admit_exactly_what_the_budget_holds(
         assert admin.get("/v1/ledger").json()["total"] == fits  # nothing else was written
         final = spend(analyst)
     assert final["epsilon_spent"] == sum_up([charge] * fits)
-    assert Fraction(final["epsilon_spent"]) <= Fraction(budget)
-    assert final["epsilon_remaining"] == difference_down(budget, final["epsilon_spent"])
-    assert sum(map(Fraction, (c["epsilon"] for c in ledger["charges"]))) <= Fraction(budget)
+    assert Fraction(final["epsilon_spent"]) <= exact
+    left = exact - Fraction(final["epsilon_spent"])  # remaining: the written budget minus the spend, rounded down
+    assert final["epsilon_remaining"] == max(0.0, down(left))
+    assert sum(map(Fraction, (c["epsilon"] for c in ledger["charges"]))) <= exact

@@ -19,7 +19,7 @@ from tests.conftest import Server, StartFresh, difference_down, spend
 
 ERROR_KEYS = {"ok", "status", "code", "error", "detail", "charged"}
 COUNT = "SELECT COUNT(*) AS n FROM visits"
-JOIN = "SELECT COUNT(*) FROM visits JOIN users USING (user_id)"
+JOIN = "SELECT COUNT(*) FROM visits CROSS JOIN users"  # a join on the unit is answered (issue #14)
 JSON = {"Content-Type": "application/json"}
 RAW = b'{"sql": "SELECT COUNT(*) FROM visits", "epsilon": %s}'  # for numbers that json.dumps refuses
 
@@ -85,7 +85,7 @@ CASES: dict[str, Case] = {
     "syntax-paren": Case(400, "sql_syntax", {"sql": "SELECT COUNT(* FROM visits"}),
     "syntax-blank": Case(400, "sql_syntax", {"sql": "   "}, detail={"construct": "empty"}),
     # unsupported: 400
-    "join": Case(400, "unsupported", {"sql": JOIN}, detail={"construct": "JOIN"}),
+    "join": Case(400, "unsupported", {"sql": JOIN}, detail={"construct": "CROSS JOIN"}),
     "statements": Case(400, "unsupported", {"sql": "SELECT COUNT(*) FROM visits; SELECT COUNT(*) FROM users"},
                        detail={"construct": "statements", "count": 2}),
     "pragma": Case(400, "unsupported", {"sql": "PRAGMA table_info('visits')"},
@@ -163,8 +163,10 @@ def test_join_message_names_the_construct_and_the_fix(analyst: httpx.Client) -> 
     # Regression: the message read "JOIN is not supported; JOIN is not supported; query one table".
     body = assert_error(analyst.post("/v1/query", json={"sql": JOIN}), 400, "unsupported")
     assert body == {
-        "ok": False, "status": 400, "code": "unsupported", "error": "JOIN is not supported; query one table",
-        "detail": {"construct": "JOIN"}, "charged": False,
+        "ok": False, "status": 400, "code": "unsupported",
+        "error": "CROSS JOIN is not supported; supported: <protected> [INNER|LEFT] JOIN <public table> ON a = "
+                 "<its key>, or two protected tables of the same privacy unit joined on it (USING (unit))",
+        "detail": {"construct": "CROSS JOIN"}, "charged": False,
     }
 
 
