@@ -1,5 +1,6 @@
 """Imports go one way (proxy shell → proxy.query → accountant → mechanisms), and side effects stay in
-their one module each: duckdb in proxy/engine.py, sqlite3 in accountant/ledger.py and accountant/audit.py,
+their one module each: duckdb in proxy/engines/duckdb_engine.py, pyspark in proxy/engines/spark_engine.py,
+sqlite3 in accountant/ledger.py and accountant/audit.py,
 psycopg in accountant/postgres.py, randomness in
 mechanisms/sampling.py, fastapi/pydantic only in the proxy shell, sqlglot only in proxy/query."""
 
@@ -64,7 +65,9 @@ def test_side_effects_stay_in_their_module(path: Path) -> None:
     tops = {name.split(".")[0] for name in _imports(path)}
     names = _imports(path)
     if "duckdb" in tops:
-        assert relative in ("proxy/engine.py", "proxy/store.py"), relative  # store: builds the bounding store
+        assert relative in ("proxy/engines/duckdb_engine.py", "proxy/store.py"), relative  # store: builds it
+    if "pyspark" in tops or "py4j" in tops:
+        assert relative == "proxy/engines/spark_engine.py", relative  # the optional engine, one module
     if "sqlite3" in tops:
         assert relative in ("accountant/ledger.py", "accountant/audit.py"), relative  # the two SQLite stores
     if "psycopg" in tops:

@@ -16,7 +16,7 @@ from proxy.query.errors import EmptyScope, UnsupportedQuery
 from proxy.query.flatten import flatten
 from proxy.query.parse import parse
 from proxy.query.price import Price, price, price_for_noise
-from proxy.query.rewrite import rewrite
+from proxy.query.rewrite import rewrite_tree
 from proxy.query.rewrite_ranked import rewrite_ranked
 
 Bounding = Literal["per_query", "store"]
@@ -41,6 +41,7 @@ class QueryPlan:
     sql: str  # what DuckDB runs
     price: Price
     scope: CellScope | None = None  # the cells the charge is for (None: every privacy unit)
+    tree: exp.Select | None = None  # `sql` as one syntax tree, rendered per engine (render.py); None: store SQL
 
     @property
     def sql_sha256(self) -> str:
@@ -100,5 +101,6 @@ def plan(
     else:
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,
                                  conversion=conversion)
-    sql_text = rewrite_ranked(analysis, salt) if bounding == "store" else rewrite(analysis, salt)
-    return QueryPlan(sql, parsed.sql(dialect="duckdb"), analysis, sql_text, priced, scope)
+    tree = None if bounding == "store" else rewrite_tree(analysis, salt)
+    sql_text = rewrite_ranked(analysis, salt) if tree is None else tree.sql(dialect="duckdb")
+    return QueryPlan(sql, parsed.sql(dialect="duckdb"), analysis, sql_text, priced, scope, tree)

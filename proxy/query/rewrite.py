@@ -15,18 +15,20 @@ holds for any data; the salt makes the choice a fresh pseudo-random sample each 
 
 from __future__ import annotations
 
-from sqlglot import exp, parse_one
+from sqlglot import exp
 
 from proxy.query import types
 from proxy.query.analyse import Analysis
 from proxy.query.catalog import TableSchema
+from proxy.query.keyed_hash import keyed_order
 from proxy.query.measures import Measure
+from proxy.query.types import Kind
 
 UNITS = "__units"
 
 
 def rewrite(analysis: Analysis, salt: int = 0) -> str:
-    """The bounded, clamped DuckDB query for `analysis`, as SQL text.
+    """The bounded, clamped query for `analysis` (`rewrite_tree`), as DuckDB SQL text.
 
     Result columns: the group keys, then `__units` (distinct units per group), then `__m0`, `__m1`, …
     (one integer per measure, in `analysis.measures` order).
@@ -38,13 +40,22 @@ def rewrite(analysis: Analysis, salt: int = 0) -> str:
         >>> t = TableSchema("orders", "cid", (ColumnSpec("cid", "BIGINT"),
         ...     ColumnSpec("qty", "INTEGER", bounds=(0, 10))), max_rows=2)
         >>> print(rewrite(analyse(parse("SELECT SUM(qty) FROM orders WHERE qty > 1"), Catalog((t,))), 7))
-        WITH __src AS (SELECT "cid" AS __unit, CASE WHEN "qty" IS NULL THEN NULL ELSE LEAST(GREATEST(CAST(ROUND(LEAST(GREATEST(CAST("qty" AS DOUBLE), 0), 10) * 1) AS BIGINT), 0), 10) END AS __v0 FROM "orders" WHERE NOT "cid" IS NULL AND "qty" > 1), __rows AS (SELECT * FROM __src QUALIFY ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY HASH(7, __unit, __v0)) <= 2), __cells AS (SELECT __unit, SUM(__v0) AS __c0 FROM __rows GROUP BY __unit) SELECT COUNT(*) AS __units, SUM(__c0) AS __m0 FROM __cells
+        WITH __src AS (SELECT "cid" AS __unit, CASE WHEN "qty" IS NULL THEN NULL ELSE LEAST(GREATEST(CAST(ROUND(LEAST(GREATEST(CAST("qty" AS DOUBLE), 0), 10) * 1) AS BIGINT), 0), 10) END AS __v0 FROM "orders" WHERE NOT "cid" IS NULL AND "qty" > 1), __rows AS (SELECT * FROM __src QUALIFY ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY SUBSTRING(MD5(CONCAT_WS('|', '7', COALESCE(CAST(__unit AS TEXT), ''), COALESCE(CAST(__v0 AS TEXT), ''))), 1, 16), __v0) <= 2), __cells AS (SELECT __unit, SUM(__v0) AS __c0 FROM __rows GROUP BY __unit) SELECT COUNT(*) AS __units, SUM(__c0) AS __m0 FROM __cells
     """
+    return rewrite_tree(analysis, salt).sql(dialect="duckdb")
+
+
+def rewrite_tree(analysis: Analysis, salt: int = 0) -> exp.Select:
+    """The bounded, clamped query for `analysis` as one syntax tree, which each engine renders through its
+    sqlglot dialect (proxy/query/render.py). Bounding orders rows and groups by the keyed hash of
+    proxy/query/keyed_hash.py, so both engines keep exactly the same rows."""
     keys = [f"__k{i}" for i in range(len(analysis.keys))]
     source = _source(analysis)
     inputs = _inputs(analysis.measures)
     values = [f"__v{j}" for j in sorted(set(inputs.values()))]
-    row_rank = _keyed_rank(["__unit", *keys], [*keys, *values], salt)
+    kinds = [_kind(analysis.table, key) for key in analysis.keys]
+    row_rank = _keyed_rank(["__unit", *keys], [*zip(keys, kinds, strict=True), *((v, "integer") for v in values)],
+                           _kind(analysis.table, analysis.table.privacy_unit), salt)
     rows = exp.select("*").from_("__src").qualify(
         exp.LTE(this=row_rank, expression=exp.Literal.number(analysis.table.max_rows))
     )
@@ -52,7 +63,9 @@ def rewrite(analysis: Analysis, salt: int = 0) -> str:
     cells = cells.from_("__rows").group_by("__unit", *keys)
     if keys:  # without GROUP BY each unit has exactly one cell: nothing to bound
         cells = cells.qualify(
-            exp.LTE(this=_keyed_rank(["__unit"], keys, salt), expression=exp.Literal.number(analysis.max_groups))
+            exp.LTE(this=_keyed_rank(["__unit"], list(zip(keys, kinds, strict=True)),
+                                     _kind(analysis.table, analysis.table.privacy_unit), salt),
+                    expression=exp.Literal.number(analysis.max_groups))
         )
     result = exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), UNITS))
     for j, _ in enumerate(analysis.measures):
@@ -60,8 +73,7 @@ def rewrite(analysis: Analysis, salt: int = 0) -> str:
     result = result.from_("__cells")
     if keys:
         result = result.group_by(*keys)
-    query = result.with_("__src", as_=source).with_("__rows", as_=rows).with_("__cells", as_=cells)
-    return query.sql(dialect="duckdb")
+    return result.with_("__src", as_=source).with_("__rows", as_=rows).with_("__cells", as_=cells)
 
 
 def _source(analysis: Analysis) -> exp.Select:
@@ -98,14 +110,16 @@ def _table(analysis: Analysis) -> exp.Expr:
     table = exp.table_(analysis.table.name, quoted=True)
     if not analysis.canonical:
         return table
-    # binary collation: the canonical value must be one function of the unit's rows in every query
-    unit = _typed(analysis.table, analysis.table.privacy_unit).sql(dialect="duckdb")
-    replaced = ", ".join(
-        f"MIN({_typed(analysis.table, c).sql(dialect='duckdb')}) OVER (PARTITION BY {unit}) AS "
-        f"{exp.to_identifier(c, quoted=True).sql(dialect='duckdb')}"
-        for c in analysis.canonical
-    )
-    canonical = parse_one(f"SELECT * REPLACE ({replaced}) FROM {table.sql(dialect='duckdb')}", read="duckdb")
+    # binary collation: the canonical value must be one function of the unit's rows in every query. Every
+    # declared column is listed (no `* REPLACE`, which Spark lacks): nothing else is readable anyway.
+    unit = _typed(analysis.table, analysis.table.privacy_unit)
+    projections: list[exp.Expr] = []
+    for column in analysis.table.columns:
+        ref: exp.Expr = exp.column(column.name, quoted=True)
+        if column.name in analysis.canonical:
+            ref = exp.Window(this=exp.Min(this=_typed(analysis.table, column.name)), partition_by=[unit.copy()])
+        projections.append(exp.alias_(ref, exp.to_identifier(column.name, quoted=True)))
+    canonical = exp.select(*projections).from_(table)
     return exp.Subquery(this=canonical, alias=exp.TableAlias(this=exp.to_identifier("__canon")))
 
 
@@ -169,11 +183,20 @@ def _cell_measure(measure: Measure, j: int, source: int | None) -> exp.Expr:
     return exp.alias_(value, f"__c{j}")
 
 
-def _keyed_rank(partition: list[str], identity: list[str], salt: int) -> exp.Expr:
-    """Rank within each partition by hash(salt, unit, own columns): a per-unit pseudo-random order."""
-    window = ", ".join(partition)
-    hashed = ", ".join([str(int(salt)), "__unit", *identity])
-    return parse_one(f"ROW_NUMBER() OVER (PARTITION BY {window} ORDER BY HASH({hashed}))", read="duckdb")
+def _keyed_rank(partition: list[str], identity: list[tuple[str, Kind]], unit: Kind, salt: int) -> exp.Expr:
+    """Rank within each partition by the keyed hash of (salt, unit, own columns): a per-unit pseudo-random
+    order, the same on every engine (proxy/query/keyed_hash.py)."""
+    parts = [(exp.column("__unit"), unit), *((exp.column(name), kind) for name, kind in identity)]
+    order = keyed_order(salt, parts)
+    del order[1]  # no tie-break on the unit: it is one value within each partition
+    return exp.Window(this=exp.RowNumber(), partition_by=[exp.column(p) for p in partition],
+                      order=exp.Order(expressions=order))
+
+
+def _kind(table: TableSchema, name: str) -> Kind:
+    spec = table.column(name)
+    assert spec is not None
+    return types.kind(spec.type)
 
 
 def _quoted(name: str | None) -> exp.Column:
