@@ -35,12 +35,11 @@ def spark_policy(duckdb_policy: Path, parquet: dict[str, Path], directory: Path,
     directory.mkdir(parents=True, exist_ok=True)
     text = duckdb_policy.read_text(encoding="utf-8")
     sources = "\n".join(f"{t} = {{ parquet = {json.dumps(str(p))} }}" for t, p in parquet.items())
-    spark = f'engine = "spark"\n\n[datasets.demo.spark]\nmaster = "{master}"\n\n[datasets.demo.spark.tables]\n{sources}\n'
-    text, found = re.subn(r"^path = .*\n", "", text, count=1, flags=re.MULTILINE)
+    text, found = re.subn(r"^path = .*\n", 'engine = "spark"\n', text, count=1, flags=re.MULTILINE)
     assert found == 1, "the policy has no path line"
     head, tail = text.split("[datasets.demo.tables.", 1)
-    text = head.replace("[datasets.demo]\n", "[datasets.demo]\n" + spark.split("\n\n", 1)[0] + "\n", 1)
-    text += "\n" + spark.split("\n\n", 1)[1] + "\n[datasets.demo.tables." + tail
+    spark = f'[datasets.demo.spark]\nmaster = "{master}"\n\n[datasets.demo.spark.tables]\n{sources}\n\n'
+    text = head + spark + "[datasets.demo.tables." + tail
     text = re.sub(r"^ledger = .*$", f"ledger = {json.dumps(str(directory / 'ledger.sqlite'))}", text,
                   count=1, flags=re.MULTILINE)
     policy = directory / "policy.toml"

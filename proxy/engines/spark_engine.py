@@ -18,6 +18,8 @@ Example (no session is started by this):
 from __future__ import annotations
 
 import logging
+import os
+import re
 import threading
 import uuid
 from collections.abc import Callable
@@ -56,6 +58,21 @@ def spark_type(simple: str) -> str:
     return _SPARK_TYPES.get(simple, simple.upper())
 
 
+def local_settings(master: str) -> dict[str, str]:
+    """Settings for a one-machine master: Spark's 200 shuffle partitions are 200 tasks per stage even for a
+    small table; local[N] gets 2·N.
+
+    Example:
+        >>> local_settings("local[2]"), local_settings("spark://m:7077")
+        ({'spark.sql.shuffle.partitions': '4'}, {})
+    """
+    match = re.fullmatch(r"local\[(\d+|\*)\]", master)
+    if match is None:
+        return {}
+    threads = (os.cpu_count() or 2) if match[1] == "*" else int(match[1])
+    return {"spark.sql.shuffle.partitions": str(2 * threads)}
+
+
 def session(master: str) -> Any:
     """The process's Spark session on `master`, started with the hardened settings when there is none.
 
@@ -75,13 +92,13 @@ def session(master: str) -> Any:
                 for key, value in {**DRIVER_SETTINGS, **SESSION_SETTINGS}.items():
                     builder = builder.config(key, value)
                 spark = builder.master(master).getOrCreate()
-            for key, value in SESSION_SETTINGS.items():
+            for key, value in {**SESSION_SETTINGS, **local_settings(master)}.items():
                 spark.conf.set(key, value)
         except EngineMisconfigured:
             raise
         except Exception as err:
             raise EngineMisconfigured(f"cannot start Spark on {master}: {type(err).__name__}: {err}") from err
-    expected = dict(SESSION_SETTINGS)
+    expected = {**SESSION_SETTINGS, **local_settings(master)}
     if not master.startswith("sc://"):
         running = spark.sparkContext.master
         if running != master:
