@@ -39,6 +39,9 @@ from tests.spark_data import MASTER, export_parquet, spark_policy
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from query_latency import WORKLOAD
 
+# py4j (pyspark's bridge to the JVM) leaves gateway sockets to the garbage collector
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
+
 DEMO_QUERIES = (  # README and demo questions beside the benchmark's
     "SELECT region, COUNT(*) AS visits, AVG(amount) AS avg_amount FROM visits GROUP BY region",
     "SELECT plan, region, COUNT(*) AS n FROM users WHERE age >= 30 GROUP BY plan, region",
