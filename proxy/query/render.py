@@ -8,6 +8,8 @@ meaning-preserving rewrites, so both engines compute the same rows before noise:
 - text compares under binary collation on both engines, which is Spark's default: COLLATE is dropped
   (Spark 4 names the binary collation UTF8_BINARY, not `binary`);
 - a LIKE pattern's backslashes are doubled: Spark reads `\\` as its escape character, DuckDB as a letter;
+- hexadecimal text read as an integer (the keyed hash's MD5 digits, keyed_hash.py) is `CAST('0x' || h AS
+  BIGINT)` on DuckDB and `CAST(CONV(h, 16, 10) AS BIGINT)` on Spark;
 - each declared table is read through the engine's own name for it (a temporary view per dataset).
 sqlglot's Spark generator writes QUALIFY as a filtered subquery and NULLS LAST where Spark's default differs.
 
@@ -54,8 +56,8 @@ ALLOWED: frozenset[type[exp.Expr]] = frozenset({
     exp.RowNumber, exp.Count, exp.Sum, exp.Min, exp.Cast, exp.DataType, exp.DataTypeParam, exp.Literal,
     exp.Boolean, exp.Null, exp.Not, exp.Is, exp.And, exp.Or, exp.Paren, exp.EQ, exp.NEQ, exp.GT, exp.GTE,
     exp.LT, exp.LTE, exp.In, exp.Between, exp.Like, exp.ILike, exp.Case, exp.If, exp.Least, exp.Greatest,
-    exp.Round, exp.Mul, exp.Sub, exp.Neg, exp.Abs, exp.MD5, exp.ConcatWs, exp.Substring, exp.Coalesce,
-    exp.Collate, exp.Var,
+    exp.Round, exp.Mul, exp.Sub, exp.Add, exp.Mod, exp.Neg, exp.Abs, exp.MD5, exp.Substring, exp.DPipe,
+    exp.DateDiff, exp.Coalesce, exp.Collate, exp.Var,
 })
 
 
@@ -93,6 +95,14 @@ def _for_spark(node: exp.Expr, tables: dict[str, str]) -> exp.Expr:
     if isinstance(node, exp.Like | exp.ILike) and isinstance(node.expression, exp.Literal):
         node.set("expression", exp.Literal.string(node.expression.this.replace("\\", "\\\\")))
         return node
+    if isinstance(node, exp.Cast) and _is_hex(node.this):
+        digits = node.this.expression
+        conv = exp.Anonymous(this="CONV", expressions=[digits, exp.Literal.number(16), exp.Literal.number(10)])
+        return exp.cast(conv, node.to)
     if isinstance(node, exp.Table) and node.name.lower() in tables:
         return exp.Table(this=exp.to_identifier(tables[node.name.lower()], quoted=True), alias=node.args.get("alias"))
     return node
+
+
+def _is_hex(node: exp.Expr) -> bool:
+    return isinstance(node, exp.DPipe) and node.this == exp.Literal.string("0x")
