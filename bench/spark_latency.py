@@ -33,12 +33,12 @@ for path in (ROOT, ROOT / "bench"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 from query_latency import WORKLOAD, ensure_dataset, fresh_ledger, unique_request  # noqa: E402
 
 from proxy import pipeline  # noqa: E402
 from proxy.app import build_env  # noqa: E402
+from proxy.engines.duckdb_engine import Engine  # noqa: E402
 from proxy.policy import load_policy  # noqa: E402
 from proxy.query import plan  # noqa: E402
 from proxy.query.render import render  # noqa: E402
@@ -96,9 +96,6 @@ def main(argv: list[str] | None = None) -> int:
     assert dataset is not None
     spark_engine = spark_env.engine("demo")
     analyst = next(a for a in spark_env.policy.analysts if a.role == "analyst")
-    duck = duckdb.connect(str(directory / "demo.duckdb"), read_only=True, config={"threads": 2})
-    from proxy.engines.duckdb_engine import Engine
-
     duck_engine = Engine(directory / "demo.duckdb", threads=2, memory_limit="4GB", timeout_s=600)
     spark = spark_engine._spark  # type: ignore[union-attr]
     results: dict[str, Any] = {"rows": args.rows, "users": args.users, "master": args.master,
@@ -119,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             lambda w=w: pipeline.answer(pipeline.prepare(unique_request(w.sql), analyst, spark_env.policy,
                                                          spark_env.sampler.salt()), analyst, spark_env,
                                         lambda charge: None), args.repeat)
-        cell["duckdb_plain"] = timed(lambda w=w: duck.execute(w.sql).fetchall(), args.repeat)
+        cell["duckdb_plain"] = timed(lambda w=w: duck_engine.run(w.sql), args.repeat)
         cell["duckdb_engine"] = timed(lambda p=planned: duck_engine.run(p.sql), args.repeat)
         same = sorted(spark_engine.run(spark_sql).rows, key=repr) == sorted(duck_engine.run(planned.sql).rows, key=repr)
         cell["identical_before_noise"] = same
@@ -130,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         cell["spark_over_duckdb_engine"] = round(cell["spark_engine"]["p50_ms"] / cell["duckdb_engine"]["p50_ms"], 2)
         answer = pipeline.answer(pipeline.prepare(unique_request(w.sql), analyst, spark_env.policy,
                                                   spark_env.sampler.salt()), analyst, spark_env, lambda charge: None)
-        errors = relative_errors(answer.release.rows, duck.execute(w.sql).fetchall(), len(planned.analysis.keys))
+        errors = relative_errors(answer.release.rows, list(duck_engine.run(w.sql).rows), len(planned.analysis.keys))
         all_errors += errors
         cell["median_relative_error"] = round(float(np.median(errors)), 4) if errors else None
         results["queries"][w.name] = cell
@@ -146,7 +143,6 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"session start {spark_start_s:.1f} s; median relative error (all cells) "
           f"{results['median_relative_error_all']}; written to {args.out}")
-    duck.close()
     duck_engine.close()
     spark_engine.close()
     return 0

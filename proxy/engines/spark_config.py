@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from proxy.query.catalog import TableSchema
+from proxy.query.render import Target
 
 EngineName = Literal["duckdb", "spark"]
 
@@ -61,6 +62,10 @@ class SparkTable:
 class SparkSource:
     master: str
     tables: tuple[SparkTable, ...]
+
+    def target(self, dataset: str) -> Target:
+        """How generated SQL is rendered for this source: Spark's dialect, each table read through its view."""
+        return Target("spark", tuple((t.name.lower(), t.view(dataset)) for t in self.tables))
 
     @property
     def connect(self) -> bool:

@@ -28,7 +28,6 @@ from typing import Any
 from proxy.engines.base import EngineMisconfigured, ExecutionFailed, ExecutionTimeout, Rows, catalog_problems
 from proxy.engines.spark_config import SparkSource
 from proxy.query.catalog import Catalog
-from proxy.query.render import Target
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +138,7 @@ class SparkEngine:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         self.dataset, self.source, self.timeout_s = dataset, source, timeout_s
-        self.target = Target("spark", tuple((t.name.lower(), t.view(dataset)) for t in source.tables))
+        self.target = source.target(dataset)
         self._spark = session(source.master)
         self._views: list[str] = []
         for table in source.tables:

@@ -56,8 +56,9 @@ ALLOWED: frozenset[type[exp.Expr]] = frozenset({
     exp.RowNumber, exp.Count, exp.Sum, exp.Min, exp.Cast, exp.DataType, exp.DataTypeParam, exp.Literal,
     exp.Boolean, exp.Null, exp.Not, exp.Is, exp.And, exp.Or, exp.Paren, exp.EQ, exp.NEQ, exp.GT, exp.GTE,
     exp.LT, exp.LTE, exp.In, exp.Between, exp.Like, exp.ILike, exp.Case, exp.If, exp.Least, exp.Greatest,
-    exp.Round, exp.Mul, exp.Sub, exp.Add, exp.Mod, exp.Neg, exp.Abs, exp.MD5, exp.Substring, exp.DPipe,
-    exp.DateDiff, exp.Coalesce, exp.Collate, exp.Var,
+    exp.Round, exp.Mul, exp.Sub, exp.Add, exp.Mod, exp.IntDiv, exp.Neg, exp.Abs, exp.BitwiseAnd,
+    exp.BitwiseXor, exp.BitwiseRightShift, exp.MD5, exp.Substring, exp.DPipe, exp.DateDiff, exp.Coalesce,
+    exp.Collate, exp.Var,
 })
 
 
