@@ -19,12 +19,14 @@ release against the true answer (plain), over every released numeric cell.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
 import sys
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ for path in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(path))
 
 import numpy as np  # noqa: E402
-from query_latency import WORKLOAD, ensure_dataset, fresh_ledger, unique_request  # noqa: E402
+from query_latency import WORKLOAD, ensure_dataset, fresh_ledger  # noqa: E402
 
 from proxy import pipeline  # noqa: E402
 from proxy.app import build_env  # noqa: E402
@@ -42,8 +44,17 @@ from proxy.engines.duckdb_engine import Engine  # noqa: E402
 from proxy.policy import load_policy  # noqa: E402
 from proxy.query import plan  # noqa: E402
 from proxy.query.render import render  # noqa: E402
+from proxy.schemas import QueryRequest  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
 from tests.spark_data import export_parquet, spark_policy  # noqa: E402
+
+_UNIQUE = itertools.count(1)
+
+
+def unique_request(sql: str) -> QueryRequest:
+    """A request never a repeat of an earlier one (ε differs in the 9th decimal), so the ledger's stored
+    release is never the answer."""
+    return QueryRequest(sql=sql, epsilon=Decimal("0.1") + next(_UNIQUE) * Decimal("1e-9"))
 
 
 def timed(fn: Callable[[], object], repeat: int) -> dict[str, float]:

@@ -22,10 +22,10 @@ import pytest
 pytest.importorskip("pyspark")
 
 from proxy.demo import build_demo
-from proxy.engines.base import ExecutionTimeout
+from proxy.engines.base import EngineMisconfigured, ExecutionTimeout
 from proxy.engines.duckdb_engine import Engine
 from proxy.engines.spark_config import SparkSource, SparkTable
-from proxy.engines.spark_engine import SparkEngine, session
+from proxy.engines.spark_engine import SESSION_SETTINGS, SparkEngine, session
 from proxy.policy import load_policy
 from proxy.query import plan
 from proxy.query.analyse import analyse
@@ -333,3 +333,16 @@ def test_a_job_past_its_time_limit_is_cancelled_and_the_next_query_works(
                  mechanism="laplace", salt=6)
     assert again.tree is not None
     assert spark.run(render(again.tree, spark.target)).rows  # the next query works
+
+
+def test_the_session_is_hardened_and_one_master_serves_the_process(tmp_path: Path) -> None:
+    spark = session(MASTER)
+    for key, value in SESSION_SETTINGS.items():
+        assert spark.conf.get(key) == value
+    path = tmp_path / "t.parquet"
+    with duckdb.connect() as con:
+        con.execute(f"COPY (SELECT 1 AS x) TO '{path}' (FORMAT parquet)")
+    with pytest.raises(Exception, match=r"TABLE_OR_VIEW_NOT_FOUND|UNSUPPORTED_DATASOURCE_FOR_DIRECT_QUERY"):
+        spark.sql(f"SELECT * FROM parquet.`{path}`").collect()  # even SQL that bypassed the planner
+    with pytest.raises(EngineMisconfigured, match="already running on local"):
+        session("local[1]")

@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from proxy.demo import DemoFiles
+from tests import conftest
 from tests.conftest import Server
 from tests.spark_data import export_parquet, spark_policy
 
@@ -59,7 +60,9 @@ def spark_server(demo: DemoFiles, tmp_path_factory: pytest.TempPathFactory) -> I
     policy.write_text(text)
     _with_slow_dataset(policy, slow)
     live = Server(directory / "server.log", {"DPPROXY_QUERY_TIMEOUT_S": str(TIMEOUT_S)})
-    live.start(policy)
+    with pytest.MonkeyPatch.context() as patch:  # a JVM's start-up on a busy machine takes more than a minute
+        patch.setattr(conftest, "READY_TIMEOUT_S", 300.0)
+        live.start(policy)
     try:
         yield live
     finally:
