@@ -2,7 +2,7 @@
 reports its Spark connection as ready, refuses Spark-specific attacks for free, and reports a job past the
 time limit as a charged timeout, after which the next query is answered.
 
-One server (one JVM) for the module: `demo` (the e2e demo as Parquet) and `slow` (4M visits, seconds of work
+One server (one JVM) for the module: `demo` (the e2e demo as Parquet) and `slow` (12M visits, a minute of work
 per query, far past the limit).
 """
 
@@ -28,7 +28,7 @@ from tests.spark_data import export_parquet, spark_policy
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
 
 TIMEOUT_S = 20  # a warm Spark answers the demo in about a second; the slow dataset needs far longer
-SLOW_ROWS = 4_000_000
+SLOW_ROWS = 12_000_000
 
 
 def _with_slow_dataset(policy: Path, parquet: Path) -> None:
@@ -77,7 +77,7 @@ def _spent(client: httpx.Client, dataset: str) -> float:
 def test_queries_are_answered_from_spark(spark_server: Server, demo: DemoFiles) -> None:
     with spark_server.client(demo.analyst_key) as client:
         response = client.post("/v1/query", json={"sql": "SELECT region, COUNT(*) AS n FROM visits GROUP BY region",
-                                                  "epsilon": 0.5})
+                                                  "epsilon": 0.5, "dataset": "demo"})
         assert response.status_code == 200, response.text
         body: dict[str, Any] = response.json()
         assert [row[0] for row in body["rows"]] == ["central", "east", "north", "south", "west"]
@@ -95,7 +95,7 @@ def test_queries_are_answered_from_spark(spark_server: Server, demo: DemoFiles) 
 def test_spark_specific_attacks_are_refused_for_free(spark_server: Server, demo: DemoFiles, sql: str) -> None:
     with spark_server.client(demo.analyst_key) as client:
         before = _spent(client, "demo")
-        response = client.post("/v1/query", json={"sql": sql, "dialect": "spark"})
+        response = client.post("/v1/query", json={"sql": sql, "dialect": "spark", "dataset": "demo"})
         assert 400 <= response.status_code < 500, response.text
         body = response.json()
         assert body["charged"] is False and body["code"] and body["message"], body
@@ -114,6 +114,7 @@ def test_a_job_past_the_time_limit_is_a_charged_timeout_and_the_next_query_works
         assert (body["code"], body["charged"]) == ("timeout", True)
         assert body["message"] == "query exceeded the time limit"  # fixed, never Spark's text
         assert _spent(client, "slow") > before  # charged, never refunded
-        after = client.post("/v1/query", json={"sql": "SELECT plan, COUNT(*) FROM users GROUP BY plan"})
+        after = client.post("/v1/query", json={"sql": "SELECT plan, COUNT(*) FROM users GROUP BY plan",
+                                                "dataset": "demo"})
         assert after.status_code == 200, after.text
     assert "cancelled after" in spark_server.log.read_text()  # the job group was cancelled, not left running
