@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=50_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--queries", default=None, help="comma-separated workload names (default: all)")
     parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "data-spark")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "spark_latency.json")
     args = parser.parse_args(argv)
@@ -113,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                                "spark_session_start_s": round(spark_start_s, 1), "dataset": meta,
                                "loadavg_1min_start": round(os.getloadavg()[0], 2), "queries": {}}
     all_errors: list[float] = []
-    for w in WORKLOAD:
+    chosen = None if args.queries is None else set(args.queries.split(","))
+    for w in (w for w in WORKLOAD if chosen is None or w.name in chosen):
         planned = plan(w.sql, dataset.catalog, epsilon=1.0, delta=1e-6, mechanism="laplace", salt=42)
         assert planned.tree is not None
         spark_sql = render(planned.tree, spark_engine.target)  # type: ignore[union-attr]

@@ -26,6 +26,13 @@ from tests.spark_data import export_parquet, spark_policy
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
 
 START_S = 300.0  # a JVM's start-up on a busy machine takes more than conftest's minute
+ANSWER_S = 300.0  # and so can a cold Spark query (the server's own limit is DPPROXY_QUERY_TIMEOUT_S)
+
+
+def _client(server: Server, key: str | None = None) -> httpx.Client:
+    client = server.client(key)
+    client.timeout = httpx.Timeout(ANSWER_S)
+    return client
 
 
 def _start(demo: DemoFiles, directory: Path, settings: dict[str, str]) -> Server:
@@ -41,7 +48,7 @@ def _start(demo: DemoFiles, directory: Path, settings: dict[str, str]) -> Server
 
 @pytest.fixture(scope="module")
 def spark_server(demo: DemoFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    live = _start(demo, tmp_path_factory.mktemp("spark-http") / "server", {"DPPROXY_QUERY_TIMEOUT_S": "120"})
+    live = _start(demo, tmp_path_factory.mktemp("spark-http") / "server", {"DPPROXY_QUERY_TIMEOUT_S": "240"})
     try:
         yield live
     finally:
@@ -54,14 +61,14 @@ def _spent(client: httpx.Client) -> float:
 
 
 def test_queries_are_answered_from_spark(spark_server: Server, demo: DemoFiles) -> None:
-    with spark_server.client(demo.analyst_key) as client:
+    with _client(spark_server, demo.analyst_key) as client:
         sql = "SELECT region, COUNT(*) AS n FROM visits GROUP BY region"
         response = client.post("/v1/query", json={"sql": sql, "epsilon": 0.5})
         assert response.status_code == 200, response.text
         body: dict[str, Any] = response.json()
         assert [row[0] for row in body["rows"]] == ["central", "east", "north", "south", "west"]
         assert body["charge"]["epsilon"] == 0.5
-    with spark_server.client() as anyone:
+    with _client(spark_server) as anyone:
         assert anyone.get("/readyz").json() == {"ok": True}  # a job ran on Spark's executors
 
 
@@ -72,7 +79,7 @@ def test_queries_are_answered_from_spark(spark_server: Server, demo: DemoFiles) 
     "CREATE TEMPORARY FUNCTION f AS 'com.example.Evil'",
 ])
 def test_spark_specific_attacks_are_refused_for_free(spark_server: Server, demo: DemoFiles, sql: str) -> None:
-    with spark_server.client(demo.analyst_key) as client:
+    with _client(spark_server, demo.analyst_key) as client:
         before = _spent(client)
         response = client.post("/v1/query", json={"sql": sql, "dialect": "spark"})
         assert 400 <= response.status_code < 500, response.text
@@ -87,7 +94,7 @@ def test_a_job_past_the_time_limit_is_a_charged_timeout_and_spark_runs_the_next_
 ) -> None:
     tight = _start(demo, tmp_path / "server", {"DPPROXY_QUERY_TIMEOUT_S": "0.5"})
     try:
-        with tight.client(demo.analyst_key) as client:
+        with _client(tight, demo.analyst_key) as client:
             before = _spent(client)
             sql = "SELECT category, COUNT(*) AS n, SUM(amount) AS total FROM visits GROUP BY category"
             response = client.post("/v1/query", json={"sql": sql})  # a cold Spark query: seconds
@@ -96,7 +103,7 @@ def test_a_job_past_the_time_limit_is_a_charged_timeout_and_spark_runs_the_next_
             assert (body["code"], body["charged"]) == ("timeout", True)
             assert body["error"] == "query exceeded the time limit"  # fixed, never Spark's text
             assert _spent(client) > before  # charged, never refunded
-        with tight.client() as anyone:
+        with _client(tight) as anyone:
             assert anyone.get("/readyz").json() == {"ok": True}  # the next job runs on the same session
     finally:
         tight.stop()
