@@ -9,12 +9,18 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# EXTRAS=spark (docker-compose.yml, profile spark) adds pyspark and the Java runtime Spark's driver needs.
+ARG EXTRAS=""
+RUN if [ -n "$EXTRAS" ]; then apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+ && rm -rf /var/lib/apt/lists/*; fi
+
 # Install the package from a copy of the sources, then drop the copy: only the installed package remains.
 COPY pyproject.toml /src/
 COPY proxy /src/proxy
 COPY accountant /src/accountant
 COPY mechanisms /src/mechanisms
-RUN pip install /src \
+RUN pip install "/src${EXTRAS:+[$EXTRAS]}" \
  && rm -rf /src \
  && useradd --system --uid 10001 --user-group --home-dir /var/lib/dpproxy --create-home \
       --shell /usr/sbin/nologin dpproxy

@@ -187,7 +187,12 @@ def _explain(args: argparse.Namespace) -> int:
         print(json.dumps({"code": err.code, "error": str(err), "detail": err.detail}, default=str), file=sys.stderr)
         return 1
     price = planned.price
-    print(planned.sql)
+    if dataset.spark is not None and planned.tree is not None:  # the SQL Spark would run for this dataset
+        from proxy.query.render import render
+
+        print(render(planned.tree, dataset.spark.target(dataset.name)))
+    else:
+        print(planned.sql)
     print(json.dumps({
         "epsilon": price.epsilon, "delta": price.delta, "composition": price.composition,
         "partitions": planned.analysis.partitions, "event": to_json(price.event),

@@ -22,7 +22,8 @@ from accountant.stores import open_ledger
 from mechanisms.sampling import SecureSampler
 from proxy import apidocs, audit_routes, dashboard, errors, logs, ops, routes
 from proxy.audit_trail import AuditTrail
-from proxy.engine import Engine, EngineMisconfigured
+from proxy.engine import EngineMisconfigured, QueryEngine
+from proxy.engines.open import open_engine
 from proxy.hygiene import Hygiene
 from proxy.intake import Intake
 from proxy.metrics import Metrics
@@ -41,11 +42,12 @@ log = logging.getLogger(__name__)
 def build_env(settings: Settings, *, timed: StageTimer = untimed) -> Env:
     """Load and check everything at start-up, refusing to serve on any mismatch."""
     policy = load_policy(settings.policy)
-    engines: list[tuple[str, Engine | StoreEngine]] = []
+    engines: list[tuple[str, QueryEngine | StoreEngine]] = []
     try:
         for dataset in policy.datasets:
-            engine = Engine(dataset.path, threads=settings.threads, memory_limit=settings.memory_limit,
-                            timeout_s=settings.query_timeout_s)
+            engine = open_engine(dataset.name, dataset.engine, dataset.path, dataset.spark,
+                                 threads=settings.threads, memory_limit=settings.memory_limit,
+                                 timeout_s=settings.query_timeout_s)
             engines.append((dataset.name, engine))
             problems = engine.check_catalog(dataset.catalog)
             problems += public_table_problems(dataset.catalog.public, engine.columns)  # joined public tables

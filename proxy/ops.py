@@ -116,7 +116,8 @@ async def _within(timeout_s: float, check: Callable[[], None]) -> str | None:
 
 async def readiness(env: Env, ledger_file: LedgerFile | None) -> dict[str, str | None]:
     """Component -> None when it works, else the reason: the ledger file and a read, and `SELECT 1` on every
-    engine (with its database file still in place); the checks run at once."""
+    DuckDB engine (with its database file still in place) or a job on every Spark connection; the checks run
+    at once."""
 
     def ledger() -> None:
         if ledger_file is not None:
@@ -126,6 +127,10 @@ async def readiness(env: Env, ledger_file: LedgerFile | None) -> dict[str, str |
     def engine(name: str) -> Callable[[], None]:
         def check() -> None:
             dataset = env.policy.dataset(name)
+            probe = getattr(env.engine(name), "ready", None)
+            if probe is not None:  # Spark: a job on the cluster, which SELECT 1 would not reach
+                probe(timeout)
+                return
             if dataset is not None and not Path(dataset.path).is_file():
                 raise FileNotFoundError("the database file is missing")
             if env.engine(name).run("SELECT 1", timeout).rows != ((1,),):

@@ -22,12 +22,13 @@ from accountant.ledger import Charge, Ledger, StoredRelease
 from mechanisms.sampling import Sampler
 from proxy.auth import dataset_for
 from proxy.deadline import Deadline
-from proxy.engine import Engine
+from proxy.engine import QueryEngine
 from proxy.policy import AnalystPolicy, DatasetPolicy, Policy, check_accountable
 from proxy.query import QueryPlan, plan
 from proxy.query.analyse import public_cells
 from proxy.query.errors import InvalidParameter, PolicyError
 from proxy.query.release import Release, release
+from proxy.query.render import DUCKDB, render
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
 from proxy.store import StoreEngine
@@ -51,12 +52,12 @@ class Env:
 
     settings: Settings
     policy: Policy
-    engines: tuple[tuple[str, Engine | StoreEngine], ...]  # a StoreEngine for datasets bounded by a store
+    engines: tuple[tuple[str, QueryEngine | StoreEngine], ...]  # a StoreEngine for datasets bounded by a store
     ledger: Ledger
     sampler: Sampler
     timed: StageTimer = untimed
 
-    def engine(self, dataset: str) -> Engine | StoreEngine:
+    def engine(self, dataset: str) -> QueryEngine | StoreEngine:
         return next(engine for name, engine in self.engines if name == dataset)
 
 
@@ -81,6 +82,13 @@ class Answer:
     prepared: Prepared
     charge: Charge
     release: Release
+
+
+def engine_sql(planned: QueryPlan, engine: QueryEngine | StoreEngine) -> str:
+    """The plan's query as `engine` reads it: its tree through the engine's dialect (proxy/query/render.py);
+    a bounding store's SQL, which has no tree, as it is."""
+    target = getattr(engine, "target", DUCKDB)
+    return planned.sql if planned.tree is None else render(planned.tree, target)
 
 
 def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int) -> Prepared:
@@ -153,6 +161,7 @@ def answer(
     deadline = deadline or Deadline(env.settings.query_timeout_s)
     price = prepared.plan.price
     engine = env.engine(prepared.dataset.name)
+    sql = engine_sql(prepared.plan, engine)  # a refusal here is before the charge: free
     engine.refresh()  # a changed source is rebuilt into its store before the charge, not on the query's clock
     with env.timed("admit"):
         charge = env.ledger.admit(
@@ -166,7 +175,7 @@ def answer(
     deadline.start()
     with env.timed("execute"):
         deadline.check()
-        rows = engine.run(prepared.plan.sql, deadline.remaining())
+        rows = engine.run(sql, deadline.remaining())
     with env.timed("release"):
         deadline.check()
         result = release(rows.rows, prepared.plan.analysis, price, env.sampler)

@@ -19,6 +19,7 @@ from typing import ClassVar, Literal, cast, get_args
 
 from accountant.filter import BASIC, DEFAULT_SELECTION_SHARE, RULES, Accounting, Budget, Rule, capacity
 from mechanisms.gdp import MIN_BUDGET_EPSILON
+from proxy.engines.spark_config import EngineName, SparkSource, read_engine, spark_problems
 from proxy.limits import LIMIT_KEYS, AnalystLimits, read_limits
 from proxy.policy_public import read_date_bounds, read_public_tables
 from proxy.policy_readers import (
@@ -103,6 +104,8 @@ class DatasetPolicy:
     max_release_cells: int = MAX_PUBLIC_CELLS  # a public-domain GROUP BY releasing more cells is refused, free
     dialect: str = "duckdb"  # the SQL dialect of its queries unless a request names one (proxy/sql_reading.py)
     bounding: Bounding = "per_query"  # "store": bound by filtering a bounding store's ranks (proxy/store.py)
+    engine: EngineName = "duckdb"  # "spark": the tables live on Spark (`spark`; `path` is then unused)
+    spark: SparkSource | None = None
 
     def __post_init__(self) -> None:
         problems = _dataset_number_problems(self.mechanism, self.epsilon, self.delta, self.max_epsilon)
@@ -225,6 +228,9 @@ def _policy(raw: _Raw, base: Path, p: _Problems) -> Policy | None:
         if analyst.key_sha256 in owners:
             p.add(f"analysts.{analyst.name}.key_sha256", f"same key as analysts.{owners[analyst.key_sha256]}")
         owners.setdefault(analyst.key_sha256, analyst.name)
+    masters = sorted({d.spark.master for d in datasets if d.spark is not None})
+    if len(masters) > 1:  # one Spark session per server process
+        p.add("datasets", f"all Spark datasets of one policy must use one master, got {', '.join(masters)}")
     if p.items:
         return None
     return Policy(datasets, analysts, ledger)
@@ -234,12 +240,16 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     loc = f"datasets.{name}"
     before = len(p.items)
     keys = ("path", "mechanism", "epsilon", "delta", "max_epsilon", "accounting", "selection_delta_share",
-            "budget", "cell_accounting", "max_release_cells", "tables", "public_tables", "bounding", *READING_KEYS)
+            "budget", "cell_accounting", "max_release_cells", "tables", "public_tables", "bounding", "engine",
+            "spark", *READING_KEYS)
     _check_keys(raw, loc, keys, p)
-    file = _str(raw, "path", loc, p)
+    engine, spark = read_engine(raw, loc, base, p.add)
+    file = _str(raw, "path", loc, p) if engine != "spark" else None
     path = base / file if file is not None else None
     if path is not None and not path.is_file():
         p.add(f"{loc}.path", f"file {path} does not exist")
+    if engine == "spark":
+        path = base  # unused: the tables are read through Spark
     mechanism = _str(raw, "mechanism", loc, p, default="laplace")
     if mechanism is not None and mechanism not in get_args(Mechanism):
         p.add(f"{loc}.mechanism", f"must be one of {', '.join(get_args(Mechanism))}, got {mechanism!r}")
@@ -280,11 +290,16 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     assert max_release_cells is not None and reading is not None
     # a table may be qualified with one of the dataset's schemas, and with its name or its file's (DuckDB's
     # name for the database): `demo.main.visits`
-    catalog = Catalog(tables, schemas=reading.schemas, databases=tuple(dict.fromkeys((name, path.stem))),
+    if spark is not None:
+        spark_problems(loc, spark, tables, bounding, p.add)
+        if len(p.items) > before:
+            return None
+    databases = (name,) if engine == "spark" else (name, path.stem)
+    catalog = Catalog(tables, schemas=reading.schemas, databases=tuple(dict.fromkeys(databases)),
                       public=public)
     return DatasetPolicy(
         name, path, catalog, cast(Mechanism, mechanism), epsilon, delta, max_epsilon, accounting, total,
-        cell_accounting, max_release_cells, reading.dialect, cast(Bounding, bounding),
+        cell_accounting, max_release_cells, reading.dialect, cast(Bounding, bounding), engine, spark,
     )
 
 

@@ -73,7 +73,7 @@ def test_run_returns_columns_and_rows(engine: Engine) -> None:
 def test_forbidden_or_failing_statements_raise_a_fixed_message(
     engine: Engine, sql: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="proxy.engine"), pytest.raises(ExecutionFailed) as info:
+    with caplog.at_level(logging.WARNING, logger="proxy.engines.duckdb_engine"), pytest.raises(ExecutionFailed) as info:
         engine.run(sql)
     assert str(info.value) == "query execution failed"
     assert info.value.code == "execution_failed"
@@ -154,6 +154,6 @@ def test_close_removes_temp_directory(tmp_path: Path) -> None:
 def test_a_setting_that_did_not_take_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "third.duckdb"
     duckdb.connect(str(path)).close()
-    monkeypatch.setattr("proxy.engine._normalised_memory_limit", lambda _: "999.0 GiB")
+    monkeypatch.setattr("proxy.engines.duckdb_engine._normalised_memory_limit", lambda _: "999.0 GiB")
     with pytest.raises(EngineMisconfigured, match="memory_limit"):
         Engine(path)

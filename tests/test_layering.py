@@ -1,5 +1,6 @@
 """Imports go one way (proxy shell → proxy.query → accountant → mechanisms), and side effects stay in
-their one module each: duckdb in proxy/engine.py, sqlite3 in accountant/sqlite_ledger.py and accountant/audit.py,
+their one module each: duckdb in proxy/engines/duckdb_engine.py, pyspark in proxy/engines/spark_engine.py,
+sqlite3 in accountant/sqlite_ledger.py and accountant/audit.py,
 psycopg in accountant/postgres.py, randomness in
 mechanisms/sampling.py, fastapi/pydantic only in the proxy shell, sqlglot only in proxy/query."""
 
@@ -66,7 +67,9 @@ def test_side_effects_stay_in_their_module(path: Path) -> None:
     if "duckdb" in tops:
         # store: builds the bounding store; key_domains: evaluates a computed key on the policy's declared values
         # alone, in an in-memory database with no data, files or extensions
-        assert relative in ("proxy/engine.py", "proxy/store.py", "proxy/query/key_domains.py"), relative
+        assert relative in ("proxy/engines/duckdb_engine.py", "proxy/store.py", "proxy/query/key_domains.py"), relative
+    if "pyspark" in tops or "py4j" in tops:
+        assert relative == "proxy/engines/spark_engine.py", relative  # the optional engine, one module
     if "sqlite3" in tops:
         assert relative in ("accountant/sqlite_ledger.py", "accountant/audit.py"), relative  # the two SQLite stores
     if "psycopg" in tops:

@@ -17,7 +17,7 @@ from proxy.query.errors import EmptyScope, UnsupportedQuery
 from proxy.query.flatten import flatten
 from proxy.query.parse import parse
 from proxy.query.price import Price, price, price_for_noise
-from proxy.query.rewrite import rewrite
+from proxy.query.rewrite import rewrite_tree
 from proxy.query.rewrite_ranked import rewrite_ranked
 
 Bounding = Literal["per_query", "store"]
@@ -42,6 +42,7 @@ class QueryPlan:
     sql: str  # what DuckDB runs
     price: Price
     scope: CellScope | None = None  # the cells the charge is for (None: every privacy unit)
+    tree: exp.Select | None = None  # `sql` as one syntax tree, rendered per engine (render.py); None: store SQL
 
     @property
     def sql_sha256(self) -> str:
@@ -118,7 +119,8 @@ def plan(
         )
     if bounding == "store" and (analysis.computed or analysis.source is not None):
         # computed keys and joins run the per-query windows over the store, which holds canonical values
-        sql_text = rewrite(dataclasses.replace(analysis, canonical=()), salt)
+        tree = rewrite_tree(dataclasses.replace(analysis, canonical=()), salt)
     else:
-        sql_text = rewrite_ranked(analysis, salt) if bounding == "store" else rewrite(analysis, salt)
-    return QueryPlan(sql, parsed.sql(dialect="duckdb"), analysis, sql_text, priced, scope)
+        tree = None if bounding == "store" else rewrite_tree(analysis, salt)
+    sql_text = rewrite_ranked(analysis, salt) if tree is None else tree.sql(dialect="duckdb")
+    return QueryPlan(sql, parsed.sql(dialect="duckdb"), analysis, sql_text, priced, scope, tree)

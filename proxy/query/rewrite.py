@@ -20,13 +20,15 @@ from sqlglot import exp, parse_one
 from proxy.query import types
 from proxy.query.analyse import Analysis
 from proxy.query.catalog import TableSchema
+from proxy.query.keyed_hash import keyed_order, numbers
 from proxy.query.measures import Measure
+from proxy.query.types import Kind
 
 UNITS = "__units"
 
 
 def rewrite(analysis: Analysis, salt: int = 0) -> str:
-    """The bounded, clamped DuckDB query for `analysis`, as SQL text.
+    """The bounded, clamped query for `analysis` (`rewrite_tree`), as DuckDB SQL text.
 
     Result columns: the group keys, then `__units` (distinct units per group), then `__m0`, `__m1`, …
     (one integer per measure, in `analysis.measures` order).
@@ -38,21 +40,40 @@ def rewrite(analysis: Analysis, salt: int = 0) -> str:
         >>> t = TableSchema("orders", "cid", (ColumnSpec("cid", "BIGINT"),
         ...     ColumnSpec("qty", "INTEGER", bounds=(0, 10))), max_rows=2)
         >>> print(rewrite(analyse(parse("SELECT SUM(qty) FROM orders WHERE qty > 1"), Catalog((t,))), 7))
-        WITH __src AS (SELECT "cid" AS __unit, CASE WHEN "qty" IS NULL THEN NULL ELSE LEAST(GREATEST(CAST(ROUND(LEAST(GREATEST(CAST("qty" AS DOUBLE), 0), 10) * 1) AS BIGINT), 0), 10) END AS __v0 FROM "orders" WHERE NOT "cid" IS NULL AND "qty" > 1), __rows AS (SELECT * FROM __src QUALIFY ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY HASH(7, __unit, __v0)) <= 2), __cells AS (SELECT __unit, SUM(__v0) AS __c0 FROM __rows GROUP BY __unit) SELECT COUNT(*) AS __units, SUM(__c0) AS __m0 FROM __cells
+        WITH __src AS (SELECT "cid" AS __unit, CASE WHEN "qty" IS NULL THEN NULL ELSE LEAST(GREATEST(CAST(ROUND(LEAST(GREATEST(CAST("qty" AS DOUBLE), 0), 10) * 1) AS BIGINT), 0), 10) END AS __v0 FROM "orders" WHERE NOT "cid" IS NULL AND "qty" > 1), __rows AS (SELECT * FROM (SELECT *, COALESCE((XOR(CAST(__unit % 4611686018427387904 AS BIGINT) & 4294967295, (CAST(__unit % 4611686018427387904 AS BIGINT) >> 32) & 4294967295)), 4294967295) AS __n__unit_0, COALESCE((XOR(CAST(__v0 % 4611686018427387904 AS BIGINT) & 4294967295, (CAST(__v0 % 4611686018427387904 AS BIGINT) >> 32) & 4294967295)), 4294967295) AS __n__v0_0 FROM __src) AS __numbered QUALIFY ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY ((XOR(((XOR(CAST(7 AS BIGINT), __n__unit_0)) * 625341585 & 4294967295), __n__v0_0)) * 625341585 & 4294967295) * 2147483648 + ((XOR(((XOR(CAST(0 AS BIGINT), __n__unit_0)) * 1540483477 & 4294967295), __n__v0_0)) * 1540483477 & 4294967295) // 2) <= 2), __cells AS (SELECT __unit, SUM(__v0) AS __c0 FROM __rows GROUP BY __unit) SELECT COUNT(*) AS __units, SUM(__c0) AS __m0 FROM __cells
     """
+    return rewrite_tree(analysis, salt).sql(dialect="duckdb")
+
+
+def rewrite_tree(analysis: Analysis, salt: int = 0) -> exp.Select:
+    """The bounded, clamped query for `analysis` as one syntax tree, which each engine renders through its
+    sqlglot dialect (proxy/query/render.py). Bounding orders rows and groups by the keyed hash of
+    proxy/query/keyed_hash.py, so both engines keep exactly the same rows."""
     keys = [f"__k{i}" for i in range(len(analysis.keys))]
     source = _source(analysis)
     inputs = _inputs(analysis.measures)
     values = [f"__v{j}" for j in sorted(set(inputs.values()))]
-    row_rank = _keyed_rank(["__unit", *keys], [*keys, *values], salt)
-    rows = exp.select("*").from_("__src").qualify(
+    kinds = [_kind(analysis.table, key) for key in analysis.keys]
+    unit = ("__unit", _kind(analysis.table, analysis.table.privacy_unit))
+    # Rows are ranked within (unit, group) by the hash of (unit, values): the keys are one value per
+    # partition, so they are left out (no MD5 per row for a text key). The numbers are computed once per row.
+    row_parts = [unit, *((v, "integer") for v in values)]
+    numbered = exp.select("*", *(exp.alias_(n, f"__n{name}_{i}") for name, kind in row_parts
+                                 for i, n in enumerate(numbers(exp.column(name), kind))))
+    order = keyed_order(salt, _numbers_of(row_parts), [])
+    row_rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(p) for p in ["__unit", *keys]],
+                          order=exp.Order(expressions=order))
+    rows = exp.select("*").from_(numbered.from_("__src").subquery("__numbered")).qualify(
         exp.LTE(this=row_rank, expression=exp.Literal.number(analysis.table.max_rows))
     )
     cells = exp.select("__unit", *keys, *(_cell_measure(m, j, inputs.get(j)) for j, m in enumerate(analysis.measures)))
     cells = cells.from_("__rows").group_by("__unit", *keys)
     if keys:  # without GROUP BY each unit has exactly one cell: nothing to bound
+        # groups are ranked within the unit by the hash of (unit, keys), computed once per cell
+        key_parts = [unit, *zip(keys, kinds, strict=True)]
         cells = cells.qualify(
-            exp.LTE(this=_keyed_rank(["__unit"], keys, salt), expression=exp.Literal.number(analysis.max_groups))
+            exp.LTE(this=_keyed_rank(["__unit"], key_parts, salt),
+                    expression=exp.Literal.number(analysis.max_groups))
         )
     result = exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), UNITS))
     for j, measure in enumerate(analysis.measures):
@@ -60,8 +81,7 @@ def rewrite(analysis: Analysis, salt: int = 0) -> str:
     result = result.from_("__cells")
     if keys:
         result = result.group_by(*keys)
-    query = result.with_("__src", as_=source).with_("__rows", as_=rows).with_("__cells", as_=cells)
-    return query.sql(dialect="duckdb")
+    return result.with_("__src", as_=source).with_("__rows", as_=rows).with_("__cells", as_=cells)
 
 
 def _source(analysis: Analysis) -> exp.Select:
@@ -107,14 +127,16 @@ def _table(analysis: Analysis) -> exp.Expr:
     table = analysis.source.copy() if analysis.source is not None else exp.table_(analysis.table.name, quoted=True)
     if not analysis.canonical:
         return table
-    # binary collation: the canonical value must be one function of the unit's rows in every query
-    unit = _typed(analysis.table, analysis.table.privacy_unit).sql(dialect="duckdb")
-    replaced = ", ".join(
-        f"MIN({_typed(analysis.table, c).sql(dialect='duckdb')}) OVER (PARTITION BY {unit}) AS "
-        f"{exp.to_identifier(c, quoted=True).sql(dialect='duckdb')}"
-        for c in analysis.canonical
-    )
-    canonical = parse_one(f"SELECT * REPLACE ({replaced}) FROM {table.sql(dialect='duckdb')}", read="duckdb")
+    # binary collation: the canonical value must be one function of the unit's rows in every query. Every
+    # declared column is listed (no `* REPLACE`, which Spark lacks): nothing else is readable anyway.
+    unit = _typed(analysis.table, analysis.table.privacy_unit)
+    projections: list[exp.Expr] = []
+    for column in analysis.table.columns:
+        ref: exp.Expr = exp.column(column.name, quoted=True)
+        if column.name in analysis.canonical:
+            ref = exp.Window(this=exp.Min(this=_typed(analysis.table, column.name)), partition_by=[unit.copy()])
+        projections.append(exp.alias_(ref, exp.to_identifier(column.name, quoted=True)))
+    canonical = exp.select(*projections).from_(table)
     return exp.Subquery(this=canonical, alias=exp.TableAlias(this=exp.to_identifier("__canon")))
 
 
@@ -236,11 +258,24 @@ def _cell_measure(measure: Measure, j: int, source: int | None) -> exp.Expr:
     return exp.alias_(value, f"__c{j}")
 
 
-def _keyed_rank(partition: list[str], identity: list[str], salt: int) -> exp.Expr:
-    """Rank within each partition by hash(salt, unit, own columns): a per-unit pseudo-random order."""
-    window = ", ".join(partition)
-    hashed = ", ".join([str(int(salt)), "__unit", *identity])
-    return parse_one(f"ROW_NUMBER() OVER (PARTITION BY {window} ORDER BY HASH({hashed}))", read="duckdb")
+def _keyed_rank(partition: list[str], parts: list[tuple[str, Kind]], salt: int) -> exp.Expr:
+    """Rank within each partition by the keyed hash of (salt, unit, the parts' own values): a per-unit
+    pseudo-random order, the same on every engine (proxy/query/keyed_hash.py); DOUBLE parts break its ties."""
+    hashed = [n for name, kind in parts for n in numbers(exp.column(name), kind)]
+    floats = [exp.column(name) for name, kind in parts if kind == "float" and name not in partition]
+    return exp.Window(this=exp.RowNumber(), partition_by=[exp.column(p) for p in partition],
+                      order=exp.Order(expressions=keyed_order(salt, hashed, floats)))
+
+
+def _numbers_of(parts: list[tuple[str, Kind]]) -> list[exp.Column]:
+    """The columns holding each part's hash numbers (`__n<part>_<i>`, computed in `__numbered`)."""
+    return [exp.column(f"__n{name}_{i}") for name, kind in parts for i in range(2 if kind in ("string", "decimal") else 1)]
+
+
+def _kind(table: TableSchema, name: str) -> Kind:
+    spec = table.column(name)
+    assert spec is not None
+    return types.kind(spec.type)
 
 
 def _quoted(name: str | None) -> exp.Column:

@@ -1,0 +1,47 @@
+"""Shared by the Spark tests: the demo's tables as Parquet, and a policy that points the demo at Spark.
+
+The same rows serve both engines: DuckDB reads demo.duckdb, Spark reads Parquet files DuckDB wrote from it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import duckdb
+
+MASTER = "local[2]"
+TABLES = ("visits", "users")
+
+
+def export_parquet(database: Path, directory: Path, tables: tuple[str, ...] = TABLES) -> dict[str, Path]:
+    """Each table of `database` as `directory/<table>.parquet` (written once; reused when present)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    out = {t: directory / f"{t}.parquet" for t in tables}
+    missing = [t for t, path in out.items() if not path.exists()]
+    if missing:
+        conn = duckdb.connect(str(database), read_only=True)
+        try:
+            for table in missing:
+                conn.execute(f"COPY {table} TO '{out[table]}' (FORMAT parquet)")
+        finally:
+            conn.close()
+    return out
+
+
+def spark_policy(duckdb_policy: Path, parquet: dict[str, Path], directory: Path, master: str = MASTER) -> Path:
+    """A copy of a DuckDB policy (one dataset, `demo`) in `directory` whose dataset reads `parquet` on Spark."""
+    directory.mkdir(parents=True, exist_ok=True)
+    text = duckdb_policy.read_text(encoding="utf-8")
+    sources = "\n".join(f"{t} = {{ parquet = {json.dumps(str(p))} }}" for t, p in parquet.items())
+    text, found = re.subn(r"^path = .*\n", 'engine = "spark"\n', text, count=1, flags=re.MULTILINE)
+    assert found == 1, "the policy has no path line"
+    head, tail = text.split("[datasets.demo.tables.", 1)
+    spark = f'[datasets.demo.spark]\nmaster = "{master}"\n\n[datasets.demo.spark.tables]\n{sources}\n\n'
+    text = head + spark + "[datasets.demo.tables." + tail
+    text = re.sub(r"^ledger = .*$", f"ledger = {json.dumps(str(directory / 'ledger.sqlite'))}", text,
+                  count=1, flags=re.MULTILINE)
+    policy = directory / "policy.toml"
+    policy.write_text(text, encoding="utf-8")
+    return policy
