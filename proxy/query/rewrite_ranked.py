@@ -22,7 +22,6 @@ of rewrite.py hold unchanged (docs/privacy.md §9).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Literal
 
 from sqlglot import exp
@@ -30,7 +29,8 @@ from sqlglot import exp
 from proxy.query import ranked, types
 from proxy.query.analyse import Analysis
 from proxy.query.measures import Measure, fixed_point
-from proxy.query.rewrite import UNITS, inputs, rewrite, row_value
+from proxy.query.rewrite import UNITS, inputs, row_value
+from proxy.query.rewrite_cells import rewrite_cells
 
 RowWhere = Literal["window", "filter"]
 
@@ -50,6 +50,8 @@ def uses_rank_filter(analysis: Analysis, row_where: RowWhere = "window") -> bool
         [True, True, False, False]
     """
     table = analysis.table
+    if table.one_row_per_unit:  # checked when the store was built: nothing to bound, any WHERE and keys
+        return True
     if len(_row_level_keys(analysis)) > 1:
         return False
     if analysis.where is None or row_where == "filter":
@@ -79,8 +81,7 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         SELECT "g" COLLATE "binary" AS __k0, "r" COLLATE "binary" AS __k1, COUNT(*) FILTER(WHERE __row_rank__g = 1) AS __units, COUNT(*) AS __m0 FROM "t" WHERE __row_rank__g <= 3 AND __group_rank__g <= 2 AND "r" COLLATE "binary" = 'N' GROUP BY __k0, __k1
     """
     if not uses_rank_filter(analysis, row_where):
-        # the store already holds the canonical values: the per-query windows need no canonical window
-        return rewrite(dataclasses.replace(analysis, canonical=()), salt)
+        return rewrite_cells(analysis, salt)  # bound after the WHERE, per cell (rewrite_cells.py)
     table = analysis.table
     row_keys = _row_level_keys(analysis)
     rank = ranked.row_rank(row_keys[0]) if row_keys else ranked.ROW_RANK
