@@ -13,7 +13,7 @@ wall times are inflated, so compare with the plain figure of the same run.
 
 Example (the latency summary used for every row of the report):
     >>> summary([4.0, 1.0, 3.0, 2.0])
-    {'n': 4, 'p50_ms': 3.0, 'p95_ms': 4.0, 'mean_ms': 2.5}
+    {'n': 4, 'p50_ms': 2.5, 'p95_ms': 4.0, 'mean_ms': 2.5}
 """
 
 from __future__ import annotations
