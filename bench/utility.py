@@ -29,9 +29,9 @@ def median_relative_error(truth: dict[tuple[Any, ...], tuple[float, ...]], answe
     """The median relative error over every (answer, group of `truth`, aggregate column)."""
     errors: list[float] = []
     for released in answers:
-        by_key = {tuple(row[:n_keys]): row[n_keys:] for row in released}
+        by_key = {_key(row[:n_keys]): row[n_keys:] for row in released}
         for key, values in truth.items():
-            got = by_key.get(key)
+            got = by_key.get(_key(key))
             for column, true in enumerate(values):
                 if true is None or true == 0:
                     continue
@@ -40,6 +40,11 @@ def median_relative_error(truth: dict[tuple[Any, ...], tuple[float, ...]], answe
                 else:
                     errors.append(abs(float(got[column]) - float(true)) / abs(float(true)))
     return statistics.median(errors) if errors else None
+
+
+def _key(values: Sequence[Any]) -> tuple[str, ...]:
+    """Group keys compared as text: a release may carry a date as its ISO string, DuckDB as a date."""
+    return tuple(str(v) for v in values)
 
 
 def utility(sql: str, plain_rows: list[Row], n_keys: int, ask: Any, answers: int) -> dict[str, Any]:
