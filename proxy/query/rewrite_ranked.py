@@ -10,9 +10,10 @@ One scan and one aggregation: no window, no sort, any bound without rebuilding. 
 unit-level columns (or the unit) only. Unit-level columns hold each unit's canonical value in the store, so
 such a WHERE keeps or drops whole units and commutes with bounding. Unlike rewrite.py, a value outside a
 public domain still takes one of the unit's `max_groups` (the ranks are computed once, for every value):
-more bias for units with such values, never more sensitivity. Any other query (a row-level WHERE, two row-level keys) runs
-today's per-query windows (rewrite.py) over the store, which bound after the WHERE: the same answers as
-without the store, and the canonical values need no window.
+more bias for units with such values, never more sensitivity. Any other query (a row-level WHERE, two or
+more row-level keys) bounds each (unit, group) cell after the WHERE by one aggregation per cell
+(rewrite_cells.py): no window over rows. A table declared one row per unit (checked when the store was
+built) has nothing to bound: any WHERE and keys read it with no rank filter.
 
 Privacy: every kept row has rank <= max_rows within its (unit, group) and its group has group rank
 <= max_groups within its unit, and the ranks depend only on the unit's own rows; a unit's rank-1 row of a
