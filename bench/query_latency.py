@@ -58,6 +58,7 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 import sqlglot  # noqa: E402
 from sqlglot import exp  # noqa: E402
+from utility import request_epsilon, utility  # noqa: E402
 
 from proxy import pipeline  # noqa: E402
 from proxy.app import build_env  # noqa: E402
@@ -81,8 +82,8 @@ def unique_request(sql: str) -> QueryRequest:
     The proxy may answer an identical request (same SQL and parameters) from its stored releases without
     running it; a benchmark of the query path must not hit that shortcut.
     """
-    # a Decimal, as the HTTP layer parses JSON numbers (a Python float is refused: proxy/schemas.py)
-    return QueryRequest(sql=sql, epsilon=Decimal(repr(EPSILON + next(_UNIQUE) * 1e-9)))
+    # a decimal: a float such as 0.100000001 is exactly a 55-digit number, which requests refuse (40 digits)
+    return QueryRequest(sql=sql, epsilon=Decimal(f"{EPSILON + next(_UNIQUE) * 1e-9:.9f}"))
 
 
 def prepare(req: QueryRequest, analyst: AnalystPolicy, env: Any) -> Any:
@@ -127,6 +128,8 @@ WORKLOAD = (
     Workload("day_filtered_count", "COUNT(*) by category, row-level WHERE on day",
              "SELECT category, COUNT(*) AS n FROM visits WHERE day BETWEEN DATE '2026-03-01' AND DATE '2026-05-31'"
              " GROUP BY category"),
+    Workload("region_filtered_count", "COUNT(*) by region (unit-level key), row-level WHERE on amount",
+             "SELECT region, COUNT(*) AS n FROM visits WHERE amount > 100 GROUP BY region"),
     Workload("drilldown", "COUNT(*) by category, unit-level WHERE (per-cell accounting)",
              "SELECT category, COUNT(*) AS n FROM visits WHERE region = 'north' AND age BETWEEN 30 AND 39"
              " GROUP BY category"),
@@ -243,7 +246,8 @@ def fresh_ledger(directory: Path) -> Path:
 
 def unbounded(sql: str) -> str:
     """Diagnostic only: the rewritten SQL with every QUALIFY (the row and group bounding) removed, and on the
-    bounding store every rank filter (`__row_rank… <= k`, `__group_rank… <= g`) replaced by TRUE."""
+    bounding store every rank filter (`__row_rank… <= k`, `__group_rank… <= g`) replaced by TRUE (the per-cell
+    path of a row-level WHERE keeps its per-cell aggregation: only its L0 filter goes)."""
     tree = sqlglot.parse_one(sql, read="duckdb")
     for select in tree.find_all(exp.Select):
         select.set("qualify", None)
@@ -258,14 +262,15 @@ def unbounded(sql: str) -> str:
 
 
 _DATASET_LINE = re.compile(r"^\[datasets\.demo\]\n", re.MULTILINE)
-_BOUNDING_LINE = re.compile(r'^bounding = "[a-z_]+"\n', re.MULTILINE)
+_BOUNDING_LINE = re.compile(r'^bounding = "[a-z_]+".*\n', re.MULTILINE)
+_ONE_ROW_LINE = re.compile(r"^one_row_per_unit = true.*\n", re.MULTILINE)
 
 
 def set_bounding(policy: Path, bounding: str) -> None:
     """Set the demo dataset's `bounding` (and declare `users` one row per unit, which the store checks)."""
-    text = _BOUNDING_LINE.sub("", policy.read_text()).replace("one_row_per_unit = true\n", "")
+    text = _ONE_ROW_LINE.sub("", _BOUNDING_LINE.sub("", policy.read_text()))
+    text = _DATASET_LINE.sub(f'[datasets.demo]\nbounding = "{bounding}"\n', text, count=1)
     if bounding == "store":
-        text = _DATASET_LINE.sub(f'[datasets.demo]\nbounding = "{bounding}"\n', text, count=1)
         text = text.replace("[datasets.demo.tables.users]\n", "[datasets.demo.tables.users]\none_row_per_unit = true\n")
     policy.write_text(text)
 
@@ -338,6 +343,36 @@ def phase_in_process(settings: Settings, analyst_key: str, results: dict[str, di
             _progress(w.name, "stages")
             r["stages"] = measure_stages(w.sql, analyst, env, args)
     finally:
+        env.ledger.close()
+        for _, engine in env.engines:
+            engine.close()
+
+
+def phase_utility(db: Path, settings: Settings, analyst_key: str, results: dict[str, dict[str, Any]],
+                  args: argparse.Namespace) -> None:
+    """The utility column (bench/utility.py): `--utility` answers per query at `--utility-epsilon`."""
+    env = build_env(settings)
+    conn = duckdb.connect(str(db), read_only=True, config={"threads": settings.threads,
+                                                          "memory_limit": settings.memory_limit})
+    serial = itertools.count(1)
+    try:
+        analyst = env.policy.analyst_by_key_hash(hashlib.sha256(analyst_key.encode()).hexdigest())
+        assert analyst is not None
+
+        def ask(sql: str) -> list[Any]:
+            req = QueryRequest(sql=sql, epsilon=request_epsilon(args.utility_epsilon, next(serial)))
+            return list(answer(req, analyst, env).release.rows)
+
+        for w in WORKLOAD:
+            _progress(w.name, "utility")
+            n_keys = len(prepare(QueryRequest(sql=w.sql), analyst, env).plan.analysis.keys)
+            try:
+                results[w.name]["utility"] = utility(w.sql, conn.execute(w.sql).fetchall(), n_keys, ask,
+                                                     args.utility)
+            except Exception as err:  # reported in the table, like a failed latency measurement
+                results[w.name]["utility"] = {"error": _describe(err)}
+    finally:
+        conn.close()
         env.ledger.close()
         for _, engine in env.engines:
             engine.close()
@@ -616,6 +651,14 @@ def report(facts: dict[str, Any], settings: dict[str, Any], results: dict[str, d
         c = {k: _p(r.get(k), "cpu_ms_mean") for k in cols}
         out.append(f"{name:<20}" + "".join(_fmt(c[k], ".1f", 11) for k in cols)
                    + _fmt(_ratio(c["pipeline"], c["plain"]), ".1f", 9) + _fmt(_ratio(c["http"], c["plain"]), ".1f", 9))
+    if any("utility" in r for r in results.values()):
+        out.append("")
+        out.append("utility: median relative error per group against the plain unbounded answer (bench/utility.py)")
+        for name, r in results.items():
+            u = r.get("utility") or {}
+            error = u.get("median_relative_error")
+            text = u.get("error") or ("-" if error is None else f"{100 * error:.1f} %")
+            out.append(f"{name:<22}{text:>10}   {u.get('answers', '-')} answers, {u.get('groups', '-')} groups")
     failures = [(name, k, r[k]) for name, r in results.items() for k in ("plain", "engine", "pipeline", "http")
                 if isinstance(r.get(k), dict) and "error" in r[k]]
     if failures:
@@ -647,9 +690,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=None,
                         help="engine query timeout in seconds (default: the product default)")
     parser.add_argument("--no-http", action="store_true", help="skip the HTTP measurement")
-    parser.add_argument("--bounding", choices=("per_query", "store"), default="per_query",
-                        help="the dataset's bounding: per-query windows (default) or the bounding store, built"
-                             " from scratch first and timed")
+    parser.add_argument("--utility", type=int, default=0, metavar="N",
+                        help="also N private answers per query at --utility-epsilon, scored against the plain answer"
+                             " (median relative error per group; the issue asks N >= 20)")
+    parser.add_argument("--utility-epsilon", type=float, default=1.0)
+    parser.add_argument("--bounding", choices=("per_query", "store"), default="store",
+                        help="the dataset's bounding: the bounding store (default), built from scratch first and"
+                             " timed, or per-query windows")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
@@ -688,6 +735,10 @@ def main(argv: list[str] | None = None) -> int:
     phase_plain(db, settings, results, args, facts)
     print("phase 2/3: proxy in process", file=sys.stderr, flush=True)
     phase_in_process(settings, analyst_key, results, args)
+    if args.utility:
+        print(f"utility: {args.utility} answers per query at epsilon {args.utility_epsilon}", file=sys.stderr,
+              flush=True)
+        phase_utility(db, settings, analyst_key, results, args)
     if args.no_http:
         for r in results.values():
             r.setdefault("http", {"skipped": "--no-http"})

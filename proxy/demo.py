@@ -144,6 +144,7 @@ mechanism = "laplace"
 epsilon = 0.1        # default ε per query
 delta = 1e-8         # default δ per query (partition selection)
 max_epsilon = 1.0    # largest ε one query may ask for
+bounding = "store"   # bound by filtering ranks precomputed once (built by `serve` when missing)
 
 # One row per visit; a user may have hundreds, so contributions are bounded per query.
 [datasets.demo.tables.visits]
@@ -165,6 +166,7 @@ duration_s = {{ type = "INTEGER", bounds = [0, 3600] }}
 privacy_unit = "user_id"
 max_groups = 1
 max_rows = 1
+one_row_per_unit = true  # checked when the bounding store is built: its queries need no bounding
 
 [datasets.demo.tables.users.columns]
 user_id = {{ type = "BIGINT" }}

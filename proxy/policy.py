@@ -103,7 +103,7 @@ class DatasetPolicy:
     cell_accounting: bool = True  # charge a query only in the cells its WHERE can reach (docs/privacy.md §7)
     max_release_cells: int = MAX_PUBLIC_CELLS  # a public-domain GROUP BY releasing more cells is refused, free
     dialect: str = "duckdb"  # the SQL dialect of its queries unless a request names one (proxy/sql_reading.py)
-    bounding: Bounding = "per_query"  # "store": bound by filtering a bounding store's ranks (proxy/store.py)
+    bounding: Bounding = "store"  # bound by filtering a bounding store's ranks (proxy/store.py); or "per_query"
     engine: EngineName = "duckdb"  # "spark": the tables live on Spark (`spark`; `path` is then unused)
     spark: SparkSource | None = None
 
@@ -275,7 +275,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     if max_release_cells is not None and not 1 <= max_release_cells <= MAX_PUBLIC_CELLS:
         p.add(f"{loc}.max_release_cells", f"must be an integer in [1, {MAX_PUBLIC_CELLS}], got {max_release_cells}")
     reading = read_sql_reading(raw, loc, p.add)
-    bounding = _str(raw, "bounding", loc, p, default="per_query")
+    bounding = _str(raw, "bounding", loc, p, default="per_query" if engine == "spark" else "store")  # no store on Spark
     if bounding is not None and bounding not in get_args(Bounding):
         p.add(f"{loc}.bounding", f"must be one of {', '.join(get_args(Bounding))}, got {bounding!r}")
     declared = _named_tables(raw, "tables", loc, _IDENTIFIER, p)

@@ -35,7 +35,7 @@ from proxy.query.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when ranked.build_sql changes what a store holds
+FORMAT = 2  # bump when ranked.build_sql changes what a store holds
 KEY_FILE = "bounding.key"
 
 

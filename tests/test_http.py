@@ -208,9 +208,9 @@ def test_preview_returns_the_plan_and_spends_nothing(analyst: httpx.Client) -> N
     assert preview["admissible"] is True
     assert preview["columns"] == ["category", "n"]
     rewritten = preview["sql"]
-    assert rewritten.startswith("WITH __src AS (SELECT ")
+    assert rewritten.startswith("SELECT ")  # the demo reads its bounding store: bounding is a filter
     assert 'FROM "visits"' in rewritten
-    assert "<= 20)" in rewritten and "<= 4)" in rewritten  # the max_rows and max_groups bounds
+    assert "__row_rank__category <= 20" in rewritten and "__group_rank__category <= 4" in rewritten
     assert "'groceries', 'dining'" in rewritten  # the public domain filter
     assert sql not in rewritten
 
@@ -242,7 +242,8 @@ def test_preview_budget_after_is_the_spend_after_the_query(fresh_server: StartFr
 
 def test_preview_keys_each_query_with_a_fresh_salt(analyst: httpx.Client) -> None:
     # Regression: pipeline.prepare never passed `salt` to query.plan, so every query was bounded with salt 0.
-    sql = "SELECT category, COUNT(*) AS n FROM visits GROUP BY category"
+    # Two row-level keys have no stored rank: their groups per unit are chosen per query (rewrite_cells.py).
+    sql = "SELECT day, category, COUNT(*) AS n FROM visits GROUP BY day, category"
     salts = set()
     for _ in range(3):
         rewritten = post(analyst, sql, path="/v1/query/preview")["sql"]

@@ -114,6 +114,8 @@ STORE_QUERIES = [
     "SELECT g, p, COUNT(*), SUM(x) FROM t GROUP BY g, p",  # two row-level keys: per-query windows on the store
     "SELECT p, r, COUNT(DISTINCT uid), SUM(n), AVG(x) FROM t WHERE r IN ('N', 'S') GROUP BY p, r",
     "SELECT COUNT(*), SUM(x), AVG(n), COUNT(DISTINCT uid) FROM t",
+    "SELECT p, COUNT(*), SUM(x), AVG(n), COUNT(x) FROM t WHERE n > 2 GROUP BY p",  # per cell, light cells summed
+    "SELECT g, p, COUNT(*), SUM(n) FROM t WHERE x > 0 GROUP BY g, p",  # per cell, window over cells
 ]
 
 

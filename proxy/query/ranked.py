@@ -6,6 +6,8 @@ canonical value (the smallest over the unit's rows, text under binary collation)
     __row_rank            rank of the row within its unit
     __row_rank__<c>       rank of the row within (unit, value of c)     for each groupable row-level column c
     __group_rank__<c>     rank of the row's value of c among the unit's values of c (1, 2, … per value)
+    __unit_rows           the unit's number of rows
+    __cell_rows__<c>      the number of the unit's rows with this row's value of c     for each such column c
     __grid__<c>           for each column with clamp bounds: its value clamped to the bounds on the fixed-point
                           grid of measures.fixed_point, exactly as rewrite.py computes it per query
 
@@ -25,6 +27,7 @@ from proxy.query.measures import Measure, fixed_point
 from proxy.query.rewrite import row_value
 
 ROW_RANK = "__row_rank"
+UNIT_ROWS = "__unit_rows"
 
 
 def grid_value(column: str) -> str:
@@ -36,6 +39,11 @@ META = "__store_meta"
 def row_rank(column: str) -> str:
     """The rank of a row within (unit, value of `column`)."""
     return f"__row_rank__{column.lower()}"
+
+
+def cell_rows(column: str) -> str:
+    """The number of the unit's rows with the row's value of `column` (a cell of at most k rows needs no bound)."""
+    return f"__cell_rows__{column.lower()}"
 
 
 def group_rank(column: str) -> str:
@@ -62,7 +70,7 @@ def build_sql(table: TableSchema, key: str, source: str = "src") -> str:
         >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
         ...     ColumnSpec("r", "VARCHAR", unit_level=True, groupable=True)))
         >>> print(build_sql(t, "k1"))
-        CREATE TABLE "t" AS SELECT "u", "g" COLLATE "binary" AS "g", MIN("r" COLLATE "binary") OVER (PARTITION BY __unit) AS "r", ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY __h, "u", "g" COLLATE "binary", "r" COLLATE "binary") AS __row_rank, ROW_NUMBER() OVER (PARTITION BY __unit, "g" COLLATE "binary" ORDER BY __h, "u", "g" COLLATE "binary", "r" COLLATE "binary") AS __row_rank__g, DENSE_RANK() OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary") AS __group_rank__g FROM (SELECT *, "u" AS __unit, HASH('k1', "u", "u", "g" COLLATE "binary", "r" COLLATE "binary") AS __h FROM "src"."t" WHERE NOT "u" IS NULL) AS __keyed ORDER BY "u", __row_rank
+        CREATE TABLE "t" AS SELECT "u", "g" COLLATE "binary" AS "g", MIN("r" COLLATE "binary") OVER (PARTITION BY __unit) AS "r", ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY __h, "u", "g" COLLATE "binary", "r" COLLATE "binary") AS __row_rank, COUNT(*) OVER (PARTITION BY __unit) AS __unit_rows, ROW_NUMBER() OVER (PARTITION BY __unit, "g" COLLATE "binary" ORDER BY __h, "u", "g" COLLATE "binary", "r" COLLATE "binary") AS __row_rank__g, COUNT(*) OVER (PARTITION BY __unit, "g" COLLATE "binary") AS __cell_rows__g, DENSE_RANK() OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary") AS __group_rank__g FROM (SELECT *, "u" AS __unit, HASH('k1', "u", "u", "g" COLLATE "binary", "r" COLLATE "binary") AS __h FROM "src"."t" WHERE NOT "u" IS NULL) AS __keyed ORDER BY "u", __row_rank
     """
     unit = _read(table.column(table.privacy_unit))
     literal_key = exp.Literal.string(key).sql(dialect="duckdb")
@@ -79,15 +87,18 @@ def build_sql(table: TableSchema, key: str, source: str = "src") -> str:
             projections.append(name)
     ranked = ranked_columns(table)
     if table.one_row_per_unit:  # checked against the data before this runs (proxy/store.py)
-        projections.append(f"1 AS {ROW_RANK}")
-        projections += [f"1 AS {row_rank(c.name)}, 1 AS {group_rank(c.name)}" for c in ranked]
+        projections.append(f"1 AS {ROW_RANK}, 1 AS {UNIT_ROWS}")
+        projections += [f"1 AS {row_rank(c.name)}, 1 AS {group_rank(c.name)}, 1 AS {cell_rows(c.name)}"
+                        for c in ranked]
     else:
         projections.append(f"ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY {order}) AS {ROW_RANK}")
+        projections.append(f"COUNT(*) OVER (PARTITION BY __unit) AS {UNIT_ROWS}")
         for c in ranked:
             value = _read(c)
             projections.append(
                 f"ROW_NUMBER() OVER (PARTITION BY __unit, {value} ORDER BY {order}) AS {row_rank(c.name)}"
             )
+            projections.append(f"COUNT(*) OVER (PARTITION BY __unit, {value}) AS {cell_rows(c.name)}")
             projections.append(
                 f"DENSE_RANK() OVER (PARTITION BY __unit ORDER BY HASH({literal_key}, __unit, {value}), {value})"
                 f" AS {group_rank(c.name)}"

@@ -10,9 +10,10 @@ One scan and one aggregation: no window, no sort, any bound without rebuilding. 
 unit-level columns (or the unit) only. Unit-level columns hold each unit's canonical value in the store, so
 such a WHERE keeps or drops whole units and commutes with bounding. Unlike rewrite.py, a value outside a
 public domain still takes one of the unit's `max_groups` (the ranks are computed once, for every value):
-more bias for units with such values, never more sensitivity. Any other query (a row-level WHERE, two row-level keys) runs
-today's per-query windows (rewrite.py) over the store, which bound after the WHERE: the same answers as
-without the store, and the canonical values need no window.
+more bias for units with such values, never more sensitivity. Any other query (a row-level WHERE, two or
+more row-level keys) bounds each (unit, group) cell after the WHERE by one aggregation per cell
+(rewrite_cells.py): no window over rows. A table declared one row per unit (checked when the store was
+built) has nothing to bound: any WHERE and keys read it with no rank filter.
 
 Privacy: every kept row has rank <= max_rows within its (unit, group) and its group has group rank
 <= max_groups within its unit, and the ranks depend only on the unit's own rows; a unit's rank-1 row of a
@@ -22,7 +23,6 @@ of rewrite.py hold unchanged (docs/privacy.md §9).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Literal
 
 from sqlglot import exp
@@ -30,7 +30,8 @@ from sqlglot import exp
 from proxy.query import ranked, types
 from proxy.query.analyse import Analysis
 from proxy.query.measures import Measure, fixed_point
-from proxy.query.rewrite import UNITS, inputs, rewrite, row_value
+from proxy.query.rewrite import UNITS, inputs, row_value
+from proxy.query.rewrite_cells import rewrite_cells
 
 RowWhere = Literal["window", "filter"]
 
@@ -50,6 +51,8 @@ def uses_rank_filter(analysis: Analysis, row_where: RowWhere = "window") -> bool
         [True, True, False, False]
     """
     table = analysis.table
+    if table.one_row_per_unit:  # checked when the store was built: nothing to bound, any WHERE and keys
+        return True
     if len(_row_level_keys(analysis)) > 1:
         return False
     if analysis.where is None or row_where == "filter":
@@ -79,8 +82,7 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         SELECT "g" COLLATE "binary" AS __k0, "r" COLLATE "binary" AS __k1, COUNT(*) FILTER(WHERE __row_rank__g = 1) AS __units, COUNT(*) AS __m0 FROM "t" WHERE __row_rank__g <= 3 AND __group_rank__g <= 2 AND "r" COLLATE "binary" = 'N' GROUP BY __k0, __k1
     """
     if not uses_rank_filter(analysis, row_where):
-        # the store already holds the canonical values: the per-query windows need no canonical window
-        return rewrite(dataclasses.replace(analysis, canonical=()), salt)
+        return rewrite_cells(analysis, salt)  # bound after the WHERE, per cell (rewrite_cells.py)
     table = analysis.table
     row_keys = _row_level_keys(analysis)
     rank = ranked.row_rank(row_keys[0]) if row_keys else ranked.ROW_RANK
@@ -99,15 +101,17 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         keys.append(exp.alias_(types.column(spec.name, spec.type), f"__k{i}"))
     # `__units` feeds private partition selection only (release.py); elsewhere it is never read, so not computed
     units = _measure(Measure("units"), None, analysis) if analysis.partitions == "private" else exp.Literal.number(0)
-    select = exp.select(*keys, exp.alias_(units, UNITS))
+    # Every node below is built here for this query alone: the builders need not copy them (copy=False), which
+    # is a third of the small-query planning time (bench/throughput.py).
     sources = inputs(analysis.measures)
-    for j, measure in enumerate(analysis.measures):
-        select = select.select(exp.alias_(_measure(measure, sources.get(j), analysis), f"__m{j}"), append=True)
-    select = select.from_(exp.table_(table.name, quoted=True))
+    projections = [*keys, exp.alias_(units, UNITS)]
+    projections += [exp.alias_(_measure(measure, sources.get(j), analysis), f"__m{j}")
+                    for j, measure in enumerate(analysis.measures)]
+    select = exp.Select(expressions=projections).from_(exp.table_(table.name, quoted=True), copy=False)
     if conditions:
-        select = select.where(exp.and_(*conditions))
+        select = select.where(exp.and_(*conditions, copy=False), copy=False)
     if keys:
-        select = select.group_by(*(f"__k{i}" for i in range(len(keys))))
+        select = select.group_by(*(exp.column(f"__k{i}") for i in range(len(keys))), copy=False)
     if analysis.partitions == "public":
         # Groups outside the public domain are dropped after aggregation, which here is the same as dropping
         # their rows first: ranks never depend on the domain, and every group is whole. The test reads the
@@ -122,7 +126,7 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
                 if test.args.get(arg) == ref:
                     test.set(arg, exp.AnyValue(this=test.args[arg]))
             inside.append(test)
-        select = select.having(exp.and_(*inside))
+        select = select.having(exp.and_(*inside, copy=False), copy=False)
     return select.sql(dialect="duckdb")
 
 

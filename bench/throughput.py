@@ -1,0 +1,185 @@
+"""Throughput of small queries over HTTP (issue #12): distinct `SELECT plan, COUNT(*) FROM users GROUP BY plan`.
+
+Starts `python -m proxy serve` on the demo (bounding store, built first) on loopback, then measures
+1. one client alone: latency percentiles of distinct requests, one after another;
+2. `--clients` concurrent clients (threads, one keep-alive httpx client each) for `--seconds`: answers per
+   second and latency percentiles;
+and plain DuckDB on the same query in the same run (a read-only connection with the engine's threads).
+Every request differs from all earlier ones (the output alias `n<i>`), so none is answered from a stored
+release; a non-200 answer fails the run. The machine load before and after is printed: on a shared machine
+wall times are inflated, so compare with the plain figure of the same run.
+
+    python bench/throughput.py --rows 1000000 --users 50000 --clients 8 --seconds 20
+
+Example (the latency summary used for every row of the report):
+    >>> summary([4.0, 1.0, 3.0, 2.0])
+    {'n': 4, 'p50_ms': 2.5, 'p95_ms': 4.0, 'mean_ms': 2.5}
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from query_latency import (  # noqa: E402
+    _free_port,
+    _server,
+    _wait_ready,
+    build_bounding_store,
+    ensure_dataset,
+    fresh_ledger,
+    set_bounding,
+)
+
+from proxy.settings import Settings  # noqa: E402
+
+SQL = "SELECT plan, COUNT(*) AS n{i} FROM users GROUP BY plan"
+_UNIQUE = itertools.count(1)
+_UNIQUE_LOCK = threading.Lock()
+
+
+def summary(samples_ms: list[float]) -> dict[str, Any]:
+    """n, p50, p95 (nearest rank) and mean of latencies in ms."""
+    ordered = sorted(samples_ms)
+    if not ordered:
+        return {"n": 0}
+    rank = max(0, min(len(ordered) - 1, round(0.95 * len(ordered)) - 1))
+    return {"n": len(ordered), "p50_ms": round(statistics.median(ordered), 2), "p95_ms": round(ordered[rank], 2),
+            "mean_ms": round(statistics.fmean(ordered), 2)}
+
+
+def _next_sql() -> str:
+    with _UNIQUE_LOCK:
+        return SQL.format(i=next(_UNIQUE))
+
+
+def _ask(client: httpx.Client) -> float:
+    started = time.perf_counter()
+    response = client.post("/v1/query", json={"sql": _next_sql()})
+    elapsed = (time.perf_counter() - started) * 1000
+    if response.status_code != 200 or response.headers.get("x-dp-repeat") == "true":
+        raise RuntimeError(f"HTTP {response.status_code}: {response.text[:300]}")
+    return elapsed
+
+
+def alone(base: str, key: str, count: int) -> dict[str, Any]:
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60) as client:
+        for _ in range(20):  # warm-up: connection, caches
+            _ask(client)
+        return summary([_ask(client) for _ in range(count)])
+
+
+def concurrent(base: str, key: str, clients: int, seconds: float) -> dict[str, Any]:
+    samples: list[list[float]] = [[] for _ in range(clients)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(clients + 1)
+    stop = threading.Event()
+
+    def worker(mine: list[float]) -> None:
+        try:
+            with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60) as client:
+                _ask(client)  # connect before the clock starts
+                start.wait()
+                while not stop.is_set():
+                    mine.append(_ask(client))
+        except BaseException as err:  # reported after the run
+            errors.append(err)
+            start.abort()
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in samples]
+    for t in threads:
+        t.start()
+    start.wait()
+    began = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - began
+    if errors:
+        raise RuntimeError(f"{len(errors)} client(s) failed: {errors[0]!r}")
+    every = [x for s in samples for x in s]
+    return {"clients": clients, "seconds": round(wall, 2), "answers": len(every),
+            "answers_per_s": round(len(every) / wall, 1), **summary(every)}
+
+
+def plain(db: Path, settings: Settings, count: int) -> dict[str, Any]:
+    conn = duckdb.connect(str(db), read_only=True, config={"threads": settings.threads,
+                                                          "memory_limit": settings.memory_limit})
+    try:
+        sql = SQL.format(i=0)
+        for _ in range(20):
+            conn.execute(sql).fetchall()
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            conn.execute(sql).fetchall()
+            times.append((time.perf_counter() - started) * 1000)
+        return summary(times)
+    finally:
+        conn.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--users", type=int, default=50_000)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=20.0, help="duration of the concurrent phase")
+    parser.add_argument("--alone", type=int, default=300, help="requests of the one-client phase")
+    parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "data-1m")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "throughput.json")
+    args = parser.parse_args(argv)
+
+    directory = args.dir.resolve()
+    meta, key = ensure_dataset(directory, rows=args.rows, users=args.users)
+    policy, db = directory / "policy.toml", directory / "demo.duckdb"
+    set_bounding(policy, "store")
+    ledger = fresh_ledger(directory)
+    settings = Settings(policy=policy, ledger=ledger)
+    facts: dict[str, Any] = {"dataset": meta, "cores": os.cpu_count(), "loadavg_before": os.getloadavg()[0],
+                             "store_build_seconds": round(build_bounding_store(settings), 2)}
+    results: dict[str, Any] = {"plain": plain(db, settings, args.alone)}
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "DPPROXY_LEDGER": str(ledger)}
+    log_path = directory / "throughput-server.log"
+    with log_path.open("w") as log, _server(
+        [sys.executable, "-m", "proxy", "serve", "--policy", str(policy), "--port", str(port)], env, log
+    ) as proc:
+        base = f"http://127.0.0.1:{port}"
+        with httpx.Client(base_url=base) as probe:
+            _wait_ready(probe, proc, log_path)
+        results["alone"] = alone(base, key, args.alone)
+        results["concurrent"] = concurrent(base, key, args.clients, args.seconds)
+    facts["loadavg_after"] = os.getloadavg()[0]
+    print(f"dataset {meta['rows']:,} visits, {meta['users']:,} users; load {facts['loadavg_before']:.1f} -> "
+          f"{facts['loadavg_after']:.1f} on {facts['cores']} cores")
+    print(f"plain DuckDB        p50 {results['plain']['p50_ms']:7.2f} ms  p95 {results['plain']['p95_ms']:7.2f} ms")
+    print(f"HTTP, one client    p50 {results['alone']['p50_ms']:7.2f} ms  p95 {results['alone']['p95_ms']:7.2f} ms"
+          f"  (x{results['alone']['p50_ms'] / results['plain']['p50_ms']:.1f} plain)")
+    c = results["concurrent"]
+    print(f"HTTP, {c['clients']} clients     {c['answers_per_s']:7.1f} answers/s  p50 {c['p50_ms']:7.2f} ms  "
+          f"p95 {c['p95_ms']:7.2f} ms  ({c['answers']} answers in {c['seconds']} s)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"facts": facts, "results": results, "sql": SQL}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""Bounding after a row-level WHERE on the bounding store, without a window over rows: one aggregate per cell.
+
+A query whose WHERE reads a row-level column must bound *after* the WHERE (a unit's stored `max_rows` rows
+mostly fail a selective filter: bench/README.md). Instead of ranking the surviving rows per (unit, group), the
+store path aggregates them per cell (unit, group) and bounds each cell's totals directly:
+
+    __cells   per (unit, keys) over the rows that pass WHERE:  n = rows, and per measure its row total
+    result    per group: the cells' totals, each scaled to at most `max_rows` rows and clamped
+
+A cell of n rows contributes what keeping `k = max_rows` of its rows contributes on average: LEAST(n, k)
+rows, and its other totals times min(1, k / n) (rounded, then clamped to k rows' worth). COUNT(*) is exactly
+what sampling k rows gives; sums and AVG weigh every row of a heavy unit equally instead of a random k of
+them (the same bias, less variance). Every cell total is a function of the unit's own rows, and lies within
+the per-group sensitivity of measures.py: `rows`, `values` ≤ k; `sum` ≤ k·max(|lo|, |hi|); `centred_sum`
+≤ k·max(hi − c, c − lo).
+
+Groups per unit (L0): with one row-level key, the stored group rank `__group_rank__<key> <= max_groups`
+(the rank of the value among all the unit's values, stable, no window); with two or more row-level keys, a
+window over the cells (not the rows) keeps `max_groups` cells per unit, keyed by the per-query salt. Unit-level
+keys hold each unit's canonical value in the store: one cell per unit, nothing to bound.
+
+Light cells: a cell with at most k rows in the store (`__cell_rows__<key>`, `__unit_rows`, counted before any
+WHERE) is within every bound whatever the WHERE keeps, so its rows are added up directly, in a plain scan,
+and only the rows of larger cells are aggregated per cell (on the demo 15 % of the rows by category at
+k = 20). Whether a cell is light is a function of the unit's own rows, and it gives the same answer as
+aggregating it per cell (n <= k: exact totals). Not used with a window over cells (which must see every cell)
+or for counts of distinct units (one per cell).
+
+Example:
+    >>> from proxy.query.parse import parse
+    >>> from proxy.query.analyse import analyse
+    >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+    >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
+    ...     ColumnSpec("n", "INTEGER", bounds=(0, 10))), max_rows=3, max_groups=2)
+    >>> print(rewrite_cells(analyse(parse("SELECT g, COUNT(*), SUM(n) FROM t WHERE n > 1 GROUP BY g"),
+    ...     Catalog((t,)))))
+    WITH __cells AS (SELECT "u" AS __unit, "g" COLLATE "binary" AS __k0, COUNT(*) AS __n, COUNT(*) AS __c0, SUM(__grid__n) AS __c1 FROM "t" WHERE __group_rank__g <= 2 AND "n" > 1 GROUP BY __unit, __k0) SELECT __k0, COUNT(*) AS __units, SUM(LEAST(__c0, 3)) AS __m0, SUM(LEAST(GREATEST(CASE WHEN __n <= 3 THEN COALESCE(__c1, 0) ELSE CAST(ROUND(CAST(COALESCE(__c1, 0) AS DOUBLE) * 3 / __n) AS BIGINT) END, 0), 30)) AS __m1 FROM __cells GROUP BY __k0
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp, parse_one
+
+from proxy.query import ranked, types
+from proxy.query.analyse import Analysis
+from proxy.query.catalog import ColumnSpec
+from proxy.query.measures import Measure, fixed_point
+from proxy.query.rewrite import UNITS, row_value
+
+
+def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
+    """The DuckDB query for `analysis` over the bounding store, bounded per cell; columns as `rewrite.rewrite`."""
+    table = analysis.table
+    k = table.max_rows
+    keys = [f"__k{i}" for i in range(len(analysis.keys))]
+    row_keys = [key for key in analysis.keys if not _spec(analysis, key).unit_level]
+    conditions: list[exp.Expr] = []
+    if len(row_keys) == 1:  # one row-level key: the stored rank of its value within the unit bounds L0
+        conditions.append(exp.LTE(this=exp.column(ranked.group_rank(row_keys[0])),
+                                  expression=exp.Literal.number(analysis.max_groups)))
+    if analysis.where is not None:
+        conditions.append(analysis.where.copy())
+    # A cell of at most k rows in the store (before the WHERE) is within every bound whatever the WHERE keeps:
+    # its rows are added up directly, and only the rows of larger cells are aggregated per cell first. Not
+    # with a window over cells (it must see every cell) or a count of distinct units (one per cell).
+    split = len(row_keys) <= 1 and analysis.partitions != "private" and all(
+        m.kind != "units" for m in analysis.measures)
+    size = exp.column(ranked.cell_rows(row_keys[0]) if row_keys else ranked.UNIT_ROWS)
+    heavy = [exp.GT(this=size, expression=exp.Literal.number(k))] if split else []
+    cells = _keyed(analysis, keys, [exp.alias_(types.column(*_typed(analysis, table.privacy_unit)), "__unit")])
+    cells = cells.select(exp.alias_(exp.Count(this=exp.Star()), "__n"), append=True)
+    for j, measure in enumerate(analysis.measures):
+        cells = cells.select(exp.alias_(_row_total(measure, j, analysis), f"__c{j}"), append=True)
+    cells = cells.from_(exp.table_(table.name, quoted=True))
+    if conditions or heavy:
+        cells = cells.where(exp.and_(*conditions, *heavy))
+    cells = cells.group_by("__unit", *keys)
+    if len(row_keys) > 1:  # no stored rank for a combination: keep max_groups cells per unit, chosen by salt
+        hashed = ", ".join([str(int(salt)), "__unit", *keys])
+        rank = parse_one(f"ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY HASH({hashed}))", read="duckdb")
+        cells = cells.qualify(exp.LTE(this=rank, expression=exp.Literal.number(analysis.max_groups)))
+    units = exp.Count(this=exp.Star()) if analysis.partitions == "private" else exp.Literal.number(0)
+    bounded = exp.select(*keys, exp.alias_(units, UNITS))
+    for j, measure in enumerate(analysis.measures):
+        bounded = bounded.select(exp.alias_(exp.Sum(this=_bounded(measure, j, k)), f"__m{j}"), append=True)
+    bounded = bounded.from_("__cells")
+    if keys:
+        bounded = bounded.group_by(*keys)
+    result = bounded
+    if split:
+        light = _keyed(analysis, keys, []).select(exp.alias_(exp.Literal.number(0), UNITS), append=True)
+        for j, measure in enumerate(analysis.measures):
+            light = light.select(exp.alias_(_row_total(measure, j, analysis), f"__m{j}"), append=True)
+        light = light.from_(exp.table_(table.name, quoted=True)).where(
+            exp.and_(*[c.copy() for c in conditions], exp.LTE(this=size.copy(), expression=exp.Literal.number(k))))
+        if keys:
+            light = light.group_by(*keys)
+        both = exp.union(light, bounded, distinct=False)
+        result = exp.select(*keys, exp.alias_(exp.Literal.number(0), UNITS), *(
+            exp.alias_(exp.Sum(this=exp.column(f"__m{j}")), f"__m{j}") for j in range(len(analysis.measures))
+        )).from_(exp.Subquery(this=both, alias=exp.TableAlias(this=exp.to_identifier("__parts"))))
+        if keys:
+            result = result.group_by(*keys)
+    if analysis.partitions == "public":  # whole groups outside the domain dropped after aggregation
+        inside = []
+        for alias, key, domain in zip(keys, analysis.keys, analysis.domains, strict=True):
+            name, type_name = _typed(analysis, key)
+            test, ref = types.member(name, type_name, list(domain)), types.column(name, type_name)
+            inside.append(test.transform(lambda node, ref=ref, alias=alias: exp.column(alias)
+                                         if node == ref else node))
+        result = result.having(exp.and_(*inside))
+    return result.with_("__cells", as_=cells).sql(dialect="duckdb")
+
+
+def _keyed(analysis: Analysis, keys: list[str], first: list[exp.Expr]) -> exp.Select:
+    """SELECT <first>, the group keys (binary collation) AS __k0, __k1, …"""
+    projections = [*first, *(exp.alias_(types.column(*_typed(analysis, key)), alias)
+                             for alias, key in zip(keys, analysis.keys, strict=True))]
+    return exp.select(*projections)
+
+
+def _typed(analysis: Analysis, name: str) -> tuple[str, str]:
+    spec = _spec(analysis, name)
+    return spec.name, spec.type
+
+
+def _spec(analysis: Analysis, name: str) -> ColumnSpec:
+    spec = analysis.table.column(name)
+    assert spec is not None
+    return spec
+
+
+def _row_total(measure: Measure, j: int, analysis: Analysis) -> exp.Expr:
+    """The cell's total of one measure over its rows (before bounding)."""
+    match measure.kind:
+        case "rows":
+            return exp.Count(this=exp.Star())
+        case "units":
+            return exp.Literal.number(1)  # one per cell
+        case "values":
+            return exp.Count(this=exp.column(measure.column, quoted=True))
+    spec = _spec(analysis, measure.column or "")
+    if spec.bounds is not None and (measure.grid, measure.lo, measure.hi) == fixed_point(spec):
+        value: exp.Expr = exp.column(ranked.grid_value(spec.name))  # clamped once, when the store was built
+    else:
+        value = row_value(measure, j).this
+    if measure.kind == "centred_sum":
+        value = exp.Sub(this=value, expression=exp.Literal.number(measure.centre))
+    return exp.Sum(this=value)
+
+
+def _bounded(measure: Measure, j: int, k: int) -> exp.Expr:
+    """The cell's contribution: its total as if it kept k of its `__n` rows, within the measure's sensitivity."""
+    total: exp.Expr = exp.column(f"__c{j}")
+    match measure.kind:
+        case "units":
+            return total
+        case "rows":
+            return exp.func("LEAST", total, exp.Literal.number(k))
+        case "values":
+            lo, hi = 0, k
+        case "sum":  # 0 is in range: a cell whose values are all NULL (or fewer than k) adds nothing
+            lo, hi = min(0, k * measure.lo), max(0, k * measure.hi)
+            total = exp.func("COALESCE", total, exp.Literal.number(0))  # SUM of no values is NULL
+        case "centred_sum":
+            lo, hi = k * (measure.lo - measure.centre), k * (measure.hi - measure.centre)
+            total = exp.func("COALESCE", total, exp.Literal.number(0))
+    # n <= k: the cell's exact total (integers, no rounding); else scaled by k / n in DOUBLE, rounded, and then
+    # clamped in integers, so that rounding can never carry a contribution past the sensitivity
+    scaled = exp.cast(exp.func("ROUND", exp.Div(
+        this=exp.Mul(this=exp.cast(total.copy(), "DOUBLE"), expression=exp.Literal.number(k)),
+        expression=exp.column("__n"))), "BIGINT")
+    few = exp.LTE(this=exp.column("__n"), expression=exp.Literal.number(k))
+    chosen = exp.Case(ifs=[exp.If(this=few, true=total)], default=scaled)
+    return exp.func("LEAST", exp.func("GREATEST", chosen, exp.Literal.number(lo)), exp.Literal.number(hi))
