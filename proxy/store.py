@@ -35,7 +35,7 @@ from proxy.query.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # bump when ranked.build_sql changes what a store holds
+FORMAT = 3  # bump when ranked.build_sql changes what a store holds
 KEY_FILE = "bounding.key"
 
 
@@ -133,6 +133,8 @@ def build_store(
                 rows = conn.execute(f'SELECT COUNT(*) FROM "{table.name}"').fetchone()[0]  # type: ignore[index]
                 log.info("bounding store of %s: table %s, %d rows ranked in %.1f s", dataset, table.name, rows,
                          time.perf_counter() - begun)
+            for public in catalog.public:  # joins to public tables read them from the store, as declared
+                conn.execute(ranked.copy_public_sql(public))
             conn.execute(f"CREATE TABLE {ranked.META} (format INTEGER, fingerprint VARCHAR, dataset VARCHAR)")
             conn.execute(f"INSERT INTO {ranked.META} VALUES (?, ?, ?)", [FORMAT, stamp, dataset])
             conn.execute("DETACH src")
@@ -163,7 +165,7 @@ def open_store(path: Path, stamp: str, catalog: Catalog, *, threads: int, memory
         return None
     try:
         meta = engine.run(f"SELECT format, fingerprint FROM {ranked.META}").rows
-        tables_ok = all(engine.columns(t.name) for t in catalog.tables)
+        tables_ok = all(engine.columns(t.name) for t in (*catalog.tables, *catalog.public))
     except EngineError:
         meta, tables_ok = (), False
     if meta != ((FORMAT, stamp),) or not tables_ok:

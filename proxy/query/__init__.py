@@ -49,6 +49,21 @@ class QueryPlan:
         return hashlib.sha256(self.normalized_sql.encode()).hexdigest()
 
 
+def ranks_serve(analysis: Analysis) -> bool:
+    """Whether the store's rank-filter SQL (rewrite_ranked.py) can answer `analysis`: one protected table, keys
+    that are columns, and counts, sums and averages of plain columns.
+
+    Example:
+        >>> from proxy.query.catalog import ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("x", "DOUBLE", bounds=(0, 9))))
+        >>> [ranks_serve(analyse(parse(q), Catalog((t,)))) for q in ("SELECT SUM(x) FROM t", "SELECT MEDIAN(x) FROM t")]
+        [True, False]
+    """
+    plain = all(m.kind not in ("histogram", "centred_squares") and not m.where and not m.expr
+                for m in analysis.measures)
+    return plain and not analysis.computed and analysis.source is None
+
+
 def plan(
     sql: str,
     catalog: Catalog,
@@ -96,29 +111,18 @@ def plan(
             "the WHERE clause holds for no privacy unit under the policy (its conditions on unit-level columns "
             "contradict each other); remove the contradiction", construct="WHERE",
         )
-    if bounding == "store" and any(
-        m.kind in ("histogram", "centred_squares") or m.where or m.expr for m in analysis.measures
-    ):
-        raise UnsupportedQuery(  # the store's single GROUP BY has no such measures yet (rewrite_ranked.py)
-            "quantiles, MEDIAN, MIN, MAX, VAR, STDDEV, FILTER, COUNT_IF and expressions inside aggregates are not "
-            "yet answered on a dataset with bounding = \"store\"", construct="bounding store",
-            hint="ask the operator for bounding = \"per_query\" on this dataset",
-        )
     scope = analysis.scope.charged() if cells else None
     if noise_multiplier is None:
         priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism, conversion=conversion)
     else:
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,
                                  conversion=conversion)
-    if bounding == "store" and analysis.source is not None and any(
-            catalog.public_table(t.name) for t in analysis.source.find_all(exp.Table)):
-        # the bounding store holds the protected tables only (proxy/store.py): refused before any charge
-        raise UnsupportedQuery(
-            "joins to public tables are not available on a dataset with bounding = \"store\"; ask the operator "
-            "for bounding = \"per_query\"", construct="JOIN", bounding=bounding,
-        )
-    if bounding == "store" and (analysis.computed or analysis.source is not None):
-        # computed keys and joins run the per-query windows over the store, which holds canonical values
+    if bounding == "store" and not ranks_serve(analysis):
+        # The store's rank filters serve plain measures over one table. Joins, computed keys, quantiles, spreads,
+        # FILTER and expressions inside aggregates run the per-query windows over the store's tables instead:
+        # the store is a per-unit transformation of the source (each unit's rows depend only on its own rows),
+        # so bounding it per query is as private as bounding the source, and its unit-level columns already hold
+        # each unit's canonical value.
         tree = rewrite_tree(dataclasses.replace(analysis, canonical=()), salt)
     else:
         tree = None if bounding == "store" else rewrite_tree(analysis, salt)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from proxy.query import types
-from proxy.query.catalog import ColumnSpec, TableSchema
+from proxy.query.catalog import ColumnSpec, PublicTable, TableSchema
 from proxy.query.measures import Measure, fixed_point
 from proxy.query.rewrite import row_value
 
@@ -146,3 +146,17 @@ def _read(spec: ColumnSpec | None) -> str:
 
 def _name(name: str) -> str:
     return exp.to_identifier(name, quoted=True).sql(dialect="duckdb")
+
+
+def copy_public_sql(table: PublicTable, source: str = "src") -> str:
+    """`CREATE TABLE <table> AS …`: a public table's declared columns copied into the store, so that a join to it
+    runs on the store like the protected side (a public table needs no ranks: it is the same in every pair of
+    neighbouring datasets).
+
+    Example:
+        >>> from proxy.query.catalog import ColumnSpec, PublicTable
+        >>> copy_public_sql(PublicTable("products", (ColumnSpec("sku", "VARCHAR"), ColumnSpec("kind", "VARCHAR")), ("sku",)))
+        'CREATE TABLE "products" AS SELECT "sku", "kind" FROM "src"."products"'
+    """
+    columns = ", ".join(_name(c.name) for c in table.columns)
+    return f"CREATE TABLE {_name(table.name)} AS SELECT {columns} FROM {_name(source)}.{_name(table.name)}"
