@@ -123,8 +123,26 @@ class ParallelEvent:
     events: tuple[Event, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class AutoBoundsEvent:
+    """A release whose contribution bound was chosen from the data first (proxy/query/auto_bounds.py): the
+    exponential mechanism `selection` picks the bound k (a DP quantile of rows per unit and group), then the
+    query runs at k with the noise of `query`'s Laplace events rescaled to k. Both ran on the same data, so
+    they compose sequentially and this accounts exactly as ``ComposedEvent((selection, query))``.
+
+    `query` is the query priced at the declared limit, before k exists. It is exact for any k: every part is
+    Laplace noise whose scale is calibrated to its ε (b(k) = Δ(k)/ε rounded up, ε = Δ(limit)/b(limit)), so
+    the pure ε of each part at k is at most the recorded one, and pure ε is all any rule reads of it.
+
+    Event name: ``auto_bounds``.
+    """
+
+    selection: ExponentialEvent
+    query: Event
+
+
 Event = (LaplaceEvent | ExponentialEvent | GaussianEvent | ThresholdEvent | GaussianThresholdEvent | ComposedEvent
-         | ParallelEvent)
+         | ParallelEvent | AutoBoundsEvent)
 
 _KINDS: dict[str, type] = {
     "laplace": LaplaceEvent,
@@ -134,6 +152,7 @@ _KINDS: dict[str, type] = {
     "gaussian_threshold": GaussianThresholdEvent,
     "composed": ComposedEvent,
     "parallel": ParallelEvent,
+    "auto_bounds": AutoBoundsEvent,
 }
 _NAMES = {cls: name for name, cls in _KINDS.items()}
 
@@ -146,6 +165,8 @@ def to_json(event: Event) -> dict[str, Any]:
         {'kind': 'composed', 'events': [{'kind': 'laplace', 'sensitivity': 1.0, 'scale': 10.0}]}
     """
     match event:
+        case AutoBoundsEvent(selection, query):
+            return {"kind": "auto_bounds", "selection": to_json(selection), "query": to_json(query)}
         case ComposedEvent(events) | ParallelEvent(events):
             return {"kind": _NAMES[type(event)], "events": [to_json(e) for e in events]}
         case _:
@@ -163,11 +184,19 @@ def from_json(data: dict[str, Any]) -> Event:
         ExponentialEvent(sensitivity=2.0, scale=4.0)
         >>> from_json(to_json(GaussianThresholdEvent(3, 8.0, 40)))
         GaussianThresholdEvent(max_groups=3, sigma=8.0, threshold=40)
+        >>> from_json(to_json(AutoBoundsEvent(ExponentialEvent(1.0, 10.0), LaplaceEvent(5.0, 5.0))))
+        AutoBoundsEvent(selection=ExponentialEvent(sensitivity=1.0, scale=10.0), query=LaplaceEvent(sensitivity=5.0, \
+scale=5.0))
     """
     kind = data.get("kind")
     cls = _KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ValueError(f"unknown event kind {kind!r}")
+    if cls is AutoBoundsEvent:
+        selection = from_json(data["selection"])
+        if type(selection) is not ExponentialEvent:
+            raise ValueError(f"an auto_bounds selection must be an exponential event, got {data['selection']!r}")
+        return AutoBoundsEvent(selection, from_json(data["query"]))
     if cls in (ComposedEvent, ParallelEvent):
         return cls(tuple(from_json(e) for e in data["events"]))  # type: ignore[no-any-return]
     integral = {"max_groups", "threshold"} if cls is GaussianThresholdEvent else set()

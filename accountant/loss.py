@@ -15,6 +15,7 @@ from typing import Literal
 
 from accountant.errors import UnsupportedEvent
 from accountant.events import (
+    AutoBoundsEvent,
     ComposedEvent,
     Event,
     GaussianEvent,
@@ -52,6 +53,18 @@ def _unsupported(event: object) -> UnsupportedEvent:
     )
 
 
+def as_composed(event: AutoBoundsEvent) -> ComposedEvent:
+    """An auto-bounds release as what it is to every accountant: its selection, then its query, on the same
+    data (accountant/events.py: the query's recorded parts bound its parts at the chosen bound).
+
+    Example:
+        >>> from accountant.events import ExponentialEvent
+        >>> epsilon_delta(AutoBoundsEvent(ExponentialEvent(1, 10.0), LaplaceEvent(5, 5.0)), 0.0)
+        (1.1, 0.0)
+    """
+    return ComposedEvent((event.selection, event.query))
+
+
 _Parts = tuple[tuple[Fraction, ...], tuple[tuple[float, float], ...]]
 Conversion = Literal["zcdp", "gdp"]
 
@@ -60,6 +73,8 @@ def _sequential(event: Event, gaussian_delta: float, conversion: Conversion) -> 
     """What every Gaussian reachable through `ComposedEvent`s adds (ρ, or μ² under "gdp"), and the (ε, δ) of
     everything else."""
     match event:
+        case AutoBoundsEvent():
+            return _sequential(as_composed(event), gaussian_delta, conversion)
         case GaussianEvent(sensitivity, sigma) if conversion == "gdp":
             # discrete Gaussian: μ_Z-GDP (docs/privacy.md §8); μ-GDP composes as √Σμᵢ² (DRS19 Cor. 3.3)
             return (Fraction(discrete_gaussian.mu(sensitivity, sigma)) ** 2,), ()
@@ -147,6 +162,8 @@ def rho(event: Event) -> float:
         0.5
     """
     match event:
+        case AutoBoundsEvent():
+            return rho(as_composed(event))
         case GaussianEvent(sensitivity, sigma):
             return gaussian.rho(sensitivity, sigma)
         case LaplaceEvent(sensitivity, scale):
@@ -207,6 +224,8 @@ def approximate_rho(event: Event) -> tuple[float, float]:
         (0.125, 1e-08)
     """
     match event:
+        case AutoBoundsEvent():
+            return rho(as_composed(event))
         case GaussianEvent(sensitivity, sigma):
             return gaussian.rho(sensitivity, sigma), 0.0
         case LaplaceEvent(sensitivity, scale):
@@ -248,6 +267,8 @@ def approximate_mu(event: Event) -> tuple[float, float]:
 [0.5, 1.04858e+06] (grid units), got 4000000.0; account for it with accounting = "zcdp"
     """
     match event:
+        case AutoBoundsEvent():
+            return approximate_mu(as_composed(event))
         case GaussianEvent(sensitivity, _) if sensitivity == 0:
             return 0.0, 0.0  # no sensitivity: the output does not depend on the data
         case GaussianEvent(sensitivity, sigma):

@@ -22,6 +22,7 @@ from accountant import loss
 from accountant.cells import bound
 from accountant.errors import BudgetExceeded, UnsupportedEvent
 from accountant.events import (
+    AutoBoundsEvent,
     ComposedEvent,
     Event,
     GaussianEvent,
@@ -291,6 +292,8 @@ def _pld_parts(event: Event) -> tuple[list[tuple[str, float]], float]:
     δ is added outside the PLD (§5.4); sequential parts compose; a parallel event with several children
     is composed sequentially too (an upper bound: only one of its children sees the unit)."""
     match event:
+        case AutoBoundsEvent():
+            return _pld_parts(loss.as_composed(event))
         case GaussianEvent() | GaussianThresholdEvent():
             mu, delta = loss.approximate_mu(event)
             return ([("gdp", mu)] if mu > 0 else []), delta

@@ -10,6 +10,7 @@ repeating a query can never average its noise away (DESIGN.md §5).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable
@@ -20,12 +21,14 @@ from typing import Literal, get_args
 from accountant.filter import Budget
 from accountant.ledger import Charge, Ledger, StoredRelease
 from mechanisms.sampling import Sampler
+from proxy import auto_run
 from proxy.auth import dataset_for
 from proxy.deadline import Deadline
 from proxy.engine import QueryEngine
 from proxy.policy import AnalystPolicy, DatasetPolicy, Policy, check_accountable
 from proxy.query import QueryPlan, plan
 from proxy.query.analyse import public_cells
+from proxy.query.auto_bounds import ChosenBounds
 from proxy.query.errors import InvalidParameter, PolicyError
 from proxy.query.release import Release, release
 from proxy.query.render import DUCKDB, render
@@ -79,9 +82,10 @@ class Reply:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    prepared: Prepared
+    prepared: Prepared  # with auto bounds: the plan at the chosen bound
     charge: Charge
     release: Release
+    bounds: ChosenBounds | None = None  # the max_rows a query on an auto table chose, and its cost
 
 
 def engine_sql(planned: QueryPlan, engine: QueryEngine | StoreEngine) -> str:
@@ -107,7 +111,8 @@ def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int
     planned = plan(req.sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism, salt=salt,
                    noise_multiplier=req.noise_multiplier, cells=dataset.cell_accounting,
                    dialect=req.dialect or dataset.dialect, bounding=dataset.bounding,
-                   conversion="gdp" if dataset.accounting.rule == "gdp" else "zcdp")
+                   conversion="gdp" if dataset.accounting.rule == "gdp" else "zcdp",
+                   auto_share=dataset.auto_bounds_share, auto_quantile=dataset.auto_bounds_quantile)
     if planned.price.epsilon > dataset.max_epsilon:  # a requested noise can cost more than the maximum
         raise InvalidParameter(
             f"this noise costs epsilon {planned.price.epsilon:.6g}, above this dataset's per-query maximum "
@@ -162,6 +167,7 @@ def answer(
     price = prepared.plan.price
     engine = env.engine(prepared.dataset.name)
     sql = engine_sql(prepared.plan, engine)  # a refusal here is before the charge: free
+    picking = auto_run.selection_text(prepared.plan, engine) if prepared.plan.auto is not None else None
     engine.refresh()  # a changed source is rebuilt into its store before the charge, not on the query's clock
     with env.timed("admit"):
         charge = env.ledger.admit(
@@ -173,11 +179,23 @@ def answer(
         )
     on_admitted(charge)  # from here on, every failure reports charged: true
     deadline.start()
+    bounds = None
     with env.timed("execute"):
         deadline.check()
+        if picking is not None:  # choose the bound first (proxy/auto_run.py): charged above already
+            prepared, bounds = at_chosen_bound(prepared, engine, picking, env.sampler, deadline)
+            sql, price = engine_sql(prepared.plan, engine), prepared.plan.price
         rows = engine.run(sql, deadline.remaining())
     with env.timed("release"):
         deadline.check()
         result = release(rows.rows, prepared.plan.analysis, price, env.sampler)
     deadline.check()
-    return Answer(prepared, charge, result)
+    return Answer(prepared, charge, result, bounds)
+
+
+def at_chosen_bound(
+    prepared: Prepared, engine: QueryEngine | StoreEngine, picking: str, sampler: Sampler, deadline: Deadline
+) -> tuple[Prepared, ChosenBounds]:
+    """The prepared query at the max_rows its selection chooses from the data (proxy/query/auto_bounds.py)."""
+    chosen = auto_run.choose(prepared.plan, engine, picking, sampler, deadline.remaining())
+    return dataclasses.replace(prepared, plan=auto_run.plan_at(prepared.plan, chosen.max_rows)), chosen

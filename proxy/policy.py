@@ -40,6 +40,7 @@ from proxy.policy_readers import (
 )
 from proxy.query import Bounding, types
 from proxy.query.analyse import MAX_PUBLIC_CELLS
+from proxy.query.auto_bounds import DEFAULT_AUTO_LIMIT, DEFAULT_AUTO_QUANTILE, DEFAULT_AUTO_SHARE
 from proxy.query.catalog import MAX_ABS_BOUND, Catalog, ColumnSpec, Literal_, Mechanism, TableSchema
 from proxy.query.errors import InvalidParameter
 from proxy.sql_reading import READING_KEYS, read_sql_reading
@@ -106,6 +107,8 @@ class DatasetPolicy:
     bounding: Bounding = "store"  # bound by filtering a bounding store's ranks (proxy/store.py); or "per_query"
     engine: EngineName = "duckdb"  # "spark": the tables live on Spark (`spark`; `path` is then unused)
     spark: SparkSource | None = None
+    auto_bounds_share: float = DEFAULT_AUTO_SHARE  # of a query's ε, spent choosing an auto max_rows
+    auto_bounds_quantile: float = DEFAULT_AUTO_QUANTILE  # q of the DP quantile of rows per (unit, group)
 
     def __post_init__(self) -> None:
         problems = _dataset_number_problems(self.mechanism, self.epsilon, self.delta, self.max_epsilon)
@@ -241,7 +244,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     before = len(p.items)
     keys = ("path", "mechanism", "epsilon", "delta", "max_epsilon", "accounting", "selection_delta_share",
             "budget", "cell_accounting", "max_release_cells", "tables", "public_tables", "bounding", "engine",
-            "spark", *READING_KEYS)
+            "spark", "auto_bounds_share", "auto_bounds_quantile", *READING_KEYS)
     _check_keys(raw, loc, keys, p)
     engine, spark = read_engine(raw, loc, base, p.add)
     file = _str(raw, "path", loc, p) if engine != "spark" else None
@@ -275,6 +278,13 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     if max_release_cells is not None and not 1 <= max_release_cells <= MAX_PUBLIC_CELLS:
         p.add(f"{loc}.max_release_cells", f"must be an integer in [1, {MAX_PUBLIC_CELLS}], got {max_release_cells}")
     reading = read_sql_reading(raw, loc, p.add)
+    auto_share = _float(raw, "auto_bounds_share", loc, p, default=DEFAULT_AUTO_SHARE)
+    if auto_share is not None and not 0 < auto_share < 1:
+        p.add(f"{loc}.auto_bounds_share", f"must be a number in (0, 1) (the share of a query's epsilon spent on "
+                                          f"choosing its bounds), got {auto_share!r}")
+    auto_q = _float(raw, "auto_bounds_quantile", loc, p, default=DEFAULT_AUTO_QUANTILE)
+    if auto_q is not None and not 0.5 <= auto_q < 1:
+        p.add(f"{loc}.auto_bounds_quantile", f"must be a number in [0.5, 1), got {auto_q!r}")
     bounding = _str(raw, "bounding", loc, p, default="per_query" if engine == "spark" else "store")  # no store on Spark
     if bounding is not None and bounding not in get_args(Bounding):
         p.add(f"{loc}.bounding", f"must be one of {', '.join(get_args(Bounding))}, got {bounding!r}")
@@ -288,6 +298,8 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
         return None
     assert epsilon is not None and delta is not None and max_epsilon is not None and cell_accounting is not None
     assert max_release_cells is not None and reading is not None
+    if auto_share is None or auto_q is None:
+        return None
     # a table may be qualified with one of the dataset's schemas, and with its name or its file's (DuckDB's
     # name for the database): `demo.main.visits`
     if spark is not None:
@@ -300,6 +312,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     return DatasetPolicy(
         name, path, catalog, cast(Mechanism, mechanism), epsilon, delta, max_epsilon, accounting, total,
         cell_accounting, max_release_cells, reading.dialect, cast(Bounding, bounding), engine, spark,
+        auto_bounds_share=auto_share, auto_bounds_quantile=auto_q,
     )
 
 
@@ -388,12 +401,19 @@ def _dataset_number_problems(
 def _table(name: str, raw: _Raw, dataset_loc: str, p: _Problems) -> TableSchema | None:
     loc = f"{dataset_loc}.tables.{name}"
     before = len(p.items)
-    _check_keys(raw, loc, ("privacy_unit", "max_groups", "max_rows", "one_row_per_unit", "columns"), p)
+    _check_keys(raw, loc, ("privacy_unit", "max_groups", "max_rows", "max_rows_limit", "one_row_per_unit", "columns"),
+                p)
     unit = _str(raw, "privacy_unit", loc, p)
     max_groups = _int(raw, "max_groups", loc, p, default=1)
-    max_rows = _int(raw, "max_rows", loc, p, default=1)
+    auto = raw.get("max_rows") == "auto"
+    max_rows = _auto_limit(raw, loc, p) if auto else _int(raw, "max_rows", loc, p, default=1)
+    if not auto and "max_rows_limit" in raw:
+        p.add(f"{loc}.max_rows_limit", 'is read only with max_rows = "auto" (the largest bound a query may choose)')
     one_row = _bool(raw, "one_row_per_unit", loc, p, default=False)
-    for key, value in (("max_groups", max_groups), ("max_rows", max_rows)):
+    if auto and one_row:
+        p.add(f"{loc}.max_rows", 'max_rows = "auto" is meaningless on a table declared one_row_per_unit = true '
+                                 "(every unit has one row: there is no bound to choose); remove one of them")
+    for key, value in (("max_groups", max_groups), ("max_rows_limit" if auto else "max_rows", max_rows)):
         if value is not None and not 1 <= value <= 10_000:
             p.add(f"{loc}.{key}", f"must be an integer in [1, 10000], got {value}")
     named = _named_tables(raw, "columns", loc, _IDENTIFIER, p)
@@ -408,10 +428,15 @@ def _table(name: str, raw: _Raw, dataset_loc: str, p: _Problems) -> TableSchema 
     if len(p.items) > before or unit is None or max_groups is None or max_rows is None or one_row is None:
         return None
     try:
-        return TableSchema(name, unit, columns, max_groups, max_rows, one_row)
+        return TableSchema(name, unit, columns, max_groups, max_rows, one_row, auto_max_rows=auto)
     except ValueError as err:
         p.add(loc, str(err))
         return None
+
+
+def _auto_limit(raw: _Raw, loc: str, p: _Problems) -> int | None:
+    """The largest bound an auto max_rows may choose (`max_rows_limit`, default 1000)."""
+    return _int(raw, "max_rows_limit", loc, p, default=DEFAULT_AUTO_LIMIT)
 
 
 def _column(name: str, raw: _Raw, table_loc: str, p: _Problems) -> ColumnSpec | None:

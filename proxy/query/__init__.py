@@ -11,6 +11,7 @@ from sqlglot import exp
 
 from accountant.cells import CellScope
 from accountant.loss import Conversion
+from proxy.query import auto_bounds as auto
 from proxy.query.analyse import Analysis, analyse
 from proxy.query.catalog import Catalog, Mechanism
 from proxy.query.errors import EmptyScope, UnsupportedQuery
@@ -43,6 +44,9 @@ class QueryPlan:
     price: Price
     scope: CellScope | None = None  # the cells the charge is for (None: every privacy unit)
     tree: exp.Select | None = None  # `sql` as one syntax tree, rendered per engine (render.py); None: store SQL
+    auto: auto.AutoBounds | None = None  # max_rows chosen per query (auto_bounds.py); `sql` is then at the limit
+    salt: int = 0
+    bounding: Bounding = "per_query"
 
     @property
     def sql_sha256(self) -> str:
@@ -77,6 +81,8 @@ def plan(
     dialect: str = "duckdb",
     conversion: Conversion = "zcdp",
     bounding: Bounding = "per_query",
+    auto_share: float = auto.DEFAULT_AUTO_SHARE,
+    auto_quantile: float = auto.DEFAULT_AUTO_QUANTILE,
 ) -> QueryPlan:
     """Check, price and rewrite one query without touching data or budget.
 
@@ -89,6 +95,8 @@ def plan(
     `conversion` is how Gaussian noise is calibrated and converted to (ε, δ): "gdp" on a dataset under the
     gdp rule (the proven μ-GDP bound of the discrete Gaussian), "zcdp" otherwise (`price.price`).
     With `bounding = "store"` the SQL reads the dataset's bounding store (proxy/query/rewrite_ranked.py).
+    On a table with `max_rows = "auto"`, `auto_share` of ε chooses the bound (the `auto_quantile` of rows per
+    unit and group) and the rest runs the query at it (auto_bounds.py); the plan's SQL is then at the limit.
 
     Example:
         >>> from proxy.query.catalog import ColumnSpec, TableSchema
@@ -112,11 +120,25 @@ def plan(
             "contradict each other); remove the contradiction", construct="WHERE",
         )
     scope = analysis.scope.charged() if cells else None
+    chooser = None
+    if auto.uses_auto(analysis):
+        auto.check_supported(analysis, mechanism, noise_multiplier, ranks_serve(analysis))
+        selection_epsilon, epsilon = auto.split_epsilon(epsilon, auto_share)
+        chooser = auto.auto_bounds(analysis, selection_epsilon, auto_quantile)
     if noise_multiplier is None:
         priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism, conversion=conversion)
+        if chooser is not None:
+            priced = auto.auto_price(priced, chooser, conversion)
     else:
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,
                                  conversion=conversion)
+    tree, sql_text = bounded_sql(analysis, salt, bounding)
+    return QueryPlan(sql, parsed.sql(dialect="duckdb"), analysis, sql_text, priced, scope, tree, chooser, salt,
+                     bounding)
+
+
+def bounded_sql(analysis: Analysis, salt: int, bounding: Bounding) -> tuple[exp.Select | None, str]:
+    """The bounded query's tree (None for the store's rank-filter SQL) and its DuckDB text."""
     if bounding == "store" and not ranks_serve(analysis):
         # The store's rank filters serve plain measures over one table. Joins, computed keys, quantiles, spreads,
         # FILTER and expressions inside aggregates run the per-query windows over the store's tables instead:
@@ -126,5 +148,4 @@ def plan(
         tree = rewrite_tree(dataclasses.replace(analysis, canonical=()), salt)
     else:
         tree = None if bounding == "store" else rewrite_tree(analysis, salt)
-    sql_text = rewrite_ranked(analysis, salt) if tree is None else tree.sql(dialect="duckdb")
-    return QueryPlan(sql, parsed.sql(dialect="duckdb"), analysis, sql_text, priced, scope, tree)
+    return tree, rewrite_ranked(analysis, salt) if tree is None else tree.sql(dialect="duckdb")

@@ -102,6 +102,7 @@ class TableSchema:
     max_groups: int = 1  # L0: groups one unit may touch in one query
     max_rows: int = 1  # L∞: rows one unit may contribute to one group
     one_row_per_unit: bool = False  # declared; checked against the data when the bounding store is built
+    auto_max_rows: bool = False  # max_rows = "auto": each query chooses its bound <= max_rows (auto_bounds.py)
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.columns]
@@ -117,6 +118,9 @@ class TableSchema:
         for bound, value in (("max_groups", self.max_groups), ("max_rows", self.max_rows)):
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
                 raise ValueError(f"table {self.name}: {bound} must be an integer in [1, 10000], got {value!r}")
+        if self.auto_max_rows and self.one_row_per_unit:
+            raise ValueError(f"table {self.name}: max_rows = \"auto\" is meaningless on a table declared "
+                             "one_row_per_unit (every unit has one row: there is no bound to choose)")
 
     def column(self, name: str) -> ColumnSpec | None:
         """The declared column called `name` (case-insensitive), or None."""

@@ -120,6 +120,11 @@ def _typed(table: TableSchema, name: str) -> exp.Expr:
     return types.column(spec.name, spec.type)
 
 
+def source_table(analysis: Analysis) -> exp.Expr:
+    """The table the per-query rewrite reads (see `_table`): the bound selection reads it too."""
+    return _table(analysis)
+
+
 def _table(analysis: Analysis) -> exp.Expr:
     """The protected table; with unit-level columns of the cell space replaced by each unit's canonical
     value (the smallest over the unit's rows), so every unit lies in exactly one cell whatever the data
