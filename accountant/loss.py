@@ -225,7 +225,7 @@ def approximate_rho(event: Event) -> tuple[float, float]:
     """
     match event:
         case AutoBoundsEvent():
-            return rho(as_composed(event))
+            return approximate_rho(as_composed(event))
         case GaussianEvent(sensitivity, sigma):
             return gaussian.rho(sensitivity, sigma), 0.0
         case LaplaceEvent(sensitivity, scale):

@@ -29,6 +29,7 @@ from proxy.query.price import Price
 from proxy.query.scope import cell_space
 from proxy.schemas import (
     AccountOut,
+    BoundsOut,
     BudgetOut,
     BudgetsResponse,
     CellOut,
@@ -154,6 +155,9 @@ def _render(result: Answer, env: Env) -> bytes:
         budget=budget_now(env, result.charge.analyst, prepared.dataset, prepared.budget),
         noise=_noise(prepared.plan.analysis, prepared.plan.price, prepared.confidence),
         partitions=_partitions(prepared),
+        bounds=None if result.bounds is None else BoundsOut(
+            max_rows=result.bounds.max_rows, max_rows_limit=result.bounds.limit, epsilon=result.bounds.epsilon,
+            quantile=result.bounds.q),
     ).model_dump_json().encode()
 
 
@@ -189,7 +193,17 @@ def _preview(body: QueryRequest, analyst: AnalystPolicy, env: Env) -> PreviewRes
         refusal=None if refused is None else str(refused),
         noise=_noise(prepared.plan.analysis, price, body.confidence),
         partitions=_partitions(prepared),
+        bounds=_bounds_preview(prepared),
     )
+
+
+def _bounds_preview(prepared: Prepared) -> BoundsOut | None:
+    """An auto bound's selection before it runs: its limit and cost; the bound itself needs the data."""
+    chooser = prepared.plan.auto
+    if chooser is None:
+        return None
+    charged = loss.epsilon_delta(chooser.selection, 0.0)[0]
+    return BoundsOut(max_rows=None, max_rows_limit=chooser.limit, epsilon=charged, quantile=chooser.q)
 
 
 @router.get("/v1/budget", response_model=BudgetsResponse, tags=["budget"])

@@ -259,6 +259,17 @@ class PartitionsOut(BaseModel):
     note: str | None = Field(None, description="what private partition selection can hide, and how to avoid it")
 
 
+class BoundsOut(BaseModel):
+    """The contribution bound of a table with max_rows = "auto", chosen per query (docs/privacy.md §10)."""
+
+    max_rows: int | None = Field(description="the bound used (rows per unit and group); null in a preview, "
+                                             "where it is not chosen yet (choosing it reads the data)")
+    chosen: Literal[True] = True
+    max_rows_limit: int = Field(description="the largest bound the selection may choose (the policy's limit)")
+    epsilon: float = Field(description="the share of the query's epsilon the selection spent (part of the charge)")
+    quantile: float = Field(description="the quantile of rows per (unit, group) the selection estimates")
+
+
 class QueryResponse(BaseModel):
     ok: Literal[True] = True
     dataset: str
@@ -268,6 +279,7 @@ class QueryResponse(BaseModel):
     budget: BudgetOut
     noise: list[NoiseOut]
     partitions: PartitionsOut
+    bounds: BoundsOut | None = Field(None, description='present when the table chose its max_rows ("auto")')
 
 
 class PreviewResponse(BaseModel):
@@ -282,6 +294,7 @@ class PreviewResponse(BaseModel):
     refusal: str | None = Field(None, description="why the query would be refused, if it would be")
     noise: list[NoiseOut]
     partitions: PartitionsOut
+    bounds: BoundsOut | None = Field(None, description='present when the table chooses its max_rows ("auto")')
 
 
 class BudgetReportOut(BaseModel):
