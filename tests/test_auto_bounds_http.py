@@ -1,0 +1,116 @@
+"""max_rows = "auto" end to end over HTTP: one charge admitted before any data is read, the bounds reported in
+the answer and the preview, the ledger's exact event, refusals that cost nothing."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from accountant import loss
+from accountant.events import from_json
+from mechanisms import laplace
+from proxy.demo import DemoFiles
+from tests.conftest import Server, policy_copy, spend
+
+LIMIT = 200
+
+
+@pytest.fixture(scope="module")
+def auto_server(demo: DemoFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    directory = tmp_path_factory.mktemp("auto-bounds")
+    policy = policy_copy(demo, directory, epsilon=20.0, delta=1e-5)
+    text = policy.read_text(encoding="utf-8")
+    assert text.count("max_rows = 20\n") == 1
+    policy.write_text(text.replace("max_rows = 20\n", f'max_rows = "auto"\nmax_rows_limit = {LIMIT}\n')
+                      .replace('bounding = "store"', 'bounding = "store"\nauto_bounds_share = 0.2'), encoding="utf-8")
+    live = Server(directory / "server.log").start(policy)
+    try:
+        yield live
+    finally:
+        live.stop()
+
+
+@pytest.fixture(scope="module")
+def client(auto_server: Server, demo: DemoFiles) -> Iterator[httpx.Client]:
+    with auto_server.client(demo.analyst_key) as c:
+        yield c
+
+
+def _spent(client: httpx.Client) -> float:
+    return float(spend(client)["epsilon_spent"])
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT category, COUNT(*), SUM(amount) FROM visits GROUP BY category",
+    "SELECT region, COUNT(*) FROM visits GROUP BY region",
+    "SELECT category, COUNT(*) FROM visits WHERE amount > 20 GROUP BY category",
+    "SELECT region, category, AVG(amount) FROM visits GROUP BY region, category",
+])
+def test_an_auto_query_is_charged_once_and_reports_its_bound(client: httpx.Client, sql: str) -> None:
+    before = _spent(client)
+    preview = client.post("/v1/query/preview", json={"dataset": "demo", "sql": sql, "epsilon": 0.5})
+    assert preview.status_code == 200, preview.text
+    planned = preview.json()
+    assert planned["bounds"] == {"max_rows": None, "chosen": True, "max_rows_limit": LIMIT,
+                                 "epsilon": pytest.approx(0.1, rel=1e-12), "quantile": 0.99}
+    response = client.post("/v1/query", json={"dataset": "demo", "sql": sql, "epsilon": 0.5})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    bounds = body["bounds"]
+    assert bounds["chosen"] is True and 1 <= bounds["max_rows"] <= LIMIT
+    assert bounds["epsilon"] == planned["bounds"]["epsilon"]
+    charge = body["charge"]
+    assert charge["events"] == planned["charge"]["events"] and charge["epsilon"] == planned["charge"]["epsilon"]
+    assert charge["epsilon"] <= 0.5 and charge["events"]["kind"] == "auto_bounds"
+    event = from_json(charge["events"])
+    assert loss.epsilon_delta(event, 0.0)[0] == charge["epsilon"]
+    # each noise is calibrated to the chosen bound: the scale of the limit's noise times k / limit (rounded up)
+    for noise, limit_noise in zip(body["noise"], planned["noise"], strict=True):
+        if noise["scale"] is not None and limit_noise["scale"] is not None:
+            ratio = noise["scale"] / limit_noise["scale"]
+            assert ratio == pytest.approx(bounds["max_rows"] / LIMIT, rel=1e-9)
+    assert math.isclose(_spent(client), before + charge["epsilon"], rel_tol=1e-12)
+    # a repeat is the stored answer, free
+    again = client.post("/v1/query", json={"dataset": "demo", "sql": sql, "epsilon": 0.5})
+    assert again.content == response.content and again.headers.get("x-dp-repeat") == "true"
+
+
+def test_the_ledger_stores_the_auto_event(client: httpx.Client, demo: DemoFiles, auto_server: Server) -> None:
+    sql = "SELECT day, COUNT(*) FROM visits WHERE day >= '2026-01-10' GROUP BY day"
+    response = client.post("/v1/query", json={"dataset": "demo", "sql": sql, "epsilon": 0.25})
+    assert response.status_code == 200, response.text
+    with auto_server.client(demo.admin_key) as admin:
+        entries = admin.get("/v1/ledger", params={"analyst": "analyst", "limit": 1000}).json()["charges"]
+    (entry,) = [e for e in entries if e["id"] == response.json()["charge"]["id"]]
+    event = from_json(entry["events"])
+    selection = event.selection  # type: ignore[union-attr]
+    assert laplace.epsilon(selection.sensitivity, selection.scale) == pytest.approx(0.05, rel=1e-12)
+    assert selection.sensitivity == 4.0  # max_groups cells per unit (day is a row-level key)
+
+
+@pytest.mark.parametrize(("body", "construct"), [
+    ({"sql": "SELECT COUNT(*) FROM visits", "mechanism": "gaussian", "delta": 1e-7}, "mechanism"),
+    ({"sql": "SELECT COUNT(*) FROM visits", "noise_multiplier": 4}, "noise_multiplier"),
+    ({"sql": "SELECT MEDIAN(amount) FROM visits"}, "aggregate"),
+    ({"sql": "SELECT plan, COUNT(*) FROM visits JOIN users USING (user_id) GROUP BY plan"}, "aggregate"),
+])
+def test_unsupported_auto_queries_are_refused_free(
+    client: httpx.Client, body: dict[str, object], construct: str
+) -> None:
+    before = _spent(client)
+    response = client.post("/v1/query", json={"dataset": "demo", **body})
+    assert response.status_code in (400, 422), response.text
+    error = response.json()
+    assert error["code"] == "auto_bounds_unsupported" and error["detail"]["construct"] == construct
+    assert "visits" in error["error"] and "laplace" in error["error"].lower() and error["charged"] is False
+    assert _spent(client) == before
+
+
+def test_fixed_tables_beside_an_auto_one_report_no_bounds(client: httpx.Client) -> None:
+    sql = "SELECT plan, COUNT(*) FROM users GROUP BY plan"
+    response = client.post("/v1/query", json={"dataset": "demo", "sql": sql})
+    assert response.status_code == 200, response.text
+    assert response.json()["bounds"] is None
