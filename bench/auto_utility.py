@@ -1,0 +1,135 @@
+"""Utility of automatic bounds (issue #12 part 2): median relative error per group with `max_rows = "auto"`
+beside the demo's fixed `max_rows = 20`, on the demo data, through proxy.pipeline.answer in process.
+
+    python bench/auto_utility.py [--rows 1000000] [--users 50000] [--answers 20] [--epsilon 1] [--dir bench/data-1m]
+
+Both policies are the generated demo policy with the bench budget and the bounding store; they differ only in
+visits' max_rows: fixed 20, or "auto" with max_rows_limit 1000 and the default share (10 % of ε) and quantile
+(0.99). The error is bench/utility.py's: |released − true| / |true| per (answer, group, aggregate) against
+the plain unbounded DuckDB answer, median over all; a dropped group counts 1. Also printed: the bounds chosen
+(median and range over the answers), and the engine's wall time per answer (selection + query) beside plain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import statistics
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+for path in (ROOT, ROOT / "bench"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import duckdb  # noqa: E402
+from query_latency import build_bounding_store, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
+from utility import median_relative_error, request_epsilon  # noqa: E402
+
+from proxy import pipeline  # noqa: E402
+from proxy.app import build_env  # noqa: E402
+from proxy.schemas import QueryRequest  # noqa: E402
+from proxy.settings import Settings  # noqa: E402
+
+QUERIES = (  # the issue's utility targets, and the total
+    ("COUNT by region (unit-level key)", "SELECT region, COUNT(*) FROM visits GROUP BY region", 0.03),
+    ("SUM, AVG(amount) by category (row-level key)",
+     "SELECT category, SUM(amount), AVG(amount) FROM visits GROUP BY category", 0.10),
+    ("COUNT by region, category (two keys)",
+     "SELECT region, category, COUNT(*) FROM visits GROUP BY region, category", 0.10),
+    ("filtered COUNT by category (row-level WHERE)",
+     "SELECT category, COUNT(*) FROM visits WHERE day BETWEEN DATE '2026-03-01' AND DATE '2026-05-31' "
+     "GROUP BY category", 0.03),
+    ("COUNT, SUM(amount), no GROUP BY", "SELECT COUNT(*), SUM(amount) FROM visits", None),
+)
+
+
+def policy_variant(source: Path, variant: str) -> Path:
+    """The demo policy with visits' max_rows fixed (as generated) or "auto"."""
+    text = source.read_text()
+    if variant == "auto":
+        assert text.count("max_rows = 20\n") == 1, "the demo policy changed shape"
+        text = text.replace("max_rows = 20\n", 'max_rows = "auto"\nmax_rows_limit = 1000\n')
+    target = source.with_name(f"policy-{variant}.toml")
+    target.write_text(text)
+    return target
+
+
+def run(variant: str, policy: Path, directory: Path, key: str, args: argparse.Namespace,
+        truths: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
+    settings = Settings(policy=policy, ledger=fresh_ledger(directory))
+    build_bounding_store(settings)
+    env = build_env(settings)
+    analyst = env.policy.analyst_by_key_hash(hashlib.sha256(key.encode()).hexdigest())
+    assert analyst is not None
+    serial = itertools.count(1)
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        for name, sql, _ in QUERIES:
+            released, chosen, seconds = [], [], []
+            n_keys = 0
+            for _ in range(args.answers):
+                req = QueryRequest(sql=sql, epsilon=request_epsilon(args.epsilon, next(serial)))
+                prepared = pipeline.prepare(req, analyst, env.policy, env.sampler.salt())
+                n_keys = len(prepared.plan.analysis.keys)
+                started = time.perf_counter()
+                result = pipeline.answer(prepared, analyst, env, lambda charge: None)
+                seconds.append(time.perf_counter() - started)
+                released.append(list(result.release.rows))
+                if result.bounds is not None:
+                    chosen.append(result.bounds.max_rows)
+            truth = {tuple(row[:n_keys]): tuple(row[n_keys:]) for row in truths[sql]}
+            out[name] = {"error": median_relative_error(truth, released, n_keys), "chosen": chosen,
+                         "p50_ms": 1000 * statistics.median(seconds)}
+            print(f"  {variant:5} {name}: {out[name]['error']:.4f} (bounds {sorted(chosen) or 'fixed 20'})",
+                  file=sys.stderr, flush=True)
+    finally:
+        env.ledger.close()
+        for _, engine in env.engines:
+            engine.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--users", type=int, default=50_000)
+    parser.add_argument("--answers", type=int, default=20)
+    parser.add_argument("--epsilon", type=Decimal, default=Decimal(1))
+    parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "data-1m")
+    args = parser.parse_args(argv)
+    args.epsilon = float(args.epsilon)
+    directory = args.dir.resolve()
+    meta, key = ensure_dataset(directory, rows=args.rows, users=args.users)
+    set_bounding(directory / "policy.toml", "store")
+    with duckdb.connect(str(directory / "demo.duckdb"), read_only=True) as conn:
+        truths, plain_ms = {}, {}
+        for _, sql, _ in QUERIES:
+            truths[sql] = conn.execute(sql).fetchall()
+            started = time.perf_counter()
+            for _ in range(5):
+                conn.execute(sql).fetchall()
+            plain_ms[sql] = 1000 * (time.perf_counter() - started) / 5
+    results = {v: run(v, policy_variant(directory / "policy.toml", v), directory, key, args, truths)
+               for v in ("fixed", "auto")}
+    print(f"dataset {meta['rows']:,} visits of {meta['users']:,} users; epsilon {args.epsilon} per query; "
+          f"{args.answers} answers per query; auto: limit 1000, 10 % of epsilon on the bound, q = 0.99")
+    print("| query | target | error fixed (max_rows 20) | error auto | auto bounds chosen (median, range) "
+          "| plain ms | fixed ms | auto ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, sql, target in QUERIES:
+        fixed, auto = results["fixed"][name], results["auto"][name]
+        chosen = auto["chosen"]
+        bounds = f"{statistics.median(chosen):g} ({min(chosen)}–{max(chosen)})" if chosen else "–"
+        print(f"| {name} | {'–' if target is None else f'≤ {target:.0%}'} | {fixed['error']:.2%} | "
+              f"{auto['error']:.2%} | {bounds} | {plain_ms[sql]:.1f} | {fixed['p50_ms']:.1f} | {auto['p50_ms']:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
