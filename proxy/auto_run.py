@@ -15,25 +15,18 @@ from __future__ import annotations
 
 import dataclasses
 
-from sqlglot import exp
-
 from mechanisms import laplace
 from mechanisms.sampling import Sampler
 from proxy.engine import QueryEngine
 from proxy.query import QueryPlan, bounded_sql
 from proxy.query import auto_bounds as auto
-from proxy.query.render import DUCKDB, render
-from proxy.query.rewrite import source_table
+from proxy.query.render import DUCKDB
 from proxy.store import StoreEngine
 
 
 def selection_text(planned: QueryPlan, engine: QueryEngine | StoreEngine) -> str:
     """The histogram query as `engine` reads it; rendered before the charge, so a refusal is free."""
-    analysis = planned.analysis
-    store = planned.bounding == "store"
-    source = exp.table_(analysis.table.name, quoted=True) if store else source_table(analysis)
-    tree = auto.selection_sql(analysis, source)
-    return tree.sql(dialect="duckdb") if store else render(tree, getattr(engine, "target", DUCKDB))
+    return auto.selection_text(planned.analysis, planned.bounding == "store", getattr(engine, "target", DUCKDB))
 
 
 def choose(

@@ -32,6 +32,7 @@ from proxy.query import plan, ranked
 from proxy.query.analyse import analyse
 from proxy.query.catalog import Catalog, TableSchema
 from proxy.query.parse import parse
+from proxy.query.render import DUCKDB
 from proxy.query.rewrite_ranked import rewrite_ranked
 from tests.test_policy import VALID, write
 from tests.test_sensitivity import TABLE, _run_on_store, rows
@@ -178,10 +179,12 @@ def test_both_steps_move_within_their_stated_sensitivity(
     query at any chosen k by at most its sensitivity at k."""
     analysis = analyse(parse(query), CATALOG, canonical_units=True)
     smaller = [row for row in data if row[0] != removed]
-    selection = auto.selection_sql(analysis, exp.table_("t", quoted=True)).sql("duckdb")
-    big, small = (_histogram(_run_on_store(selection, d, 1, "key", AUTO)) for d in (data, smaller))
-    assert sum(abs(big.get(c, 0) - small.get(c, 0)) for c in set(big) | set(small)) <= analysis.max_groups
-    assert all(1 <= c <= AUTO.max_rows for c in big)
+    selections = [auto.selection_sql(analysis, exp.table_("t", quoted=True)).sql("duckdb"),
+                  auto.selection_text(analysis, True, DUCKDB)]  # the store's stored counts where they serve
+    for selection in selections:
+        big, small = (_histogram(_run_on_store(selection, d, 1, "key", AUTO)) for d in (data, smaller))
+        assert sum(abs(big.get(c, 0) - small.get(c, 0)) for c in set(big) | set(small)) <= analysis.max_groups
+        assert all(1 <= c <= AUTO.max_rows for c in big)
     at_k = auto.at_bound(analysis, k)
     sql = rewrite_ranked(at_k, salt)
     n_keys = len(analysis.keys)
@@ -218,6 +221,11 @@ def test_choice_reads_the_histogram_of_capped_rows_per_cell() -> None:
     unit_level = analyse(parse("SELECT r, COUNT(*) FROM t GROUP BY r"), CATALOG)
     sql = auto.selection_sql(unit_level, exp.table_("t", quoted=True)).sql("duckdb")
     assert dict(con.execute(sql).fetchall()) == {2: 1, 3: 1, 4: 1, 5: 1, 6: 2}  # one cell per unit: its rows
+    # the stored counts: unit-level keys read each unit's row count; a row-level key its stored groups' counts
+    assert dict(con.execute(auto.selection_text(unit_level, True, DUCKDB)).fetchall()) == {2: 1, 3: 1, 4: 1, 5: 1,
+                                                                                          6: 2}
+    stored = dict(con.execute(auto.selection_text(analysis, True, DUCKDB)).fetchall())
+    assert sum(stored.values()) == 12 and stored[6] == 2  # unit 9 keeps 2 of its 3 cells (by its group rank)
 
 
 def test_chosen_bound_follows_the_exact_mechanism() -> None:

@@ -51,10 +51,13 @@ from accountant.events import AutoBoundsEvent, ExponentialEvent
 from mechanisms import dp_quantile, laplace
 from mechanisms.rounding import down
 from mechanisms.sampling import Sampler
-from proxy.query import types
+from proxy.query import ranked, types
 from proxy.query.analyse import Analysis
 from proxy.query.errors import QueryError
 from proxy.query.price import Price
+from proxy.query.render import Target, render
+from proxy.query.rewrite import source_table
+from proxy.query.rewrite_ranked import uses_rank_filter
 
 DEFAULT_AUTO_SHARE = 0.10
 DEFAULT_AUTO_QUANTILE = 0.99
@@ -234,6 +237,53 @@ def bound_grid(limit: int) -> tuple[int, ...]:
             grid.append(round(point))
         point *= math.sqrt(2)
     return (*grid, limit)
+
+
+def store_selection_sql(analysis: Analysis) -> exp.Select:
+    """The histogram read from the counts the bounding store holds (proxy/query/ranked.py), for a query the
+    store's rank filter serves (at most one row-level key, a WHERE on unit-level columns): one filtered scan,
+    no GROUP BY per unit. A cell is a unit's rank-1 row of a group (of the unit, with no row-level key) among
+    the L0 groups its stored group rank keeps, carrying the stored row count of that cell; a unit-level WHERE
+    keeps or drops whole units. So each unit adds at most L0 cells, each a function of its own rows.
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True)),
+        ...     max_rows=50, max_groups=2, auto_max_rows=True)
+        >>> a = analyse(parse("SELECT g, COUNT(*) FROM t WHERE u > 3 GROUP BY g"), Catalog((t,)))
+        >>> print(store_selection_sql(a).args["where"].sql("duckdb"))
+        WHERE __row_rank__g = 1 AND __group_rank__g <= 2 AND "u" > 3
+    """
+    table = analysis.table
+    row_keys = [spec.name for key in analysis.keys if (spec := table.column(key)) is not None and not spec.unit_level]
+    conditions: list[exp.Expr]
+    if row_keys:
+        (key,) = row_keys
+        rows = exp.column(ranked.cell_rows(key))
+        conditions = [exp.EQ(this=exp.column(ranked.row_rank(key)), expression=exp.Literal.number(1)),
+                      exp.LTE(this=exp.column(ranked.group_rank(key)),
+                              expression=exp.Literal.number(analysis.max_groups))]
+    else:
+        rows = exp.column(ranked.UNIT_ROWS)
+        conditions = [exp.EQ(this=exp.column(ranked.ROW_RANK), expression=exp.Literal.number(1))]
+    if analysis.where is not None:
+        conditions.append(analysis.where.copy())
+    capped = exp.Least(this=rows, expressions=[exp.Literal.number(table.max_rows)])
+    return (exp.select(exp.alias_(capped, "__c"), exp.alias_(exp.Count(this=exp.Star()), "__cells"))
+            .from_(exp.table_(table.name, quoted=True)).where(exp.and_(*conditions)).group_by(exp.column("__c")))
+
+
+def selection_text(analysis: Analysis, store: bool, target: Target) -> str:
+    """The histogram query as the engine reads it: over the bounding store (its stored counts where the rank
+    filter serves the query, else its table), or over the source as the per-query rewrite reads it, rendered
+    for `target` (render.py checks it for Spark)."""
+    if store and uses_rank_filter(analysis):
+        return store_selection_sql(analysis).sql(dialect="duckdb")
+    if store:
+        return selection_sql(analysis, exp.table_(analysis.table.name, quoted=True)).sql(dialect="duckdb")
+    return render(selection_sql(analysis, source_table(analysis)), target)
 
 
 def choose_bound(
