@@ -158,7 +158,7 @@ def _render(result: Answer, env: Env) -> bytes:
         bounds=None if result.bounds is None else BoundsOut(
             max_rows=result.bounds.max_rows, max_rows_limit=result.bounds.limit, epsilon=result.bounds.epsilon,
             quantile=result.bounds.q),
-    ).model_dump_json().encode()
+    ).model_dump_json(exclude=None if result.bounds is not None else {"bounds"}).encode()  # only on auto tables
 
 
 @router.post("/v1/query/preview", response_model=PreviewResponse, tags=["query"], responses=RATE_LIMITED)
@@ -166,7 +166,7 @@ async def preview(body: QueryRequest, request: Request, analyst: AnalystDep, env
     """The plan of a query (rewritten SQL, charge under each accounting, noise, and the budget before and
     after it) without charging or touching data. `admissible` applies the dataset's admit rule."""
     request.state.query = body  # what this route parsed: the access log names its dataset
-    rendered: bytes = await _run(request, analyst, lambda _: _preview(body, analyst, env).model_dump_json().encode(),
+    rendered: bytes = await _run(request, analyst, lambda _: _dump(_preview(body, analyst, env)),
                                  env)  # rendered on the query thread, not the event loop
     return Response(rendered, media_type="application/json")
 
@@ -195,6 +195,11 @@ def _preview(body: QueryRequest, analyst: AnalystPolicy, env: Env) -> PreviewRes
         partitions=_partitions(prepared),
         bounds=_bounds_preview(prepared),
     )
+
+
+def _dump(preview: PreviewResponse) -> bytes:
+    """The preview's JSON; `bounds` only where the table chooses its bound (auto)."""
+    return preview.model_dump_json(exclude=None if preview.bounds is not None else {"bounds"}).encode()
 
 
 def _bounds_preview(prepared: Prepared) -> BoundsOut | None:
