@@ -156,7 +156,7 @@ max_rows = 20
 user_id = {{ type = "BIGINT" }}
 region = {{ type = "VARCHAR", unit_level = true, groupable = true, public_domain = {regions} }}
 age = {{ type = "INTEGER", unit_level = true, groupable = true, bounds = [18, 90] }}
-day = {{ type = "DATE", groupable = true, bounds = ["2026-01-01", "2026-12-31"] }}  # its days are a public domain
+day = {{ type = "DATE", groupable = true }}
 category = {{ type = "VARCHAR", groupable = true, public_domain = {categories} }}
 amount = {{ type = "DOUBLE", bounds = [0.0, 500.0] }}
 duration_s = {{ type = "INTEGER", bounds = [0, 3600] }}
