@@ -29,7 +29,7 @@ class Deadline:
         >>> late.deliver()
         Traceback (most recent call last):
         ...
-        proxy.engine.ExecutionTimeout: query exceeded the time limit
+        proxy.engines.base.ExecutionTimeout: query exceeded the time limit
     """
 
     def __init__(self, seconds: float, on_start: Callable[[], None] | None = None) -> None:

@@ -164,7 +164,7 @@ def open_store(path: Path, stamp: str, catalog: Catalog, *, threads: int, memory
         log.warning("bounding store %s cannot be opened (%s); it will be rebuilt", path.name, err)
         return None
     try:
-        meta = engine.run(f"SELECT format, fingerprint FROM {ranked.META}").rows
+        meta = engine.run(f"SELECT format, fingerprint FROM {ranked.META}", max(timeout_s, 60.0)).rows
         tables_ok = all(engine.columns(t.name) for t in (*catalog.tables, *catalog.public))
     except EngineError:
         meta, tables_ok = (), False

@@ -37,6 +37,8 @@ def spark_policy(duckdb_policy: Path, parquet: dict[str, Path], directory: Path,
     sources = "\n".join(f"{t} = {{ parquet = {json.dumps(str(p))} }}" for t, p in parquet.items())
     text, found = re.subn(r"^path = .*\n", 'engine = "spark"\n', text, count=1, flags=re.MULTILINE)
     assert found == 1, "the policy has no path line"
+    # the bounding store is built by DuckDB only: a Spark dataset bounds per query
+    text = re.sub(r'^bounding = "store".*$', 'bounding = "per_query"', text, count=1, flags=re.MULTILINE)
     head, tail = text.split("[datasets.demo.tables.", 1)
     spark = f'[datasets.demo.spark]\nmaster = "{master}"\n\n[datasets.demo.spark.tables]\n{sources}\n\n'
     text = head + spark + "[datasets.demo.tables." + tail

@@ -30,7 +30,7 @@ from proxy.policy import load_policy
 from proxy.query import plan
 from proxy.query.analyse import analyse
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-from proxy.query.errors import QueryError
+from proxy.query.errors import QueryError, UnsupportedQuery
 from proxy.query.keyed_hash import keyed_hash, numbers, reference
 from proxy.query.parse import parse
 from proxy.query.render import Target, render
@@ -79,6 +79,11 @@ def test_every_workload_query_gives_the_same_rows_on_both_engines(engines: Any, 
     for salt in SALTS:
         planned = plan(sql, dataset.catalog, epsilon=1.0, delta=1e-6, mechanism="laplace", salt=salt)
         assert planned.tree is not None
+        if planned.analysis.computed or planned.analysis.source is not None:
+            # computed keys (DuckDB's TRY) and joins are not rendered for Spark yet: refused before admission
+            with pytest.raises(UnsupportedQuery, match="Spark runs only generated SQL"):
+                render(planned.tree, spark.target)
+            continue
         on_spark = spark.run(render(planned.tree, spark.target)).rows
         on_duckdb = duck.run(planned.sql).rows
         assert on_spark, sql

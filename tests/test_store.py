@@ -10,7 +10,9 @@ import os
 import re
 import shutil
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -269,6 +271,13 @@ def _store_policy(demo: DemoFiles, directory: Path, *, one_row_per_unit: str = "
     return policy
 
 
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the store to be rebuilt"
+        time.sleep(0.05)
+
+
 def test_http_rebuild_while_eight_clients_query_no_5xx(demo: DemoFiles, tmp_path: Path) -> None:
     database = tmp_path / "data.duckdb"
     shutil.copyfile(demo.database, database)
@@ -300,7 +309,9 @@ def test_http_rebuild_while_eight_clients_query_no_5xx(demo: DemoFiles, tmp_path
                 copy = tmp_path / f"swap{i}.duckdb"
                 shutil.copyfile(other if i % 2 == 0 else demo.database, copy)
                 os.replace(copy, database)
-                threading.Event().wait(1.0)
+                # the next swap waits for this one's rebuild: on a loaded machine two swaps could otherwise
+                # both land before any query notices the first
+                _wait_for(lambda i=i: server.log.read_text().count("now answers from the bounding store") >= i + 2)
             stop.set()
             statuses = [s for f in futures for s in f.result()]
         assert statuses and set(statuses) == {200}, Counter(statuses)

@@ -31,6 +31,8 @@ _COLUMNS_SQL = (
 )
 
 
+METADATA_TIMEOUT_S = 60.0  # catalog introspection at start-up, however small the per-query limit
+
 class Engine:
     """A read-only, locked-down DuckDB database. Thread-safe: each call uses its own cursor."""
 
@@ -103,7 +105,8 @@ class Engine:
 
     def columns(self, table: str) -> dict[str, str]:
         """Column name -> DuckDB type of `table` in the default schema; {} when there is no such table."""
-        rows = self._fetch(_COLUMNS_SQL, (table,), self.timeout_s).rows
+        # metadata for the operator's start-up checks, not an analyst's query: the per-query limit does not apply
+        rows = self._fetch(_COLUMNS_SQL, (table,), max(self.timeout_s, METADATA_TIMEOUT_S)).rows
         return {str(name): str(type_) for name, type_ in rows}
 
     def check_catalog(self, catalog: Catalog) -> tuple[str, ...]:

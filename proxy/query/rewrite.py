@@ -136,7 +136,10 @@ def _table(analysis: Analysis) -> exp.Expr:
     # declared column is listed (no `* REPLACE`, which Spark lacks): nothing else is readable anyway.
     unit = _typed(analysis.table, analysis.table.privacy_unit)
     projections: list[exp.Expr] = []
+    virtual = {name for name, _ in analysis.computed}  # computed keys are added after, by with_computed
     for column in analysis.table.columns:
+        if column.name in virtual:
+            continue
         ref: exp.Expr = exp.column(column.name, quoted=True)
         if column.name in analysis.canonical:
             ref = exp.Window(this=exp.Min(this=_typed(analysis.table, column.name)), partition_by=[unit.copy()])
