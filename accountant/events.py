@@ -134,11 +134,17 @@ class AutoBoundsEvent:
     Laplace noise whose scale is calibrated to its ε (b(k) = Δ(k)/ε rounded up, ε = Δ(limit)/b(limit)), so
     the pure ε of each part at k is at most the recorded one, and pure ε is all any rule reads of it.
 
+    Several bounds chosen for one query (max_rows, max_groups, a column's clamp: proxy/query/auto_bounds.py)
+    each ran one exponential mechanism on the same data: `selection` is the first, `more` the others in the
+    order they ran; all compose sequentially with the query, as ``ComposedEvent((selection, *more, query))``.
+    An event with no `more` has the wire form it had before the field existed.
+
     Event name: ``auto_bounds``.
     """
 
     selection: ExponentialEvent
     query: Event
+    more: tuple[ExponentialEvent, ...] = ()
 
 
 Event = (LaplaceEvent | ExponentialEvent | GaussianEvent | ThresholdEvent | GaussianThresholdEvent | ComposedEvent
@@ -165,8 +171,9 @@ def to_json(event: Event) -> dict[str, Any]:
         {'kind': 'composed', 'events': [{'kind': 'laplace', 'sensitivity': 1.0, 'scale': 10.0}]}
     """
     match event:
-        case AutoBoundsEvent(selection, query):
-            return {"kind": "auto_bounds", "selection": to_json(selection), "query": to_json(query)}
+        case AutoBoundsEvent(selection, query, more):
+            wire = {"kind": "auto_bounds", "selection": to_json(selection), "query": to_json(query)}
+            return {**wire, "more": [to_json(e) for e in more]} if more else wire
         case ComposedEvent(events) | ParallelEvent(events):
             return {"kind": _NAMES[type(event)], "events": [to_json(e) for e in events]}
         case _:
@@ -186,17 +193,23 @@ def from_json(data: dict[str, Any]) -> Event:
         GaussianThresholdEvent(max_groups=3, sigma=8.0, threshold=40)
         >>> from_json(to_json(AutoBoundsEvent(ExponentialEvent(1.0, 10.0), LaplaceEvent(5.0, 5.0))))
         AutoBoundsEvent(selection=ExponentialEvent(sensitivity=1.0, scale=10.0), query=LaplaceEvent(sensitivity=5.0, \
-scale=5.0))
+scale=5.0), more=())
+        >>> to_json(AutoBoundsEvent(ExponentialEvent(1.0, 10.0), LaplaceEvent(5.0, 5.0),
+        ...                         (ExponentialEvent(8.0, 80.0),)))  # doctest: +NORMALIZE_WHITESPACE
+        {'kind': 'auto_bounds', 'selection': {'kind': 'exponential', 'sensitivity': 1.0, 'scale': 10.0},
+         'query': {'kind': 'laplace', 'sensitivity': 5.0, 'scale': 5.0},
+         'more': [{'kind': 'exponential', 'sensitivity': 8.0, 'scale': 80.0}]}
     """
     kind = data.get("kind")
     cls = _KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ValueError(f"unknown event kind {kind!r}")
     if cls is AutoBoundsEvent:
-        selection = from_json(data["selection"])
-        if type(selection) is not ExponentialEvent:
-            raise ValueError(f"an auto_bounds selection must be an exponential event, got {data['selection']!r}")
-        return AutoBoundsEvent(selection, from_json(data["query"]))
+        selections = [from_json(e) for e in (data["selection"], *data.get("more", ()))]
+        if any(type(e) is not ExponentialEvent for e in selections):
+            raise ValueError(f"an auto_bounds selection must be an exponential event, got {data!r}")
+        first, *more = selections
+        return AutoBoundsEvent(first, from_json(data["query"]), tuple(more))  # type: ignore[arg-type]
     if cls in (ComposedEvent, ParallelEvent):
         return cls(tuple(from_json(e) for e in data["events"]))  # type: ignore[no-any-return]
     integral = {"max_groups", "threshold"} if cls is GaussianThresholdEvent else set()

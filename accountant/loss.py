@@ -62,7 +62,7 @@ def as_composed(event: AutoBoundsEvent) -> ComposedEvent:
         >>> epsilon_delta(AutoBoundsEvent(ExponentialEvent(1, 10.0), LaplaceEvent(5, 5.0)), 0.0)
         (1.1, 0.0)
     """
-    return ComposedEvent((event.selection, event.query))
+    return ComposedEvent((event.selection, *event.more, event.query))
 
 
 _Parts = tuple[tuple[Fraction, ...], tuple[tuple[float, float], ...]]

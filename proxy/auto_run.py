@@ -1,6 +1,6 @@
-"""The two-step release of a query on a table with `max_rows = "auto"`, run after its one charge: read the
-selection histogram from the engine, choose k privately, and re-plan the query at k (proxy/query/auto_bounds.py
-holds the math; this module only connects it to an engine).
+"""The two-step release of a query with automatic bounds, run after its one charge: read every selection
+histogram from the engine in one call, choose each bound privately, and re-plan the query at them
+(proxy/query/auto_bounds.py holds the math; this module only connects it to an engine).
 
 Example:
     >>> from proxy.query import plan
@@ -13,38 +13,93 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import math
+from collections.abc import Sequence
 
-from mechanisms import laplace
+from mechanisms import dp_quantile, laplace
 from mechanisms.sampling import Sampler
 from proxy.engine import QueryEngine
-from proxy.query import QueryPlan, bounded_sql
+from proxy.query import QueryPlan, auto_clamp, auto_groups, bounded_sql
 from proxy.query import auto_bounds as auto
+from proxy.query.analyse import Analysis
+from proxy.query.auto_sql import histograms, slots
 from proxy.query.render import DUCKDB
 from proxy.store import StoreEngine
 
 
 def selection_text(planned: QueryPlan, engine: QueryEngine | StoreEngine) -> str:
-    """The histogram query as `engine` reads it; rendered before the charge, so a refusal is free."""
-    return auto.selection_text(planned.analysis, planned.bounding == "store", getattr(engine, "target", DUCKDB))
+    """Every histogram in one query, tagged by `__part`; rendered before the charge, so a refusal is free."""
+    assert planned.auto is not None
+    parts = histograms(planned.analysis, planned.auto, planned.bounding == "store", getattr(engine, "target", DUCKDB))
+    return " UNION ALL ".join(f"SELECT {i} AS __part, __a, __b, __n FROM ({sql}) AS __p{i}"
+                              for i, sql in enumerate(parts))
 
 
 def choose(
     planned: QueryPlan, engine: QueryEngine | StoreEngine, sql: str, sampler: Sampler, timeout_s: float | None,
 ) -> auto.ChosenBounds:
-    """Run the selection (`sql`: `selection_text`) and draw the bound."""
+    """Run the selection (`sql`: `selection_text`) and draw every bound."""
     chooser = planned.auto
     assert chooser is not None
     rows = engine.run(sql, timeout_s).rows
-    k = auto.choose_bound(rows, limit=chooser.limit, q=chooser.q, epsilon=chooser.epsilon,
-                          sensitivity=chooser.cells_per_unit, sampler=sampler)
-    epsilon = laplace.epsilon(chooser.selection.sensitivity, chooser.selection.scale)  # as the ledger charges it
-    return auto.ChosenBounds(k, chooser.limit, epsilon, chooser.q)
+    return draw(planned.analysis, chooser, rows, sampler)
 
 
-def plan_at(planned: QueryPlan, k: int) -> QueryPlan:
-    """The plan with max_rows = k: its SQL bounds at k and its noise is calibrated to k, at the same charge."""
-    analysis = auto.at_bound(planned.analysis, k)
+def draw(analysis: Analysis, chooser: auto.AutoBounds, rows: Sequence[Sequence[object]],
+         sampler: Sampler) -> auto.ChosenBounds:
+    """The bounds drawn from the tagged histogram rows: each part's exponential mechanism at its own ε."""
+    by_part: dict[int, list[tuple[object, object, int]]] = {}
+    for part, a, b, n in rows:
+        by_part.setdefault(int(part), []).append((int(a), int(b), int(n)))  # type: ignore[call-overload]
+    table = analysis.table
+    k, g = table.max_rows, analysis.max_groups
+    clamps: dict[str, list[float]] = {}
+    chosen: list[auto.ChosenBound] = []
+    for part, slot in zip(chooser.parts, slots(chooser), strict=True):
+        got = by_part.get(slot, [])
+        value: float
+        if part.bound == "max_rows":
+            k = value = auto.choose_bound([(a, n) for a, _, n in got], limit=int(part.limit), q=part.q,
+                                          epsilon=part.epsilon, sensitivity=part.sensitivity, sampler=sampler)
+        elif part.bound == "max_groups":
+            grid = auto.bound_grid(int(part.limit))
+            binned = [0] * len(grid)
+            for c, units in enumerate(auto_groups.histogram(got, int(part.limit)), start=1):
+                binned[bisect.bisect_left(grid, c)] += units
+            g = value = grid[dp_quantile.quantile_index(binned, part.q, part.epsilon, part.sensitivity, sampler)]
+        else:
+            spec = table.column(part.column or "")
+            assert spec is not None and spec.bounds is not None
+            grid_, up, down = auto_clamp.histograms(got, spec.bounds, spec.kind)
+            upper = part.bound == "upper"
+            i = dp_quantile.quantile_index(up if upper else down, part.q if upper else 1 - part.q, part.epsilon,
+                                           part.sensitivity, sampler)
+            value = grid_[i]
+            clamps.setdefault(spec.name, [spec.bounds[0], spec.bounds[1]])[1 if upper else 0] = value
+        epsilon = laplace.epsilon(part.selection.sensitivity, part.selection.scale)  # as the ledger charges it
+        chosen.append(auto.ChosenBound(part.bound, part.column, value, part.limit, epsilon, part.q))
+    ordered = tuple((name, min(lo, hi), max(lo, hi)) for name, (lo, hi) in clamps.items())
+    return auto.ChosenBounds(tuple(chosen), int(k), int(g), ordered)
+
+
+def preview(chooser: auto.AutoBounds, analysis: Analysis) -> auto.ChosenBounds:
+    """The bounds a preview reports: their limits and costs; the bounds themselves need the data."""
+    parts = tuple(auto.ChosenBound(p.bound, p.column, None, p.limit,
+                                   laplace.epsilon(p.selection.sensitivity, p.selection.scale), p.q)
+                  for p in chooser.parts)
+    return auto.ChosenBounds(parts, analysis.table.max_rows, analysis.max_groups)
+
+
+def plan_at(planned: QueryPlan, chosen: auto.ChosenBounds | int) -> QueryPlan:
+    """The plan at the chosen bounds (or at max_rows = k): its SQL bounds at them and its noise is calibrated to
+    them, at the same charge."""
+    if isinstance(chosen, int):
+        analysis = auto.at_bound(planned.analysis, chosen)
+    else:
+        analysis = auto.at_bound(planned.analysis, chosen.max_rows, chosen.max_groups, chosen.clamps)
+    assert all(math.isfinite(lo) and math.isfinite(hi) for _, lo, hi in getattr(chosen, "clamps", ()))
     tree, sql = bounded_sql(analysis, planned.salt, planned.bounding)
     return dataclasses.replace(planned, analysis=analysis, sql=sql, tree=tree,
-                               price=auto.price_at(planned.price, analysis, k))
+                               price=auto.price_at(planned.price, analysis, analysis.table.max_rows))

@@ -198,4 +198,4 @@ def at_chosen_bound(
 ) -> tuple[Prepared, ChosenBounds]:
     """The prepared query at the max_rows its selection chooses from the data (proxy/query/auto_bounds.py)."""
     chosen = auto_run.choose(prepared.plan, engine, picking, sampler, deadline.remaining())
-    return dataclasses.replace(prepared, plan=auto_run.plan_at(prepared.plan, chosen.max_rows)), chosen
+    return dataclasses.replace(prepared, plan=auto_run.plan_at(prepared.plan, chosen)), chosen

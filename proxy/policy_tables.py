@@ -21,7 +21,7 @@ from proxy.policy_readers import (
     _str,
 )
 from proxy.query import types
-from proxy.query.auto_bounds import DEFAULT_AUTO_LIMIT
+from proxy.query.auto_bounds import DEFAULT_AUTO_LIMIT, DEFAULT_GROUPS_LIMIT
 from proxy.query.catalog import MAX_ABS_BOUND, ColumnSpec, Literal_, TableSchema
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # table and column names: plain SQL identifiers
@@ -30,21 +30,24 @@ IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # table and column name
 def _table(name: str, raw: _Raw, dataset_loc: str, p: _Problems) -> TableSchema | None:
     loc = f"{dataset_loc}.tables.{name}"
     before = len(p.items)
-    _check_keys(raw, loc, ("privacy_unit", "max_groups", "max_rows", "max_rows_limit", "one_row_per_unit", "columns"),
-                p)
+    _check_keys(raw, loc, ("privacy_unit", "max_groups", "max_groups_limit", "max_rows", "max_rows_limit",
+                           "one_row_per_unit", "columns"), p)
+    _check_limits_used(raw, loc, p)
     unit = _str(raw, "privacy_unit", loc, p)
-    max_groups = _int(raw, "max_groups", loc, p, default=1)
+    auto_groups = raw.get("max_groups") == "auto"
+    max_groups = _auto_limit(raw, "max_groups", DEFAULT_GROUPS_LIMIT, loc, p) if auto_groups else _int(
+        raw, "max_groups", loc, p, default=1)
     auto = raw.get("max_rows") == "auto"
-    max_rows = _auto_limit(raw, loc, p) if auto else _int(raw, "max_rows", loc, p, default=1)
-    if not auto and "max_rows_limit" in raw:
-        p.add(f"{loc}.max_rows_limit", 'is read only with max_rows = "auto" (the largest bound a query may choose)')
+    max_rows = _auto_limit(raw, "max_rows", DEFAULT_AUTO_LIMIT, loc, p) if auto else _int(
+        raw, "max_rows", loc, p, default=1)
     one_row = _bool(raw, "one_row_per_unit", loc, p, default=False)
-    if auto and one_row:
-        p.add(f"{loc}.max_rows", 'max_rows = "auto" is meaningless on a table declared one_row_per_unit = true '
-                                 "(every unit has one row: there is no bound to choose); remove one of them")
-    for key, value in (("max_groups", max_groups), ("max_rows_limit" if auto else "max_rows", max_rows)):
+    for key, chosen in (("max_rows", auto), ("max_groups", auto_groups)):
+        if chosen and one_row:
+            p.add(f"{loc}.{key}", f'{key} = "auto" is meaningless on a table declared one_row_per_unit = true '
+                                  "(every unit has one row: there is no bound to choose); remove one of them")
+    for key, value, chosen in (("max_groups", max_groups, auto_groups), ("max_rows", max_rows, auto)):
         if value is not None and not 1 <= value <= 10_000:
-            p.add(f"{loc}.{key}", f"must be an integer in [1, 10000], got {value}")
+            p.add(f"{loc}.{key}_limit" if chosen else f"{loc}.{key}", f"must be an integer in [1, 10000], got {value}")
     named = _named_tables(raw, "columns", loc, IDENTIFIER, p)
     columns = tuple(c for n, r in named if (c := _column(n, r, loc, p)))
     _check_case_duplicates(tuple(c.name for c in columns), f"{loc}.columns", p)
@@ -57,21 +60,28 @@ def _table(name: str, raw: _Raw, dataset_loc: str, p: _Problems) -> TableSchema 
     if len(p.items) > before or unit is None or max_groups is None or max_rows is None or one_row is None:
         return None
     try:
-        return TableSchema(name, unit, columns, max_groups, max_rows, one_row, auto_max_rows=auto)
+        return TableSchema(name, unit, columns, max_groups, max_rows, one_row, auto_max_rows=auto,
+                           auto_max_groups=auto_groups)
     except ValueError as err:
         p.add(loc, str(err))
         return None
 
 
-def _auto_limit(raw: _Raw, loc: str, p: _Problems) -> int | None:
-    """The largest bound an auto max_rows may choose (`max_rows_limit`, default 1000)."""
-    return _int(raw, "max_rows_limit", loc, p, default=DEFAULT_AUTO_LIMIT)
+def _auto_limit(raw: _Raw, key: str, default: int, loc: str, p: _Problems) -> int | None:
+    """The largest bound an auto `key` may choose (`<key>_limit`); the limit key is read only with "auto"."""
+    return _int(raw, f"{key}_limit", loc, p, default=default)
+
+
+def _check_limits_used(raw: _Raw, loc: str, p: _Problems) -> None:
+    for key in ("max_rows", "max_groups"):
+        if raw.get(key) != "auto" and f"{key}_limit" in raw:
+            p.add(f"{loc}.{key}_limit", f'is read only with {key} = "auto" (the largest bound a query may choose)')
 
 
 def _column(name: str, raw: _Raw, table_loc: str, p: _Problems) -> ColumnSpec | None:
     loc = f"{table_loc}.columns.{name}"
     before = len(p.items)
-    _check_keys(raw, loc, ("type", "bounds", "unit_level", "groupable", "public_domain"), p)
+    _check_keys(raw, loc, ("type", "bounds", "bounds_limit", "unit_level", "groupable", "public_domain"), p)
     type_ = _str(raw, "type", loc, p)
     if type_ is not None:
         try:
@@ -84,8 +94,15 @@ def _column(name: str, raw: _Raw, table_loc: str, p: _Problems) -> ColumnSpec | 
     date_bounds = bounds = None
     if "bounds" in raw and type_ is not None and types.kind(type_) == "date":
         date_bounds = read_date_bounds(raw["bounds"], f"{loc}.bounds", p)  # its days: a public domain
+    elif raw.get("bounds") == "auto":  # chosen per query within the declared outer limits (auto_clamp.py)
+        if "bounds_limit" not in raw:
+            p.add(f"{loc}.bounds_limit", 'bounds = "auto" needs its outer limits, e.g. bounds_limit = [0, 100000]')
+        else:
+            bounds = _bounds(raw.get("bounds_limit"), f"{loc}.bounds_limit", p)
     elif "bounds" in raw:
         bounds = _bounds(raw.get("bounds"), f"{loc}.bounds", p)
+    if "bounds_limit" in raw and raw.get("bounds") != "auto":
+        p.add(f"{loc}.bounds_limit", 'is read only with bounds = "auto" (the outer limits a query may choose within)')
     domain = None
     if "public_domain" in raw and type_ is not None:
         domain = _public_domain(raw["public_domain"], type_, f"{loc}.public_domain", p)
@@ -94,7 +111,8 @@ def _column(name: str, raw: _Raw, table_loc: str, p: _Problems) -> ColumnSpec | 
     if len(p.items) > before or type_ is None or unit_level is None or groupable is None:
         return None
     try:
-        return ColumnSpec(name, type_, bounds, unit_level, domain, groupable, date_bounds)
+        return ColumnSpec(name, type_, bounds, unit_level, domain, groupable, date_bounds,
+                          auto_bounds=raw.get("bounds") == "auto" and bounds is not None)
     except ValueError as err:
         p.add(loc, str(err))
         return None

@@ -16,7 +16,7 @@ from accountant.errors import UnsupportedEvent
 from accountant.events import to_json
 from accountant.filter import Accounting, Budget, Entry, Rule, Usage
 from accountant.ledger import Charge
-from proxy import auth, budget_detail, output_formats
+from proxy import auth, auto_run, budget_detail, output_formats
 from proxy.deadline import Deadline
 from proxy.decimal_json import DecimalJSONRoute
 from proxy.pipeline import Answer, Env, Prepared, Reply, prepare, reply
@@ -155,9 +155,7 @@ def _render(result: Answer, env: Env) -> bytes:
         budget=budget_now(env, result.charge.analyst, prepared.dataset, prepared.budget),
         noise=_noise(prepared.plan.analysis, prepared.plan.price, prepared.confidence),
         partitions=_partitions(prepared),
-        bounds=None if result.bounds is None else BoundsOut(
-            max_rows=result.bounds.max_rows, max_rows_limit=result.bounds.limit, epsilon=result.bounds.epsilon,
-            quantile=result.bounds.q),
+        bounds=None if result.bounds is None else BoundsOut(**result.bounds.report()),
     ).model_dump_json(exclude=None if result.bounds is not None else {"bounds"}).encode()  # only on auto tables
 
 
@@ -207,8 +205,7 @@ def _bounds_preview(prepared: Prepared) -> BoundsOut | None:
     chooser = prepared.plan.auto
     if chooser is None:
         return None
-    charged = loss.epsilon_delta(chooser.selection, 0.0)[0]
-    return BoundsOut(max_rows=None, max_rows_limit=chooser.limit, epsilon=charged, quantile=chooser.q)
+    return BoundsOut(**auto_run.preview(chooser, prepared.plan.analysis).report())
 
 
 @router.get("/v1/budget", response_model=BudgetsResponse, tags=["budget"])

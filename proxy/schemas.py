@@ -259,15 +259,28 @@ class PartitionsOut(BaseModel):
     note: str | None = Field(None, description="what private partition selection can hide, and how to avoid it")
 
 
+class BoundOut(BaseModel):
+    """One bound chosen per query (docs/privacy.md §10)."""
+
+    bound: Literal["max_rows", "max_groups", "lower", "upper"] = Field(
+        description="max_rows, max_groups, or a column's lower or upper clamp bound")
+    column: str | None = Field(description="the clamped column (lower, upper)")
+    value: float | None = Field(description="the bound used; null in a preview (choosing it reads the data)")
+    limit: float = Field(description="the policy's limit on this bound")
+    epsilon: float = Field(description="the epsilon its selection spent (part of the charge)")
+    q: float = Field(description="the quantile estimated (a lower bound estimates 1 − q)")
+
+
 class BoundsOut(BaseModel):
-    """The contribution bound of a table with max_rows = "auto", chosen per query (docs/privacy.md §10)."""
+    """The contribution bounds of a query chosen per query ("auto" in the policy; docs/privacy.md §10)."""
 
     max_rows: int | None = Field(description="the bound used (rows per unit and group); null in a preview, "
                                              "where it is not chosen yet (choosing it reads the data)")
     chosen: Literal[True] = True
     max_rows_limit: int = Field(description="the largest bound the selection may choose (the policy's limit)")
-    epsilon: float = Field(description="the share of the query's epsilon the selection spent (part of the charge)")
+    epsilon: float = Field(description="the share of the query's epsilon all selections spent (part of the charge)")
     quantile: float = Field(description="the quantile of rows per (unit, group) the selection estimates")
+    parts: list[BoundOut] = Field(default_factory=list, description="every bound chosen, with its own cost")
 
 
 class QueryResponse(BaseModel):

@@ -121,7 +121,8 @@ def test_the_charge_is_fixed_before_k_and_bounds_the_query_at_every_k(query: str
     planned = plan(query, CATALOG, epsilon=epsilon, delta=1e-7, mechanism="laplace", bounding="store", auto_share=0.1)
     assert planned.auto is not None and isinstance(planned.price.event, AutoBoundsEvent)
     assert Fraction(planned.price.epsilon) <= Fraction(epsilon)
-    selection_epsilon = laplace.epsilon(planned.auto.selection.sensitivity, planned.auto.selection.scale)
+    (part,) = planned.auto.parts
+    selection_epsilon = laplace.epsilon(part.selection.sensitivity, part.selection.scale)
     assert math.isclose(selection_epsilon, 0.1 * epsilon, rel_tol=1e-12)
     assert planned.auto.epsilon <= Fraction(selection_epsilon)  # the mechanism runs at most at what is charged
     recorded = [laplace.epsilon(e.sensitivity, e.scale) for e in _laplace(planned.price.event.query)]

@@ -55,12 +55,15 @@ def test_an_auto_query_is_charged_once_and_reports_its_bound(client: httpx.Clien
     assert preview.status_code == 200, preview.text
     planned = preview.json()
     assert planned["bounds"] == {"max_rows": None, "chosen": True, "max_rows_limit": LIMIT,
-                                 "epsilon": pytest.approx(0.1, rel=1e-12), "quantile": 0.99}
+                                 "epsilon": pytest.approx(0.1, rel=1e-12), "quantile": 0.99,
+                                 "parts": [{"bound": "max_rows", "column": None, "value": None, "limit": LIMIT,
+                                            "epsilon": pytest.approx(0.1, rel=1e-12), "q": 0.99}]}
     response = client.post("/v1/query", json={"dataset": "demo", "sql": sql, "epsilon": 0.5})
     assert response.status_code == 200, response.text
     body = response.json()
     bounds = body["bounds"]
     assert bounds["chosen"] is True and 1 <= bounds["max_rows"] <= LIMIT
+    assert [(p["bound"], p["value"]) for p in bounds["parts"]] == [("max_rows", bounds["max_rows"])]
     assert bounds["epsilon"] == planned["bounds"]["epsilon"]
     charge = body["charge"]
     assert charge["events"] == planned["charge"]["events"] and charge["epsilon"] == planned["charge"]["epsilon"]

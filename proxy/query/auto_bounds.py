@@ -1,98 +1,153 @@
-"""Contribution bounds chosen per query, privately (issue #12, DESIGN.md §7): `max_rows = "auto"`.
+"""Contribution bounds chosen per query, privately (issue #12, DESIGN.md §7): `max_rows = "auto"`,
+`max_groups = "auto"` and a column's `bounds = "auto"`, each within a declared limit.
 
-A table whose `max_rows` is "auto" declares only a limit L (`max_rows_limit`). Each query on it spends a
-share s of its ε (`auto_bounds_share`) choosing its bound k <= L, and the rest running at k:
+Each query on a table with automatic bounds spends a share s of its ε (`auto_bounds_share`) choosing the bounds
+it uses, split evenly over the bounds it needs (its parts), and the rest running at them:
 
-1. **Selection** (ε_sel = s·ε): one small GROUP BY under the query's WHERE and keys counts the rows of every
-   (unit, group) cell, each unit keeping at most L0 = `max_groups` cells (its largest: a function of its own
-   rows), and makes the histogram h[c] = #cells with min(rows, L) = c over c = 1..L. A unit adds or removes at
-   most L0 cells, so h moves by at most L0 in L1, and the DP q-quantile of h (mechanisms/dp_quantile.py, the
-   exponential mechanism, exact) is ε_sel-DP. k is that quantile.
-2. **Query** (ε_q = ε − ε_sel): the plan priced at the limit fixes each measure's ε_j (the split depends on
-   the query's shape, never on k); at k each Laplace scale is b_j(k) = Δ_j(k)/ε_j rounded up, so the query
-   costs at most ε_q whatever k is. The charge, admitted before any data is read, is the event
-   `AutoBoundsEvent(selection, query at L)`: exact for every k (accountant/events.py).
+1. **Selection** (ε_sel = s·ε, ε_sel/n per part): one engine call reads one histogram per part under the
+   query's WHERE and keys, and the exponential mechanism (mechanisms/dp_quantile.py, exact) draws the DP
+   q-quantile of each, on a grid of candidate bounds:
+   - max_rows (auto_rows.py): h[c] = #(unit, group) cells with min(rows, L) = c, each unit keeping its L0
+     largest cells (L0 = the groups limit when max_groups is auto too): L1 sensitivity L0.
+   - max_groups (auto_groups.py): h[c] = #units with min(groups, G) = c: L1 sensitivity 1.
+   - a clamp (auto_clamp.py): the column's values, at most m rows per unit: L1 sensitivity m; the upper
+     bound is the q-quantile, the lower (when the limit's lower end is not 0) the (1 − q)-quantile.
+2. **Query** (ε_q = ε − ε_sel): the plan priced at the limits fixes each measure's ε_j (the split depends on
+   the query's shape, never on the bounds); at the chosen bounds each Laplace scale is b_j = Δ_j/ε_j rounded
+   up, and every Δ_j is monotone in every bound (g·k·max(|L|, |U|) <= G·K·max(|lo|, |hi|)), so the query
+   costs at most ε_q whatever is chosen. The charge, admitted before any data is read, is one event
+   `AutoBoundsEvent(first selection, query at the limits, more selections)`: exact for every choice.
 
 Which q. Amin et al. (ICML 2019, "Bounding User Contributions") show the error of a bounded Laplace count,
 bias(k) + noise(k), is minimised where the number of cells above k equals the noise's slope d std/dk =
 √2·L0/ε_q (per group): the optimal quantile is 1 − √2·L0/(ε_q·n_group), above 0.99 for any group of more
-than a few hundred cells at ε ≈ 1. n_group is private, so q is a dataset setting, `auto_bounds_quantile`,
-default 0.99: near the optimum for large groups; for small groups it over-estimates k (more noise, no
-bias), the side that keeps answers unbiased. Where this improves on Amin et al.: their quantile is over
-units' totals; here it is over (unit, group) cells under the query's own WHERE and keys, the quantity the
-bound truncates, and it is read from one GROUP BY with no second pass over the source.
+than a few hundred cells at ε ≈ 1; the same argument holds for groups per unit and for a clamp. n_group is
+private, so q is a dataset setting, `auto_bounds_quantile`, default 0.99: near the optimum for large groups;
+for small groups it over-estimates the bound (more noise, no bias), the side that keeps answers unbiased.
+Where this improves on Amin et al. and Google's/Tumult's bounds: the quantiles are of the quantities each bound
+truncates under the query's own WHERE and keys (cells, groups, the query's values), read from the bounding
+store in one engine call with no second pass over the source, and every bound's cost is in one charge.
 
-Only Laplace noise: a pure ε is a function of Δ/b alone, which is what makes the event exact for any k; the
-discrete Gaussian's proven μ is not (docs/privacy.md §8), so Gaussian queries on auto tables are refused
-free, as are shapes other than counts, sums and averages of plain columns over one table.
+Only Laplace noise: a pure ε is a function of Δ/b alone, which is what makes the event exact for any bound;
+the discrete Gaussian's proven μ is not (docs/privacy.md §8), so Gaussian queries that need an automatic
+bound are refused free, as are shapes other than counts, sums and averages of plain columns over one table.
 
 Example:
     >>> split_epsilon(1.0, 0.25)
     (0.25, 0.75)
-    >>> from mechanisms.sampling import FixedSampler
-    >>> choose_bound([(1, 900), (2, 80), (40, 20)], limit=100, q=0.9, epsilon=1.0, sensitivity=1,
-    ...              sampler=FixedSampler())
-    2
 """
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-
-from sqlglot import exp
+from typing import Literal
 
 from accountant import loss
 from accountant.events import AutoBoundsEvent, ExponentialEvent
-from mechanisms import dp_quantile, laplace
+from mechanisms import laplace
 from mechanisms.rounding import down
-from mechanisms.sampling import Sampler
-from proxy.query import ranked, types
 from proxy.query.analyse import Analysis
+from proxy.query.auto_rows import (  # re-exported: the max_rows histogram and choice (auto_rows.py)
+    bound_grid,
+    choose_bound,
+    selection_sql,
+    selection_text,
+    store_selection_sql,
+)
+from proxy.query.catalog import ColumnSpec
 from proxy.query.errors import QueryError
+from proxy.query.measures import measures_for
 from proxy.query.price import Price
-from proxy.query.render import Target, render
-from proxy.query.rewrite import source_table
-from proxy.query.rewrite_ranked import uses_rank_filter
+
+__all__ = ["bound_grid", "choose_bound", "selection_sql", "selection_text", "store_selection_sql"]
 
 DEFAULT_AUTO_SHARE = 0.10
 DEFAULT_AUTO_QUANTILE = 0.99
 DEFAULT_AUTO_LIMIT = 1000
+DEFAULT_GROUPS_LIMIT = 100
+
+Bound = Literal["max_rows", "max_groups", "lower", "upper"]
+CLAMPED = ("sum", "centred_sum")  # the measures whose sensitivity reads a column's clamp bounds
 
 
 class AutoBoundsUnsupported(QueryError):
-    """A query on a table with `max_rows = "auto"` that the bound selection cannot serve (refused free)."""
+    """A query needing an automatic bound that the bound selection cannot serve (refused free)."""
 
     code = "auto_bounds_unsupported"
 
 
 @dataclass(frozen=True, slots=True)
-class AutoBounds:
-    """The bound selection of one query: everything fixed before admission (k is not)."""
+class AutoPart:
+    """One bound chosen from the data: its own exponential mechanism, at its share of the selection's ε."""
 
-    limit: int  # L: the largest bound the selection may choose
-    q: float  # the quantile of rows per (unit, group) cell
-    cells_per_unit: int  # L0: the histogram's L1 sensitivity
-    selection: ExponentialEvent  # its pure ε = cells_per_unit / scale
+    bound: Bound
+    column: str | None  # the clamped column (lower, upper)
+    limit: float  # the declared limit of this bound (for a clamp: the limit's end on this side)
+    q: float  # the quantile drawn (the lower bound draws 1 − q)
+    sensitivity: int  # the histogram's L1 sensitivity: L0 cells, 1 unit, or m values per unit
+    selection: ExponentialEvent  # its pure ε = sensitivity / scale
 
     @property
     def epsilon(self) -> Fraction:
-        """The ε the selection runs with: exactly Δ/b, at most what its event is charged."""
+        """The ε it runs with: exactly Δ/b, at most what its event is charged."""
         return Fraction(self.selection.sensitivity) / Fraction(self.selection.scale)
 
 
 @dataclass(frozen=True, slots=True)
-class ChosenBounds:
-    """What a response reports: the bound used, and what choosing it cost."""
+class AutoBounds:
+    """The bound selection of one query: everything fixed before admission (the bounds are not)."""
 
-    max_rows: int
-    limit: int
-    epsilon: float  # the selection's charged ε (its share of the query's)
+    parts: tuple[AutoPart, ...]
+
+    def part(self, bound: Bound, column: str | None = None) -> AutoPart | None:
+        return next((p for p in self.parts if p.bound == bound and p.column == column), None)
+
+    @property
+    def epsilon(self) -> Fraction:
+        return sum((p.epsilon for p in self.parts), Fraction(0))
+
+    @property
+    def limit(self) -> int:
+        """The max_rows limit (0 when max_rows is not chosen)."""
+        rows = self.part("max_rows")
+        return int(rows.limit) if rows else 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChosenBound:
+    """One bound a query used, as a response reports it (value None: not chosen yet, in a preview)."""
+
+    bound: Bound
+    column: str | None
+    value: float | None
+    limit: float
+    epsilon: float  # its charged ε
     q: float
+
+
+@dataclass(frozen=True, slots=True)
+class ChosenBounds:
+    """What a response reports: every bound chosen, and what choosing them cost."""
+
+    parts: tuple[ChosenBound, ...]
+    max_rows: int  # the bound used (rows per unit and group): chosen, or the table's fixed one
+    max_groups: int  # the groups per unit used
+    clamps: tuple[tuple[str, float, float], ...] = ()  # (column, lower, upper) chosen
+
+    def value(self, bound: Bound, column: str | None = None) -> float | None:
+        return next((p.value for p in self.parts if p.bound == bound and p.column == column), None)
+
+    def report(self) -> dict[str, object]:
+        """The response's `bounds` (proxy/schemas.py BoundsOut)."""
+        rows = next((p for p in self.parts if p.bound == "max_rows"), None)
+        return {"max_rows": None if rows is not None and rows.value is None else self.max_rows,
+                "max_rows_limit": int(rows.limit) if rows else self.max_rows,
+                "epsilon": math.fsum(p.epsilon for p in self.parts),
+                "quantile": self.parts[0].q if self.parts else 0.0,
+                "parts": [dataclasses.asdict(p) for p in self.parts]}
 
 
 def split_epsilon(epsilon: float, share: float) -> tuple[float, float]:
@@ -107,203 +162,119 @@ def split_epsilon(epsilon: float, share: float) -> tuple[float, float]:
     return selection, down(Fraction(epsilon) - Fraction(selection))
 
 
+def clamped_columns(analysis: Analysis) -> tuple[ColumnSpec, ...]:
+    """The auto-bounded columns whose clamp the query's measures read, in first-use order."""
+    names = dict.fromkeys(m.column.lower() for m in analysis.measures if m.kind in CLAMPED and m.column)
+    specs = (analysis.table.column(name) for name in names)
+    return tuple(s for s in specs if s is not None and s.auto_bounds and s.bounds is not None
+                 and s.bounds[0] < s.bounds[1])
+
+
+def needed(analysis: Analysis) -> tuple[tuple[Bound, ColumnSpec | None], ...]:
+    """The bounds this query chooses: none when its table's automatic bounds do not bind it (a unit-level
+    GROUP BY needs no max_groups; a COUNT no clamp).
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
+        ...     ColumnSpec("x", "DOUBLE", bounds=(-5, 50), auto_bounds=True)), max_groups=8, auto_max_groups=True)
+        >>> [(b, c and c.name) for b, c in needed(analyse(parse("SELECT g, AVG(x) FROM t GROUP BY g"), Catalog((t,))))]
+        [('max_groups', None), ('lower', 'x'), ('upper', 'x')]
+        >>> needed(analyse(parse("SELECT COUNT(*) FROM t"), Catalog((t,))))
+        ()
+    """
+    table = analysis.table
+    parts: list[tuple[Bound, ColumnSpec | None]] = []
+    if table.auto_max_rows and not table.one_row_per_unit:
+        parts.append(("max_rows", None))
+    if table.auto_max_groups and analysis.max_groups > 1:
+        parts.append(("max_groups", None))
+    for spec in clamped_columns(analysis):
+        assert spec.bounds is not None
+        if spec.bounds[0] != 0:
+            parts.append(("lower", spec))
+        parts.append(("upper", spec))
+    return tuple(parts)
+
+
 def uses_auto(analysis: Analysis) -> bool:
-    """Whether the query's table chooses its max_rows per query."""
-    return analysis.table.auto_max_rows
+    """Whether the query chooses any bound per query."""
+    return bool(needed(analysis))
 
 
 def check_supported(analysis: Analysis, mechanism: str, noise_multiplier: float | None, plain: bool) -> None:
     """Refuse, free, what the selection cannot serve: Gaussian noise, a given noise, and any shape but plain
     counts, sums and averages over one table (`plain`: proxy.query.ranks_serve)."""
     table = analysis.table.name
-    hint = (f'; or declare an integer max_rows for table {table} (max_rows = "auto" chooses the bound per query '
-            "for counts, sums and averages of columns under Laplace noise)")
+    what = ", ".join(b if c is None else f"{c.name}'s {b} clamp bound" for b, c in needed(analysis))
+    hint = (f"; or declare fixed bounds on table {table} (\"auto\" chooses them per query for counts, sums and "
+            "averages of columns under Laplace noise)")
     if mechanism != "laplace":
         raise AutoBoundsUnsupported(
-            f"table {table} chooses its max_rows per query, which needs Laplace noise (its charge must not depend "
-            f"on the bound chosen); send mechanism \"laplace\"{hint}", construct="mechanism", table=table)
+            f"this query on table {table} chooses its {what} per query, which needs Laplace noise (its charge "
+            f"must not depend on the bound chosen); send mechanism \"laplace\"{hint}", construct="mechanism",
+            table=table)
     if noise_multiplier is not None:
         raise AutoBoundsUnsupported(
-            f"table {table} chooses its max_rows per query from a share of epsilon: send epsilon, not "
+            f"this query on table {table} chooses its {what} per query from a share of epsilon: send epsilon, not "
             f"noise_multiplier{hint}", construct="noise_multiplier", table=table)
     if not plain:
         raise AutoBoundsUnsupported(
-            f"table {table} chooses its max_rows per query only for COUNT, SUM and AVG of columns over the table "
-            f"alone (no JOIN, computed key, quantile, spread, FILTER or expression in an aggregate){hint}",
-            construct="aggregate", table=table)
+            f"this query on table {table} would choose its {what} per query, which serves only COUNT, SUM and "
+            f"AVG of columns over the table alone (no JOIN, computed key, quantile, spread, FILTER or expression "
+            f"in an aggregate){hint}", construct="aggregate", table=table)
 
 
 def auto_bounds(analysis: Analysis, selection_epsilon: float, q: float) -> AutoBounds:
-    """The selection for `analysis` at ε_sel.
+    """The selection for `analysis` at ε_sel, split evenly (rounded down) over the bounds it needs.
 
     Example:
         >>> from proxy.query.parse import parse
         >>> from proxy.query.analyse import analyse
-        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> from proxy.query.catalog import Catalog, TableSchema
         >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True)),
-        ...     max_rows=500, max_groups=4, auto_max_rows=True)
+        ...     max_rows=500, max_groups=4, auto_max_rows=True, auto_max_groups=True)
         >>> a = auto_bounds(analyse(parse("SELECT g, COUNT(*) FROM t GROUP BY g"), Catalog((t,))), 0.1, 0.99)
-        >>> a.limit, a.cells_per_unit, a.selection.scale, float(a.epsilon)
-        (500, 4, 40.0, 0.1)
+        >>> [(p.bound, p.limit, p.sensitivity, p.selection.scale) for p in a.parts], float(a.epsilon)
+        ([('max_rows', 500, 4, 80.0), ('max_groups', 4, 1, 20.0)], 0.1)
     """
-    sensitivity = analysis.max_groups
-    scale = laplace.scale_for(sensitivity, selection_epsilon)
-    return AutoBounds(analysis.table.max_rows, q, sensitivity, ExponentialEvent(float(sensitivity), scale))
+    from proxy.query.auto_clamp import VALUES_PER_UNIT  # imported here: auto_clamp reads nothing of this module
+
+    wanted = needed(analysis)
+    each = down(Fraction(selection_epsilon) / len(wanted))
+    parts = []
+    for bound, spec in wanted:
+        if bound == "max_rows":
+            limit: float = analysis.table.max_rows
+            sensitivity = analysis.max_groups
+        elif bound == "max_groups":
+            limit, sensitivity = analysis.max_groups, 1
+        else:
+            assert spec is not None and spec.bounds is not None
+            limit, sensitivity = spec.bounds[0 if bound == "lower" else 1], VALUES_PER_UNIT
+        scale = laplace.scale_for(sensitivity, each)
+        parts.append(AutoPart(bound, None if spec is None else spec.name, limit, q, sensitivity,
+                              ExponentialEvent(float(sensitivity), scale)))
+    return AutoBounds(tuple(parts))
 
 
 def auto_price(query: Price, auto: AutoBounds, conversion: loss.Conversion = "zcdp") -> Price:
-    """The charge of the whole two-step release: `query` (priced at the limit) with the selection composed in.
+    """The charge of the whole two-step release: `query` (priced at the limits) with every selection composed in.
 
     Example:
         >>> from accountant.events import LaplaceEvent
         >>> q = Price("laplace", (), None, LaplaceEvent(300, 400.0), 0.75, 0.0, 0.0, "parallel")
-        >>> p = auto_price(q, AutoBounds(300, 0.99, 1, ExponentialEvent(1.0, 4.0)))
-        >>> p.epsilon, p.event.selection
-        (1.0, ExponentialEvent(sensitivity=1.0, scale=4.0))
+        >>> p = auto_price(q, AutoBounds((AutoPart("max_rows", None, 300, 0.99, 1, ExponentialEvent(1.0, 8.0)),
+        ...     AutoPart("max_groups", None, 8, 0.99, 1, ExponentialEvent(1.0, 8.0)))))
+        >>> p.epsilon, p.event.selection, p.event.more
+        (1.0, ExponentialEvent(sensitivity=1.0, scale=8.0), (ExponentialEvent(sensitivity=1.0, scale=8.0),))
     """
-    event = AutoBoundsEvent(auto.selection, query.event)
+    first, *more = (p.selection for p in auto.parts)
+    event = AutoBoundsEvent(first, query.event, tuple(more))
     epsilon, delta = loss.epsilon_delta(event, query.gaussian_delta, conversion)
     return dataclasses.replace(query, event=event, epsilon=epsilon, delta=delta)
-
-
-def selection_sql(analysis: Analysis, source: exp.Expr) -> exp.Select:
-    """The histogram query: (capped rows per cell, cells) over the cells of the query's WHERE and keys, each
-    unit keeping its L0 largest cells. `source` is the table the query reads (the store's, or the source's
-    with canonical unit values).
-
-    Example:
-        >>> from proxy.query.parse import parse
-        >>> from proxy.query.analyse import analyse
-        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
-        ...     ColumnSpec("r", "VARCHAR", unit_level=True, groupable=True)), max_rows=50, max_groups=2,
-        ...     auto_max_rows=True)
-        >>> a = analyse(parse("SELECT g, r, COUNT(*) FROM t WHERE r = 'N' GROUP BY g, r"), Catalog((t,)))
-        >>> print(selection_sql(a, exp.table_("t", quoted=True)).sql("duckdb", pretty=True))
-        SELECT
-          CASE WHEN __n IS NULL OR 50 IS NULL THEN NULL ELSE LEAST(__n, 50) END AS __c,
-          COUNT(*) AS __cells
-        FROM (
-          SELECT
-            COUNT(*) AS __n
-          FROM "t"
-          WHERE
-            NOT "u" IS NULL AND "r" COLLATE "binary" = 'N'
-          GROUP BY
-            "u",
-            "g" COLLATE "binary"
-          QUALIFY
-            ROW_NUMBER() OVER (PARTITION BY "u" ORDER BY COUNT(*) DESC) <= 2
-        ) AS __cells
-        GROUP BY
-          __c
-    """
-    table = analysis.table
-    unit = exp.column(table.privacy_unit, quoted=True)
-    row_keys = []
-    for key in analysis.keys:
-        spec = table.column(key)
-        assert spec is not None
-        if not spec.unit_level:  # a unit-level key is one value per unit: the unit alone is the cell
-            row_keys.append(types.column(spec.name, spec.type))
-    conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))]
-    if analysis.where is not None:
-        conditions.append(analysis.where.copy())
-    cells = exp.select(exp.alias_(exp.Count(this=exp.Star()), "__n")).from_(source.copy())
-    cells = cells.where(exp.and_(*conditions)).group_by(unit.copy(), *row_keys)
-    if row_keys:  # the unit's largest cells: a function of its own rows, so the histogram moves by <= L0
-        largest = exp.Window(this=exp.RowNumber(), partition_by=[unit.copy()], order=exp.Order(
-            expressions=[exp.Ordered(this=exp.Count(this=exp.Star()), desc=True)]))
-        cells = cells.qualify(exp.LTE(this=largest, expression=exp.Literal.number(analysis.max_groups)))
-    capped = exp.Least(this=exp.column("__n"), expressions=[exp.Literal.number(table.max_rows)])
-    return (exp.select(exp.alias_(capped, "__c"), exp.alias_(exp.Count(this=exp.Star()), "__cells"))
-            .from_(cells.subquery("__cells")).group_by(exp.column("__c")))
-
-
-def bound_grid(limit: int) -> tuple[int, ...]:
-    """The bounds the selection chooses among: about √2 apart from 1 up to `limit` (and `limit` itself).
-
-    A geometric grid, as Amin et al. and Google's bounding use: few candidates above the data's largest cells,
-    which all score alike (the exponential mechanism spreads mass over them), and a bound within a factor √2
-    of any quantile, which costs at most √2 in noise.
-
-    Example:
-        >>> bound_grid(100)
-        (1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 45, 64, 91, 100)
-    """
-    grid, point = [], 1.0
-    while round(point) < limit:
-        if not grid or round(point) > grid[-1]:
-            grid.append(round(point))
-        point *= math.sqrt(2)
-    return (*grid, limit)
-
-
-def store_selection_sql(analysis: Analysis) -> exp.Select:
-    """The histogram read from the counts the bounding store holds (proxy/query/ranked.py), for a query the
-    store's rank filter serves (at most one row-level key, a WHERE on unit-level columns): one filtered scan,
-    no GROUP BY per unit. A cell is a unit's rank-1 row of a group (of the unit, with no row-level key) among
-    the L0 groups its stored group rank keeps, carrying the stored row count of that cell; a unit-level WHERE
-    keeps or drops whole units. So each unit adds at most L0 cells, each a function of its own rows.
-
-    Example:
-        >>> from proxy.query.parse import parse
-        >>> from proxy.query.analyse import analyse
-        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True)),
-        ...     max_rows=50, max_groups=2, auto_max_rows=True)
-        >>> a = analyse(parse("SELECT g, COUNT(*) FROM t WHERE u > 3 GROUP BY g"), Catalog((t,)))
-        >>> print(store_selection_sql(a).args["where"].sql("duckdb"))
-        WHERE __row_rank__g = 1 AND __group_rank__g <= 2 AND "u" > 3
-    """
-    table = analysis.table
-    row_keys = [spec.name for key in analysis.keys if (spec := table.column(key)) is not None and not spec.unit_level]
-    conditions: list[exp.Expr]
-    if row_keys:
-        (key,) = row_keys
-        rows = exp.column(ranked.cell_rows(key))
-        conditions = [exp.EQ(this=exp.column(ranked.row_rank(key)), expression=exp.Literal.number(1)),
-                      exp.LTE(this=exp.column(ranked.group_rank(key)),
-                              expression=exp.Literal.number(analysis.max_groups))]
-    else:
-        rows = exp.column(ranked.UNIT_ROWS)
-        conditions = [exp.EQ(this=exp.column(ranked.ROW_RANK), expression=exp.Literal.number(1))]
-    if analysis.where is not None:
-        conditions.append(analysis.where.copy())
-    capped = exp.Least(this=rows, expressions=[exp.Literal.number(table.max_rows)])
-    return (exp.select(exp.alias_(capped, "__c"), exp.alias_(exp.Count(this=exp.Star()), "__cells"))
-            .from_(exp.table_(table.name, quoted=True)).where(exp.and_(*conditions)).group_by(exp.column("__c")))
-
-
-def selection_text(analysis: Analysis, store: bool, target: Target) -> str:
-    """The histogram query as the engine reads it: over the bounding store (its stored counts where the rank
-    filter serves the query, else its table), or over the source as the per-query rewrite reads it, rendered
-    for `target` (render.py checks it for Spark)."""
-    if store and uses_rank_filter(analysis):
-        return store_selection_sql(analysis).sql(dialect="duckdb")
-    if store:
-        return selection_sql(analysis, exp.table_(analysis.table.name, quoted=True)).sql(dialect="duckdb")
-    return render(selection_sql(analysis, source_table(analysis)), target)
-
-
-def choose_bound(
-    rows: Sequence[Sequence[object]], *, limit: int, q: float, epsilon: float | Fraction, sensitivity: int,
-    sampler: Sampler,
-) -> int:
-    """k: the ε-DP q-quantile, on `bound_grid(limit)`, of the histogram `rows` (capped rows per cell, cells).
-    A cell of c rows counts at the smallest grid point >= c: the bound that keeps all of it.
-
-    Example:
-        >>> from mechanisms.sampling import FixedSampler
-        >>> choose_bound([(3, 1000)], limit=5, q=0.99, epsilon=1.0, sensitivity=2, sampler=FixedSampler())
-        3
-    """
-    grid = bound_grid(limit)
-    histogram = [0] * len(grid)
-    for capped, cells in rows:
-        assert isinstance(capped, int) and isinstance(cells, int) and 1 <= capped <= limit
-        histogram[bisect.bisect_left(grid, capped)] += cells
-    return grid[dp_quantile.quantile_index(histogram, q, epsilon, sensitivity, sampler)]
 
 
 def price_at(priced: Price, analysis: Analysis, k: int) -> Price:
@@ -327,15 +298,45 @@ def price_at(priced: Price, analysis: Analysis, k: int) -> Price:
             noise.append(spec)
             continue
         part = laplace.epsilon(spec.sensitivity, spec.scale)
-        sensitivity = analysis.max_groups * analysis.measures[spec.measure].sensitivity(k)
+        measure = analysis.measures[spec.measure]
+        sensitivity = analysis.max_groups * measure.sensitivity(k)
         scale = laplace.scale_for(sensitivity, part) if sensitivity else 1.0
         assert math.isfinite(scale) and laplace.epsilon(sensitivity, scale) <= part if sensitivity else True
-        noise.append(dataclasses.replace(spec, sensitivity=sensitivity, scale=scale,
+        noise.append(dataclasses.replace(spec, sensitivity=sensitivity, scale=scale, grid=measure.grid,
                                          ci95=laplace.ci_halfwidth(scale)))
     return dataclasses.replace(priced, noise=tuple(noise))
 
 
-def at_bound(analysis: Analysis, k: int) -> Analysis:
-    """The analysis with max_rows = k (k <= the declared limit): what the rewrite and release read."""
-    assert 1 <= k <= analysis.table.max_rows
-    return dataclasses.replace(analysis, table=dataclasses.replace(analysis.table, max_rows=k))
+def at_bound(analysis: Analysis, k: int, g: int | None = None,
+             clamps: tuple[tuple[str, float, float], ...] = ()) -> Analysis:
+    """The analysis at max_rows = k, max_groups = g and the chosen clamps (each within its declared limit): what
+    the rewrite and release read. The table's columns keep their declared limits (the store's clamped grid
+    column is at the limits: a sum clamped tighter reads the per-row clamp of its measure, rewrite_ranked.py).
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
+        ...     ColumnSpec("x", "INTEGER", bounds=(0, 1000), auto_bounds=True)), max_groups=8, auto_max_groups=True)
+        >>> a = at_bound(analyse(parse("SELECT g, SUM(x) FROM t GROUP BY g"), Catalog((t,))), 1, 3, (("x", 0, 90),))
+        >>> a.max_groups, a.measures, a.table.columns[2].bounds
+        (3, (Measure(kind='sum', column='x', grid=1, lo=0, hi=90, points=0, where='', expr=''),), (0, 1000))
+    """
+    table = analysis.table
+    g = analysis.max_groups if g is None else g
+    assert 1 <= k <= table.max_rows and 1 <= g <= analysis.max_groups
+    chosen = {name.lower(): (lo, hi) for name, lo, hi in clamps}
+    measures = analysis.measures
+    if chosen:
+        columns = []
+        for c in table.columns:
+            bounds = chosen.get(c.name.lower())
+            if bounds is not None:
+                assert c.auto_bounds and c.bounds is not None and c.bounds[0] <= bounds[0] <= bounds[1] <= c.bounds[1]
+                c = dataclasses.replace(c, bounds=bounds)
+            columns.append(c)
+        measures = measures_for(analysis.aggregates, dataclasses.replace(table, columns=tuple(columns)))
+        assert [m.kind for m in measures] == [m.kind for m in analysis.measures]
+    bounded = dataclasses.replace(table, max_rows=k, max_groups=g if analysis.max_groups > 1 else table.max_groups)
+    return dataclasses.replace(analysis, table=bounded, max_groups=g, measures=measures)

@@ -34,12 +34,15 @@ class ColumnSpec:
     public_domain: tuple[Literal_, ...] | None = None  # every value released, no δ spent on keys
     groupable: bool = False  # may appear in GROUP BY
     date_bounds: tuple[str, str] | None = None  # a DATE column's declared first and last day (ISO): a public domain
+    auto_bounds: bool = False  # bounds = "auto": each query chooses its clamp within `bounds` (auto_clamp.py)
 
     def __post_init__(self) -> None:
         try:
             object.__setattr__(self, "type", types.normalize(self.type))
         except ValueError as err:
             raise ValueError(f"column {self.name}: {err}") from None
+        if self.auto_bounds and self.bounds is None:
+            raise ValueError(f"column {self.name}: bounds = \"auto\" needs its outer limits as `bounds`")
         if self.bounds is not None:
             lo, hi = self.bounds
             if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
@@ -103,6 +106,7 @@ class TableSchema:
     max_rows: int = 1  # L∞: rows one unit may contribute to one group
     one_row_per_unit: bool = False  # declared; checked against the data when the bounding store is built
     auto_max_rows: bool = False  # max_rows = "auto": each query chooses its bound <= max_rows (auto_bounds.py)
+    auto_max_groups: bool = False  # max_groups = "auto": each query chooses its bound <= max_groups (auto_groups.py)
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.columns]
@@ -118,8 +122,8 @@ class TableSchema:
         for bound, value in (("max_groups", self.max_groups), ("max_rows", self.max_rows)):
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
                 raise ValueError(f"table {self.name}: {bound} must be an integer in [1, 10000], got {value!r}")
-        if self.auto_max_rows and self.one_row_per_unit:
-            raise ValueError(f"table {self.name}: max_rows = \"auto\" is meaningless on a table declared "
+        if (self.auto_max_rows or self.auto_max_groups) and self.one_row_per_unit:
+            raise ValueError(f"table {self.name}: max_rows or max_groups = \"auto\" is meaningless on a table declared "
                              "one_row_per_unit (every unit has one row: there is no bound to choose)")
 
     def column(self, name: str) -> ColumnSpec | None:

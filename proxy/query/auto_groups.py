@@ -1,0 +1,134 @@
+"""`max_groups = "auto"`: the number of groups each unit may touch, chosen per query (DESIGN.md §7, issue #12).
+
+A table whose `max_groups` is "auto" declares a limit G (`max_groups_limit`). A query with a row-level key
+spends its part of the selection share on the histogram h[c] = #units that reach min(groups, G) = c of the
+query's groups (cells) under its WHERE, c = 1..G. Each unit adds 1 to one bin: the histogram's L1
+sensitivity is 1, and the DP q-quantile of it (mechanisms/dp_quantile.py, on auto_bounds.bound_grid(G)) is
+the bound g the query then runs with (each unit keeping g of its groups, its stored group rank <= g).
+
+Read from the store where its rank filter serves the query (one row-level key c, a unit-level WHERE): every
+unit's stored group ranks of c are 1..n (a dense rank over its own values), so the units with at least c
+groups are its rank-1 rows of group rank c, and one filtered scan with no GROUP BY per unit gives
+h>=[c] = #units with >= c groups; h[c] = h>=[c] − h>=[c+1] (h[G] = h>=[G]). Elsewhere: one GROUP BY per
+(unit, cell), then per unit.
+
+Example:
+    >>> histogram([(1, 1, 10), (2, 1, 7), (3, 1, 7)], limit=3)
+    [3, 0, 7]
+    >>> histogram([(1, 0, 3), (3, 0, 4)], limit=3)
+    [3, 0, 4]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlglot import exp
+
+from proxy.query import ranked, types
+from proxy.query.analyse import Analysis
+
+AT_LEAST, EXACT = 1, 0  # how a row of the selection counts units: with >= c groups (the store), or exactly c
+
+
+def row_keys(analysis: Analysis) -> list[str]:
+    """The query's row-level keys (unit-level keys add no group: one value per unit)."""
+    table = analysis.table
+    return [s.name for k in analysis.keys if (s := table.column(k)) is not None and not s.unit_level]
+
+
+def groups_sql(analysis: Analysis, source: exp.Expr) -> exp.Select:
+    """(c, EXACT, units): the units with min(groups, G) = c under the query's WHERE, reading `source` (the store's
+    table or the source's).
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True)),
+        ...     max_groups=9, auto_max_groups=True)
+        >>> a = analyse(parse("SELECT g, COUNT(*) FROM t WHERE g <> 'x' GROUP BY g"), Catalog((t,)))
+        >>> print(groups_sql(a, exp.table_("t", quoted=True)).sql("duckdb", pretty=True))
+        SELECT
+          CASE WHEN __g IS NULL OR 9 IS NULL THEN NULL ELSE LEAST(__g, 9) END AS __a,
+          0 AS __b,
+          COUNT(*) AS __n
+        FROM (
+          SELECT
+            COUNT(*) AS __g
+          FROM (
+            SELECT
+              "u"
+            FROM "t"
+            WHERE
+              NOT "u" IS NULL AND "g" COLLATE "binary" <> 'x'
+            GROUP BY
+              "u",
+              "g" COLLATE "binary"
+          ) AS __cells
+          GROUP BY
+            "u"
+        ) AS __units
+        GROUP BY
+          __a
+    """
+    table = analysis.table
+    unit = exp.column(table.privacy_unit, quoted=True)
+    keys = []
+    for name in row_keys(analysis):
+        spec = table.column(name)
+        assert spec is not None
+        keys.append(types.column(spec.name, spec.type))
+    conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))]
+    if analysis.where is not None:
+        conditions.append(analysis.where.copy())
+    cells = exp.select(unit.copy()).from_(source.copy()).where(exp.and_(*conditions)).group_by(unit.copy(), *keys)
+    units = exp.select(exp.alias_(exp.Count(this=exp.Star()), "__g")).from_(cells.subquery("__cells")).group_by(
+        unit.copy())
+    capped = exp.Least(this=exp.column("__g"), expressions=[exp.Literal.number(analysis.max_groups)])
+    return (exp.select(exp.alias_(capped, "__a"), exp.alias_(exp.Literal.number(EXACT), "__b"),
+                       exp.alias_(exp.Count(this=exp.Star()), "__n"))
+            .from_(units.subquery("__units")).group_by(exp.column("__a")))
+
+
+def store_groups_sql(analysis: Analysis) -> exp.Select:
+    """(c, AT_LEAST, units): the units with at least c groups, read from the stored group ranks (the query's rank
+    filter serves it: one row-level key, a WHERE on unit-level columns, which keeps or drops whole units).
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True)),
+        ...     max_groups=9, auto_max_groups=True)
+        >>> a = analyse(parse("SELECT g, COUNT(*) FROM t WHERE u > 3 GROUP BY g"), Catalog((t,)))
+        >>> print(store_groups_sql(a).sql("duckdb", pretty=True))
+        SELECT
+          __group_rank__g AS __a,
+          1 AS __b,
+          COUNT(*) AS __n
+        FROM "t"
+        WHERE
+          __row_rank__g = 1 AND __group_rank__g <= 9 AND "u" > 3
+        GROUP BY
+          __a
+    """
+    (key,) = row_keys(analysis)
+    conditions: list[exp.Expr] = [
+        exp.EQ(this=exp.column(ranked.row_rank(key)), expression=exp.Literal.number(1)),
+        exp.LTE(this=exp.column(ranked.group_rank(key)), expression=exp.Literal.number(analysis.max_groups))]
+    if analysis.where is not None:
+        conditions.append(analysis.where.copy())
+    return (exp.select(exp.alias_(exp.column(ranked.group_rank(key)), "__a"),
+                       exp.alias_(exp.Literal.number(AT_LEAST), "__b"), exp.alias_(exp.Count(this=exp.Star()), "__n"))
+            .from_(exp.table_(analysis.table.name, quoted=True)).where(exp.and_(*conditions))
+            .group_by(exp.column("__a")))
+
+
+def histogram(rows: Sequence[Sequence[object]], limit: int) -> list[int]:
+    """h[c − 1] = #units with min(groups, limit) = c, from the rows of either query above."""
+    exact, at_least = [0] * (limit + 2), [0] * (limit + 2)
+    for c, kind, units in rows:
+        assert isinstance(c, int) and isinstance(units, int) and 1 <= c <= limit
+        (at_least if kind == AT_LEAST else exact)[c] += units
+    return [exact[c] + at_least[c] - at_least[c + 1] for c in range(1, limit + 1)]

@@ -1,0 +1,166 @@
+"""`max_rows = "auto"`: the histogram of rows per (unit, group) cell and the bound chosen from it
+(proxy/query/auto_bounds.py composes it with the other automatic bounds; the math is described there).
+
+Example:
+    >>> from mechanisms.sampling import FixedSampler
+    >>> choose_bound([(1, 900), (2, 80), (40, 20)], limit=100, q=0.9, epsilon=1.0, sensitivity=1,
+    ...              sampler=FixedSampler())
+    2
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+from sqlglot import exp
+
+from mechanisms import dp_quantile
+from mechanisms.sampling import Sampler
+from proxy.query import ranked, types
+from proxy.query.analyse import Analysis
+from proxy.query.render import Target, render
+from proxy.query.rewrite import source_table
+from proxy.query.rewrite_ranked import uses_rank_filter
+
+
+def selection_sql(analysis: Analysis, source: exp.Expr) -> exp.Select:
+    """The histogram query: (capped rows per cell, cells) over the cells of the query's WHERE and keys, each
+    unit keeping its L0 largest cells. `source` is the table the query reads (the store's, or the source's
+    with canonical unit values).
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
+        ...     ColumnSpec("r", "VARCHAR", unit_level=True, groupable=True)), max_rows=50, max_groups=2,
+        ...     auto_max_rows=True)
+        >>> a = analyse(parse("SELECT g, r, COUNT(*) FROM t WHERE r = 'N' GROUP BY g, r"), Catalog((t,)))
+        >>> print(selection_sql(a, exp.table_("t", quoted=True)).sql("duckdb", pretty=True))
+        SELECT
+          CASE WHEN __n IS NULL OR 50 IS NULL THEN NULL ELSE LEAST(__n, 50) END AS __c,
+          COUNT(*) AS __cells
+        FROM (
+          SELECT
+            COUNT(*) AS __n
+          FROM "t"
+          WHERE
+            NOT "u" IS NULL AND "r" COLLATE "binary" = 'N'
+          GROUP BY
+            "u",
+            "g" COLLATE "binary"
+          QUALIFY
+            ROW_NUMBER() OVER (PARTITION BY "u" ORDER BY COUNT(*) DESC) <= 2
+        ) AS __cells
+        GROUP BY
+          __c
+    """
+    table = analysis.table
+    unit = exp.column(table.privacy_unit, quoted=True)
+    row_keys = []
+    for key in analysis.keys:
+        spec = table.column(key)
+        assert spec is not None
+        if not spec.unit_level:  # a unit-level key is one value per unit: the unit alone is the cell
+            row_keys.append(types.column(spec.name, spec.type))
+    conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))]
+    if analysis.where is not None:
+        conditions.append(analysis.where.copy())
+    cells = exp.select(exp.alias_(exp.Count(this=exp.Star()), "__n")).from_(source.copy())
+    cells = cells.where(exp.and_(*conditions)).group_by(unit.copy(), *row_keys)
+    if row_keys:  # the unit's largest cells: a function of its own rows, so the histogram moves by <= L0
+        largest = exp.Window(this=exp.RowNumber(), partition_by=[unit.copy()], order=exp.Order(
+            expressions=[exp.Ordered(this=exp.Count(this=exp.Star()), desc=True)]))
+        cells = cells.qualify(exp.LTE(this=largest, expression=exp.Literal.number(analysis.max_groups)))
+    capped = exp.Least(this=exp.column("__n"), expressions=[exp.Literal.number(table.max_rows)])
+    return (exp.select(exp.alias_(capped, "__c"), exp.alias_(exp.Count(this=exp.Star()), "__cells"))
+            .from_(cells.subquery("__cells")).group_by(exp.column("__c")))
+
+
+def bound_grid(limit: int) -> tuple[int, ...]:
+    """The bounds the selection chooses among: about √2 apart from 1 up to `limit` (and `limit` itself).
+
+    A geometric grid, as Amin et al. and Google's bounding use: few candidates above the data's largest cells,
+    which all score alike (the exponential mechanism spreads mass over them), and a bound within a factor √2
+    of any quantile, which costs at most √2 in noise.
+
+    Example:
+        >>> bound_grid(100)
+        (1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 45, 64, 91, 100)
+    """
+    grid, point = [], 1.0
+    while round(point) < limit:
+        if not grid or round(point) > grid[-1]:
+            grid.append(round(point))
+        point *= math.sqrt(2)
+    return (*grid, limit)
+
+
+def store_selection_sql(analysis: Analysis) -> exp.Select:
+    """The histogram read from the counts the bounding store holds (proxy/query/ranked.py), for a query the
+    store's rank filter serves (at most one row-level key, a WHERE on unit-level columns): one filtered scan,
+    no GROUP BY per unit. A cell is a unit's rank-1 row of a group (of the unit, with no row-level key) among
+    the L0 groups its stored group rank keeps, carrying the stored row count of that cell; a unit-level WHERE
+    keeps or drops whole units. So each unit adds at most L0 cells, each a function of its own rows.
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True)),
+        ...     max_rows=50, max_groups=2, auto_max_rows=True)
+        >>> a = analyse(parse("SELECT g, COUNT(*) FROM t WHERE u > 3 GROUP BY g"), Catalog((t,)))
+        >>> print(store_selection_sql(a).args["where"].sql("duckdb"))
+        WHERE __row_rank__g = 1 AND __group_rank__g <= 2 AND "u" > 3
+    """
+    table = analysis.table
+    row_keys = [spec.name for key in analysis.keys if (spec := table.column(key)) is not None and not spec.unit_level]
+    conditions: list[exp.Expr]
+    if row_keys:
+        (key,) = row_keys
+        rows = exp.column(ranked.cell_rows(key))
+        conditions = [exp.EQ(this=exp.column(ranked.row_rank(key)), expression=exp.Literal.number(1)),
+                      exp.LTE(this=exp.column(ranked.group_rank(key)),
+                              expression=exp.Literal.number(analysis.max_groups))]
+    else:
+        rows = exp.column(ranked.UNIT_ROWS)
+        conditions = [exp.EQ(this=exp.column(ranked.ROW_RANK), expression=exp.Literal.number(1))]
+    if analysis.where is not None:
+        conditions.append(analysis.where.copy())
+    capped = exp.Least(this=rows, expressions=[exp.Literal.number(table.max_rows)])
+    return (exp.select(exp.alias_(capped, "__c"), exp.alias_(exp.Count(this=exp.Star()), "__cells"))
+            .from_(exp.table_(table.name, quoted=True)).where(exp.and_(*conditions)).group_by(exp.column("__c")))
+
+
+def selection_text(analysis: Analysis, store: bool, target: Target) -> str:
+    """The histogram query as the engine reads it: over the bounding store (its stored counts where the rank
+    filter serves the query, else its table), or over the source as the per-query rewrite reads it, rendered
+    for `target` (render.py checks it for Spark)."""
+    if store and uses_rank_filter(analysis):
+        return store_selection_sql(analysis).sql(dialect="duckdb")
+    if store:
+        return selection_sql(analysis, exp.table_(analysis.table.name, quoted=True)).sql(dialect="duckdb")
+    return render(selection_sql(analysis, source_table(analysis)), target)
+
+
+def choose_bound(
+    rows: Sequence[Sequence[object]], *, limit: int, q: float, epsilon: float | Fraction, sensitivity: int,
+    sampler: Sampler,
+) -> int:
+    """k: the ε-DP q-quantile, on `bound_grid(limit)`, of the histogram `rows` (capped rows per cell, cells).
+    A cell of c rows counts at the smallest grid point >= c: the bound that keeps all of it.
+
+    Example:
+        >>> from mechanisms.sampling import FixedSampler
+        >>> choose_bound([(3, 1000)], limit=5, q=0.99, epsilon=1.0, sensitivity=2, sampler=FixedSampler())
+        3
+    """
+    grid = bound_grid(limit)
+    histogram = [0] * len(grid)
+    for capped, cells in rows:
+        assert isinstance(capped, int) and isinstance(cells, int) and 1 <= capped <= limit
+        histogram[bisect.bisect_left(grid, capped)] += cells
+    return grid[dp_quantile.quantile_index(histogram, q, epsilon, sensitivity, sampler)]

@@ -1,0 +1,57 @@
+"""The selection histograms of a query with automatic bounds as engine SQL (proxy/query/auto_bounds.py): one
+query per histogram, each returning (__a, __b, __n), combined by proxy/auto_run.py into one engine call."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from proxy.query import auto_bounds as auto
+from proxy.query import auto_clamp, auto_groups
+from proxy.query.analyse import Analysis
+from proxy.query.render import Target, render
+from proxy.query.rewrite import source_table
+from proxy.query.rewrite_ranked import uses_rank_filter
+
+
+def slots(chooser: auto.AutoBounds) -> tuple[int, ...]:
+    """Each part's histogram (index of its `__part`): a clamp's lower and upper bound read one histogram.
+
+    Example:
+        >>> from accountant.events import ExponentialEvent
+        >>> e = ExponentialEvent(1.0, 1.0)
+        >>> slots(auto.AutoBounds((auto.AutoPart("max_groups", None, 8, 0.99, 1, e),
+        ...     auto.AutoPart("lower", "x", -5, 0.99, 8, e), auto.AutoPart("upper", "x", 50, 0.99, 8, e))))
+        (0, 1, 1)
+    """
+    seen: dict[tuple[str, str | None], int] = {}
+    return tuple(seen.setdefault((p.bound if p.column is None else "clamp", p.column), len(seen))
+                 for p in chooser.parts)
+
+
+def histograms(analysis: Analysis, chooser: auto.AutoBounds, store: bool, target: Target) -> tuple[str, ...]:
+    """One histogram query per selection (a clamp's lower and upper bound share one), each returning
+    (__a, __b, __n): over the bounding store (its stored ranks where its rank filter serves the query, else its
+    table), or over the source as the per-query rewrite reads it, rendered for `target`."""
+    table = exp.table_(analysis.table.name, quoted=True)
+    served = store and uses_rank_filter(analysis)
+
+    def text(tree: exp.Select) -> str:
+        return tree.sql(dialect="duckdb") if store else render(tree, target)
+
+    out: list[str] = []
+    for part, slot in zip(chooser.parts, slots(chooser), strict=True):
+        if slot < len(out):  # a clamp's second bound: its histogram is there already
+            continue
+        if part.bound == "max_rows":
+            rows = auto.selection_text(analysis, store, target)
+            out.append(f"SELECT __c AS __a, 0 AS __b, __cells AS __n FROM ({rows}) AS __rows")
+        elif part.bound == "max_groups":
+            source = table if store else source_table(analysis)
+            out.append(text(auto_groups.store_groups_sql(analysis) if served else
+                            auto_groups.groups_sql(analysis, source)))
+        else:
+            spec = analysis.table.column(part.column or "")
+            assert spec is not None
+            source = table if store else source_table(analysis)
+            out.append(text(auto_clamp.clamp_sql(analysis, spec, 0, source, store, served)))
+    return tuple(out)

@@ -1,0 +1,278 @@
+"""max_groups = "auto" and a column's bounds = "auto" (issue #12 part 2): policy, the extended event, the charge
+bounding every part at every chosen bound, the neighbouring-dataset oracle over every selection histogram
+and the query at the chosen bounds, with data that violates every declaration, and the choice on real data."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+from pathlib import Path
+
+import duckdb
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from accountant import loss, report
+from accountant.events import AutoBoundsEvent, ComposedEvent, ExponentialEvent, LaplaceEvent, from_json, to_json
+from mechanisms import laplace
+from mechanisms.sampling import FixedSampler
+from proxy import auto_run
+from proxy.policy import load_policy, policy_problems
+from proxy.query import auto_bounds as auto
+from proxy.query import auto_clamp, auto_groups, plan, ranked
+from proxy.query.analyse import analyse
+from proxy.query.auto_sql import histograms, slots
+from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+from proxy.query.measures import Measure, fixed_point
+from proxy.query.parse import parse
+from proxy.query.render import DUCKDB
+from proxy.query.rewrite_ranked import rewrite_ranked
+from tests.test_auto_bounds import _laplace
+from tests.test_policy import VALID, write
+from tests.test_sensitivity import TABLE, rows
+
+COLUMNS = tuple(ColumnSpec(c.name, c.type, c.bounds, c.unit_level, c.public_domain, c.groupable,
+                           auto_bounds=c.name in ("x", "n")) for c in TABLE.columns)
+AUTO = TableSchema("t", "uid", COLUMNS, max_groups=3, max_rows=6, auto_max_rows=True, auto_max_groups=True)
+CATALOG = Catalog((AUTO,))
+
+# --- policy -------------------------------------------------------------------------------------------------
+
+
+def test_auto_groups_and_clamp_load_with_their_limits(tmp_path: Path) -> None:
+    text = VALID.replace("max_groups = 4", 'max_groups = "auto"\nmax_groups_limit = 12').replace(
+        'amount = { type = "DOUBLE", bounds = [0.0, 500.0] }',
+        'amount = { type = "DOUBLE", bounds = "auto", bounds_limit = [0, 100000] }')
+    dataset = load_policy(write(tmp_path, text)).dataset("demo")
+    assert dataset is not None
+    (table,) = dataset.catalog.tables
+    assert (table.auto_max_groups, table.max_groups, table.auto_max_rows) == (True, 12, False)
+    amount = table.column("amount")
+    assert amount is not None and (amount.auto_bounds, amount.bounds) == (True, (0.0, 100000.0))
+    default = load_policy(write(tmp_path, VALID.replace("max_groups = 4", 'max_groups = "auto"'))).dataset("demo")
+    assert default is not None and default.catalog.tables[0].max_groups == auto.DEFAULT_GROUPS_LIMIT
+
+
+@pytest.mark.parametrize(("old", "new", "location", "words"), [
+    ('amount = { type = "DOUBLE", bounds = [0.0, 500.0] }', 'amount = { type = "DOUBLE", bounds = "auto" }',
+     "columns.amount.bounds_limit", "needs its outer limits"),
+    ('bounds = [0.0, 500.0]', 'bounds = [0.0, 500.0], bounds_limit = [0, 9]', "columns.amount.bounds_limit",
+     'only with bounds = "auto"'),
+    ('amount = { type = "DOUBLE", bounds = [0.0, 500.0] }',
+     'amount = { type = "DOUBLE", bounds = "auto", bounds_limit = [5, 1] }', "columns.amount.bounds_limit",
+     "lo <= hi"),
+    ("max_groups = 4", "max_groups = 4\nmax_groups_limit = 9", "visits.max_groups_limit",
+     'only with max_groups = "auto"'),
+    ("max_groups = 4", 'max_groups = "auto"\nmax_groups_limit = 0', "visits.max_groups_limit", "[1, 10000]"),
+])
+def test_bad_auto_groups_and_clamp_settings_are_refused(tmp_path: Path, old: str, new: str, location: str,
+                                                        words: str) -> None:
+    assert old in VALID
+    problems = policy_problems(write(tmp_path, VALID.replace(old, new, 1)))
+    assert any(location in p and words in p for p in problems), problems
+
+
+# --- the event and the charge ---------------------------------------------------------------------------------
+
+EVENT = AutoBoundsEvent(ExponentialEvent(2.0, 64.0), ComposedEvent((LaplaceEvent(12, 48.0), LaplaceEvent(6, 12.0))),
+                        (ExponentialEvent(1.0, 32.0), ExponentialEvent(8.0, 256.0)))
+
+
+def test_several_selections_account_as_their_composition_under_every_rule() -> None:
+    assert from_json(to_json(EVENT)) == EVENT
+    composed = ComposedEvent((EVENT.selection, *EVENT.more, EVENT.query))
+    assert loss.epsilon_delta(EVENT, 0.0) == loss.epsilon_delta(composed, 0.0) == (0.84375, 0.0)
+    assert loss.rho(EVENT) == loss.rho(composed)
+    assert loss.approximate_rho(EVENT) == loss.approximate_rho(composed)
+    assert loss.approximate_mu(EVENT) == loss.approximate_mu(composed)
+    entries = [report.Entry(EVENT, 0.84375, 0.0)] * 4
+    assert report.pld_report(entries, 1e-6) == report.pld_report([report.Entry(composed, 0.84375, 0.0)] * 4, 1e-6)
+    old = {"kind": "auto_bounds", "selection": to_json(EVENT.selection), "query": to_json(EVENT.query)}
+    assert to_json(from_json(old)) == old  # events stored before `more` existed read and write back unchanged
+    with pytest.raises(ValueError, match="exponential"):
+        from_json({**old, "more": [to_json(LaplaceEvent(1.0, 1.0))]})
+
+
+QUERIES = [
+    "SELECT g, COUNT(*), SUM(x), AVG(n) FROM t GROUP BY g",
+    "SELECT g, r, SUM(n), AVG(x) FROM t WHERE n > 2 GROUP BY g, r",
+    "SELECT r, COUNT(*), SUM(x) FROM t WHERE r = 'N' GROUP BY r",
+]
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_the_charge_bounds_every_part_at_every_chosen_bound(query: str) -> None:
+    """The admitted charge is the selections plus the query at the limits; at every combination of chosen
+    bounds (max_rows, max_groups, each clamp end on its grid) no noise part costs more than its recorded part."""
+    planned = plan(query, CATALOG, epsilon=0.7, delta=1e-7, mechanism="laplace", bounding="store", auto_share=0.1)
+    assert planned.auto is not None and isinstance(planned.price.event, AutoBoundsEvent)
+    parts = planned.auto.parts
+    assert (planned.price.event.selection, planned.price.event.more) == (parts[0].selection,
+                                                                           tuple(p.selection for p in parts[1:]))
+    charged = [laplace.epsilon(p.selection.sensitivity, p.selection.scale) for p in parts]
+    assert sum(map(Fraction, charged)) <= Fraction(0.07) and all(p.epsilon <= Fraction(c) for p, c in
+                                                                  zip(parts, charged, strict=True))
+    assert Fraction(planned.price.epsilon) <= Fraction(0.7)
+    recorded = [laplace.epsilon(e.sensitivity, e.scale) for e in _laplace(planned.price.event.query)]
+    columns = sorted({p.column for p in parts if p.column})
+    pairs = {}
+    for c in columns:
+        spec = AUTO.column(c)
+        assert spec is not None and spec.bounds is not None
+        grid = auto_clamp.clamp_grid(spec.bounds, spec.kind)
+        pairs[c] = [(grid[i], grid[j]) for i, j in ((0, -1), (0, 0), (-1, -1), (len(grid) // 2, -1), (1, 2))]
+    clamp_choices = [tuple((c, lo, hi) for c, (lo, hi) in zip(columns, combo, strict=True))
+                     for combo in zip(*(pairs[c] for c in columns), strict=True)] or [()]
+    groups = auto.bound_grid(3) if planned.analysis.max_groups > 1 else (1,)
+    checked = 0
+    for k, g, clamps in itertools.product(auto.bound_grid(6), groups, clamp_choices):
+        at = auto.at_bound(planned.analysis, k, g, clamps)
+        priced = auto.price_at(planned.price, at, k)
+        assert priced.event == planned.price.event and priced.epsilon == planned.price.epsilon
+        for spec, part in zip(priced.noise, recorded, strict=True):
+            measure = at.measures[spec.measure]
+            assert spec.sensitivity == g * measure.sensitivity(k) and spec.grid == measure.grid
+            assert laplace.epsilon(spec.sensitivity, spec.scale) <= part if spec.sensitivity else True
+        checked += 1
+    assert checked > 10
+
+
+def test_groups_and_clamps_are_refused_where_the_selection_cannot_serve() -> None:
+    with pytest.raises(auto.AutoBoundsUnsupported) as refused:
+        plan("SELECT g, SUM(x) FROM t GROUP BY g", Catalog((TableSchema("t", "uid", COLUMNS, max_groups=3),)),
+             epsilon=0.5, delta=1e-7, mechanism="gaussian", bounding="store")
+    assert refused.value.detail["construct"] == "mechanism" and "x's upper clamp bound" in refused.value.message
+    counted = plan("SELECT r, COUNT(*) FROM t GROUP BY r", CATALOG, epsilon=0.5, delta=1e-7, mechanism="laplace")
+    assert [p.bound for p in counted.auto.parts] == ["max_rows"]  # type: ignore[union-attr]
+
+
+# --- the oracle over every selection and the query at the chosen bounds ---------------------------------------
+
+ORACLE = [*QUERIES, "SELECT g, SUM(x) FROM t WHERE uid > 1 GROUP BY g", "SELECT p, g, COUNT(*) FROM t GROUP BY p, g"]
+
+
+@pytest.mark.parametrize("query", ORACLE)
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=rows, removed=st.integers(0, 5), salt=st.integers(0, 2**62), k=st.integers(1, 6), g=st.integers(1, 3),
+       ends=st.tuples(st.integers(0, 65), st.integers(0, 65), st.integers(0, 12), st.integers(0, 12)))
+@example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)], removed=0, salt=1,
+         k=6, g=3, ends=(0, 65, 0, 12))
+def test_every_step_moves_within_its_stated_sensitivity(
+    query: str, data: list[tuple[object, ...]], removed: int, salt: int, k: int, g: int,
+    ends: tuple[int, int, int, int],
+) -> None:
+    """On D and D minus one unit, with data breaking every declaration (r varies within a unit, values far
+    beyond the limits, a unit with 60 rows in 12 cells): each histogram moves by at most its sensitivity in L1
+    (rows: L0 cells; groups: 1 unit; values: m), whether read from the stored ranks or per query, and the
+    query at any chosen (k, g, clamps) moves each measure by at most its sensitivity at those bounds."""
+    analysis = analyse(parse(query), CATALOG, canonical_units=True)
+    chooser = auto.auto_bounds(analysis, 0.1, 0.9)
+    smaller = [row for row in data if row[0] != removed]
+    clamps = []
+    for name, (i, j) in (("x", ends[:2]), ("n", ends[2:])):
+        spec = AUTO.column(name)
+        assert spec is not None and spec.bounds is not None
+        grid = auto_clamp.clamp_grid(spec.bounds, spec.kind)
+        a, b = grid[min(i, len(grid) - 1)], grid[min(j, len(grid) - 1)]
+        clamps.append((name, min(a, b), max(a, b)))
+    at = auto.at_bound(analysis, k, min(g, analysis.max_groups), tuple(clamps))
+    firsts = _first_parts(chooser)
+    selections = [f"SELECT __a, __b, __n FROM ({sql})" for store in (True, False)
+                  for sql in histograms(analysis, chooser, store, DUCKDB)]
+    (*big, before), (*small, after) = (_on_store([*selections, rewrite_ranked(at, salt)], d) for d in (data, smaller))
+    for i, (b, s) in enumerate(zip(big, small, strict=True)):
+        part, slot = firsts[i % len(firsts)]
+        for distance in _distances(part, _keyed(b, 2), _keyed(s, 2)):
+            assert distance <= part.sensitivity, (query, part.bound, i, slot)
+    n_keys = len(analysis.keys)
+    before, after = _keyed(before, n_keys), _keyed(after, n_keys)
+    zero = (0,) * (1 + len(at.measures))
+    for column, measure in enumerate(at.measures, start=1):
+        per_group = measure.sensitivity(k)
+        moves = [abs(before.get(c, zero)[column] - after.get(c, zero)[column]) for c in set(before) | set(after)]
+        assert all(m <= per_group for m in moves) and sum(moves) <= at.max_groups * per_group, (query, measure)
+
+
+def _on_store(sqls: list[str], data: list[tuple[object, ...]]) -> list[list[tuple[object, ...]]]:
+    """Build the store of `data` once (ranked.build_sql, as proxy/store.py runs it) and run each of `sqls`."""
+    con = duckdb.connect()
+    con.execute("ATTACH ':memory:' AS src")
+    con.execute("CREATE TABLE src.t (uid BIGINT, g VARCHAR, r VARCHAR, p VARCHAR, x DOUBLE, n INTEGER)")
+    if data:
+        con.executemany("INSERT INTO src.t VALUES (?, ?, ?, ?, ?, ?)", data)
+    con.execute(ranked.build_sql(AUTO, "key"))
+    try:
+        return [con.execute(sql).fetchall() for sql in sqls]
+    finally:
+        con.close()
+
+
+def _keyed(result: list[tuple[object, ...]], n_keys: int) -> dict[tuple[object, ...], tuple[int, ...]]:
+    return {tuple(row[:n_keys]): tuple(int(v or 0) for v in row[n_keys:]) for row in result}  # type: ignore[call-overload]
+
+
+def _first_parts(chooser: auto.AutoBounds) -> list[tuple[auto.AutoPart, int]]:
+    seen: dict[int, auto.AutoPart] = {}
+    for part, slot in zip(chooser.parts, slots(chooser), strict=True):
+        seen.setdefault(slot, part)
+    return [(part, slot) for slot, part in seen.items()]
+
+
+def _distances(part: auto.AutoPart, big: dict, small: dict) -> list[int]:  # type: ignore[type-arg]
+    """The L1 distances of the histograms the mechanisms read (each rows of (a, b) -> (n,))."""
+    def rows_of(result: dict) -> list[tuple[int, int, int]]:  # type: ignore[type-arg]
+        return [(int(a), int(b), n) for (a, b), (n,) in result.items()]
+
+    if part.bound == "max_rows":
+        return [_l1({a: n for a, _, n in rows_of(big)}, {a: n for a, _, n in rows_of(small)})]
+    if part.bound == "max_groups":
+        limit = int(part.limit)
+        return [_l1(dict(enumerate(auto_groups.histogram(rows_of(big), limit))),
+                    dict(enumerate(auto_groups.histogram(rows_of(small), limit))))]
+    spec = AUTO.column(part.column or "")
+    assert spec is not None and spec.bounds is not None
+    _, up_big, down_big = auto_clamp.histograms(rows_of(big), spec.bounds, spec.kind)
+    _, up_small, down_small = auto_clamp.histograms(rows_of(small), spec.bounds, spec.kind)
+    return [_l1(dict(enumerate(up_big)), dict(enumerate(up_small))),
+            _l1(dict(enumerate(down_big)), dict(enumerate(down_small)))]
+
+
+def _l1(a: dict[int, int], b: dict[int, int]) -> int:
+    return sum(abs(a.get(c, 0) - b.get(c, 0)) for c in set(a) | set(b))
+
+
+# --- the choice on real data ----------------------------------------------------------------------------------
+
+
+def test_the_bounds_follow_the_data() -> None:
+    """Units with 5 groups and values near 4.0 (limit [-3, 5.5]), one unit with 12 groups and huge values: the
+    groups bound lands at the limit 3 only if most units reach it, the upper clamp near 4, the lower near 0."""
+    table = TableSchema("t", "uid", COLUMNS, max_groups=8, max_rows=6, auto_max_groups=True)
+    con = duckdb.connect()
+    con.execute("ATTACH ':memory:' AS src")
+    con.execute("CREATE TABLE src.t (uid BIGINT, g VARCHAR, r VARCHAR, p VARCHAR, x DOUBLE, n INTEGER)")
+    data = [(u, f"g{i}", "N", "a", 0.5 + 3.5 * (i % 2), i) for u in range(300) for i in range(2)]
+    data += [(999, f"g{i}", "N", "a", 1e9, 10**6) for i in range(12)]
+    con.executemany("INSERT INTO src.t VALUES (?, ?, ?, ?, ?, ?)", data)
+    con.execute(ranked.build_sql(table, "key"))
+    planned = plan("SELECT g, SUM(x) FROM t GROUP BY g", Catalog((table,)), epsilon=10.0, delta=1e-7,
+                   mechanism="laplace", bounding="store", auto_share=0.5)
+    assert planned.auto is not None and [p.bound for p in planned.auto.parts] == ["max_groups", "lower", "upper"]
+    sql = auto_run.selection_text(planned, _Engine(con))
+    chosen = auto_run.draw(planned.analysis, planned.auto, con.execute(sql).fetchall(), FixedSampler())
+    ((name, lo, hi),) = chosen.clamps
+    assert (chosen.max_groups, name) == (2, "x") and 3.8 < hi <= 5.5 and 0.0 <= lo <= 0.5, chosen
+    at = auto_run.plan_at(planned, chosen)
+    assert at.analysis.max_groups == 2
+    assert at.analysis.measures[0] == Measure("sum", "x", *fixed_point(ColumnSpec("x", "DOUBLE", bounds=(lo, hi))))
+    assert "__row_rank__g <= 6 AND __group_rank__g <= 2" in at.sql and ranked.grid_value("x") not in at.sql
+    assert [(p["bound"], p["value"]) for p in chosen.report()["parts"]] == [  # type: ignore[index]
+        ("max_groups", 2), ("lower", lo), ("upper", hi)]
+
+
+class _Engine:
+    target = DUCKDB
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
