@@ -1,13 +1,17 @@
-"""Utility of automatic bounds (issue #12 part 2): median relative error per group with `max_rows = "auto"`
-beside the demo's fixed `max_rows = 20`, on the demo data, through proxy.pipeline.answer in process.
+"""Utility of automatic bounds (issue #12 part 2): median relative error per group with automatic bounds
+beside the demo's fixed ones, on the demo data, through proxy.pipeline.answer in process.
 
     python bench/auto_utility.py [--rows 1000000] [--users 50000] [--answers 20] [--epsilon 1] [--dir bench/data-1m]
+                                 [--variants fixed,rows,auto]
 
-Both policies are the generated demo policy with the bench budget and the bounding store; they differ only in
-visits' max_rows: fixed 20, or "auto" with max_rows_limit 1000 and the default share (10 % of ε) and quantile
-(0.99). The error is bench/utility.py's: |released − true| / |true| per (answer, group, aggregate) against
-the plain unbounded DuckDB answer, median over all; a dropped group counts 1. Also printed: the bounds chosen
-(median and range over the answers), and the engine's wall time per answer (selection + query) beside plain.
+The policies are the generated demo policy with the bench budget and the bounding store; they differ only in
+visits' bounds: `fixed` (max_rows 20, max_groups 4, amount clamped to [0, 500]); `rows` (max_rows "auto",
+max_rows_limit 1000, the rest fixed); `auto` (max_rows "auto" <= 1000, max_groups "auto" <= 32, amount
+bounds "auto" within [0, 100000]); each auto with the default share (10 % of ε, split over the bounds a query
+chooses) and quantile (0.99). The error is bench/utility.py's: |released − true| / |true| per (answer, group,
+aggregate) against the plain unbounded DuckDB answer, median over all; a dropped group counts 1. Also printed:
+the bounds chosen (median and range over the answers), and the engine's wall time per answer (selection +
+query) beside plain DuckDB's.
 """
 
 from __future__ import annotations
@@ -49,12 +53,20 @@ QUERIES = (  # the issue's utility targets, and the total
 )
 
 
+FIXED_AMOUNT = 'amount = { type = "DOUBLE", bounds = [0.0, 500.0] }'
+VARIANTS = ("fixed", "rows", "auto")
+
+
 def policy_variant(source: Path, variant: str) -> Path:
-    """The demo policy with visits' max_rows fixed (as generated) or "auto"."""
+    """The demo policy with visits' bounds fixed (as generated), max_rows "auto", or every bound "auto"."""
     text = source.read_text()
-    if variant == "auto":
-        assert text.count("max_rows = 20\n") == 1, "the demo policy changed shape"
+    if variant in ("rows", "auto"):
+        assert text.count("max_rows = 20\n") == 1 and text.count("max_groups = 4\n") == 1, "the demo policy changed"
         text = text.replace("max_rows = 20\n", 'max_rows = "auto"\nmax_rows_limit = 1000\n')
+    if variant == "auto":
+        assert text.count(FIXED_AMOUNT) == 1, "the demo policy changed shape"
+        text = text.replace("max_groups = 4\n", 'max_groups = "auto"\nmax_groups_limit = 32\n').replace(
+            FIXED_AMOUNT, 'amount = { type = "DOUBLE", bounds = "auto", bounds_limit = [0, 100000] }')
     target = source.with_name(f"policy-{variant}.toml")
     target.write_text(text)
     return target
@@ -82,17 +94,31 @@ def run(variant: str, policy: Path, directory: Path, key: str, args: argparse.Na
                 seconds.append(time.perf_counter() - started)
                 released.append(list(result.release.rows))
                 if result.bounds is not None:
-                    chosen.append(result.bounds.max_rows)
+                    chosen.append(_chosen(result.bounds))
             truth = {tuple(row[:n_keys]): tuple(row[n_keys:]) for row in truths[sql]}
             out[name] = {"error": median_relative_error(truth, released, n_keys), "chosen": chosen,
                          "p50_ms": 1000 * statistics.median(seconds)}
-            print(f"  {variant:5} {name}: {out[name]['error']:.4f} (bounds {sorted(chosen) or 'fixed 20'})",
+            print(f"  {variant:5} {name}: {out[name]['error']:.4f} (bounds {_medians(chosen) if chosen else 'fixed'})",
                   file=sys.stderr, flush=True)
     finally:
         env.ledger.close()
         for _, engine in env.engines:
             engine.close()
     return out
+
+
+def _chosen(bounds: Any) -> tuple[float, ...]:
+    """The bounds one answer used: k rows, g groups, and the clamp's upper end if any."""
+    return (bounds.max_rows, bounds.max_groups, *(hi for _, _, hi in bounds.clamps))
+
+
+def _medians(chosen: list[tuple[float, ...]]) -> str:
+    """Each bound's median over the answers, with its range."""
+    if not chosen:
+        return "–"
+    names = ("k", "g", "amount ≤")
+    return ", ".join(f"{name} {statistics.median(c[i] for c in chosen):.4g} ({min(c[i] for c in chosen):.4g}–"
+                     f"{max(c[i] for c in chosen):.4g})" for i, name in enumerate(names) if len(chosen[0]) > i)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--answers", type=int, default=20)
     parser.add_argument("--epsilon", type=Decimal, default=Decimal(1))
     parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "data-1m")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated: fixed, rows, auto")
     args = parser.parse_args(argv)
+    variants = tuple(v for v in args.variants.split(",") if v)
+    assert variants and all(v in VARIANTS for v in variants), f"variants are {VARIANTS}"
     args.epsilon = float(args.epsilon)
     directory = args.dir.resolve()
     meta, key = ensure_dataset(directory, rows=args.rows, users=args.users)
@@ -116,18 +145,21 @@ def main(argv: list[str] | None = None) -> int:
                 conn.execute(sql).fetchall()
             plain_ms[sql] = 1000 * (time.perf_counter() - started) / 5
     results = {v: run(v, policy_variant(directory / "policy.toml", v), directory, key, args, truths)
-               for v in ("fixed", "auto")}
+               for v in variants}
     print(f"dataset {meta['rows']:,} visits of {meta['users']:,} users; epsilon {args.epsilon} per query; "
-          f"{args.answers} answers per query; auto: limit 1000, 10 % of epsilon on the bound, q = 0.99")
-    print("| query | target | error fixed (max_rows 20) | error auto | auto bounds chosen (median, range) "
-          "| plain ms | fixed ms | auto ms |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"{args.answers} answers per query; auto: 10 % of epsilon on the bounds, q = 0.99; fixed: max_rows 20, "
+          "max_groups 4, amount [0, 500]; rows: max_rows auto <= 1000; auto: max_rows <= 1000, max_groups <= 32, "
+          "amount within [0, 100000]")
+    print("| query | target | " + " | ".join(f"error {v}" for v in variants)
+          + " | bounds chosen (last variant: median (range)) | plain ms | "
+          + " | ".join(f"{v} ms" for v in variants) + " |")
+    print("|---|---|" + "---|" * (2 * len(variants) + 2))
     for name, sql, target in QUERIES:
-        fixed, auto = results["fixed"][name], results["auto"][name]
-        chosen = auto["chosen"]
-        bounds = f"{statistics.median(chosen):g} ({min(chosen)}–{max(chosen)})" if chosen else "–"
-        print(f"| {name} | {'–' if target is None else f'≤ {target:.0%}'} | {fixed['error']:.2%} | "
-              f"{auto['error']:.2%} | {bounds} | {plain_ms[sql]:.1f} | {fixed['p50_ms']:.1f} | {auto['p50_ms']:.1f} |")
+        bounds = _medians(results[variants[-1]][name]["chosen"])
+        errors = " | ".join(f"{results[v][name]['error']:.2%}" for v in variants)
+        times = " | ".join(f"{results[v][name]['p50_ms']:.1f}" for v in variants)
+        print(f"| {name} | {'–' if target is None else f'≤ {target:.0%}'} | {errors} | {bounds} | "
+              f"{plain_ms[sql]:.1f} | {times} |")
     return 0
 
 

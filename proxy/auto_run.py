@@ -57,12 +57,19 @@ def draw(analysis: Analysis, chooser: auto.AutoBounds, rows: Sequence[Sequence[o
     k, g = table.max_rows, analysis.max_groups
     clamps: dict[str, list[float]] = {}
     chosen: list[auto.ChosenBound] = []
-    for part, slot in zip(chooser.parts, slots(chooser), strict=True):
+    values: dict[int, float] = {}
+    # max_groups first: the rows per cell are then drawn over the g largest cells of each unit (sensitivity g,
+    # at the same ε as recorded: the mechanism's pure ε is Δ/b whichever g it runs at)
+    order = sorted(range(len(chooser.parts)), key=lambda i: chooser.parts[i].bound != "max_groups")
+    for i in order:
+        part, slot = chooser.parts[i], slots(chooser)[i]
         got = by_part.get(slot, [])
         value: float
         if part.bound == "max_rows":
-            k = value = auto.choose_bound([(a, n) for a, _, n in got], limit=int(part.limit), q=part.q,
-                                          epsilon=part.epsilon, sensitivity=part.sensitivity, sampler=sampler)
+            grouped = chooser.part("max_groups") is not None
+            cells = [(a, n) for a, r, n in got if not grouped or r <= g]
+            k = value = auto.choose_bound(cells, limit=int(part.limit), q=part.q, epsilon=part.epsilon,
+                                          sensitivity=g if grouped else part.sensitivity, sampler=sampler)
         elif part.bound == "max_groups":
             grid = auto.bound_grid(int(part.limit))
             binned = [0] * len(grid)
@@ -74,12 +81,13 @@ def draw(analysis: Analysis, chooser: auto.AutoBounds, rows: Sequence[Sequence[o
             assert spec is not None and spec.bounds is not None
             grid_, up, down = auto_clamp.histograms(got, spec.bounds, spec.kind)
             upper = part.bound == "upper"
-            i = dp_quantile.quantile_index(up if upper else down, part.q if upper else 1 - part.q, part.epsilon,
-                                           part.sensitivity, sampler)
-            value = grid_[i]
+            value = grid_[dp_quantile.quantile_index(up if upper else down, part.q if upper else 1 - part.q,
+                                                     part.epsilon, part.sensitivity, sampler)]
             clamps.setdefault(spec.name, [spec.bounds[0], spec.bounds[1]])[1 if upper else 0] = value
+        values[i] = value
+    for i, part in enumerate(chooser.parts):
         epsilon = laplace.epsilon(part.selection.sensitivity, part.selection.scale)  # as the ledger charges it
-        chosen.append(auto.ChosenBound(part.bound, part.column, value, part.limit, epsilon, part.q))
+        chosen.append(auto.ChosenBound(part.bound, part.column, values[i], part.limit, epsilon, part.q))
     ordered = tuple((name, min(lo, hi), max(lo, hi)) for name, (lo, hi) in clamps.items())
     return auto.ChosenBounds(tuple(chosen), int(k), int(g), ordered)
 
@@ -100,6 +108,6 @@ def plan_at(planned: QueryPlan, chosen: auto.ChosenBounds | int) -> QueryPlan:
     else:
         analysis = auto.at_bound(planned.analysis, chosen.max_rows, chosen.max_groups, chosen.clamps)
     assert all(math.isfinite(lo) and math.isfinite(hi) for _, lo, hi in getattr(chosen, "clamps", ()))
-    tree, sql = bounded_sql(analysis, planned.salt, planned.bounding)
+    tree, sql = bounded_sql(auto.for_sql(analysis, planned.analysis.table), planned.salt, planned.bounding)
     return dataclasses.replace(planned, analysis=analysis, sql=sql, tree=tree,
                                price=auto.price_at(planned.price, analysis, analysis.table.max_rows))

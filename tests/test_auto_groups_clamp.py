@@ -180,11 +180,12 @@ def test_every_step_moves_within_its_stated_sensitivity(
     firsts = _first_parts(chooser)
     selections = [f"SELECT __a, __b, __n FROM ({sql})" for store in (True, False)
                   for sql in histograms(analysis, chooser, store, DUCKDB)]
-    (*big, before), (*small, after) = (_on_store([*selections, rewrite_ranked(at, salt)], d) for d in (data, smaller))
+    sql = rewrite_ranked(auto.for_sql(at, AUTO), salt)  # as auto_run.plan_at renders it
+    (*big, before), (*small, after) = (_on_store([*selections, sql], d) for d in (data, smaller))
     for i, (b, s) in enumerate(zip(big, small, strict=True)):
         part, slot = firsts[i % len(firsts)]
-        for distance in _distances(part, _keyed(b, 2), _keyed(s, 2)):
-            assert distance <= part.sensitivity, (query, part.bound, i, slot)
+        for distance, sensitivity in _distances(part, b, s):
+            assert distance <= sensitivity, (query, part.bound, i, slot)
     n_keys = len(analysis.keys)
     before, after = _keyed(before, n_keys), _keyed(after, n_keys)
     zero = (0,) * (1 + len(at.measures))
@@ -219,23 +220,34 @@ def _first_parts(chooser: auto.AutoBounds) -> list[tuple[auto.AutoPart, int]]:
     return [(part, slot) for slot, part in seen.items()]
 
 
-def _distances(part: auto.AutoPart, big: dict, small: dict) -> list[int]:  # type: ignore[type-arg]
-    """The L1 distances of the histograms the mechanisms read (each rows of (a, b) -> (n,))."""
-    def rows_of(result: dict) -> list[tuple[int, int, int]]:  # type: ignore[type-arg]
-        return [(int(a), int(b), n) for (a, b), (n,) in result.items()]
+def _distances(part: auto.AutoPart, big: list[tuple[object, ...]], small: list[tuple[object, ...]]
+               ) -> list[tuple[int, int]]:
+    """(L1 distance, sensitivity) of each histogram a mechanism may read from the (a, b, n) rows: max_rows for
+    every g <= L0 when max_groups is drawn first (cells of rank <= g, sensitivity g), max_groups (1), a clamp's
+    upper and lower histograms (m)."""
+    big_rows = [(int(a), int(b), int(n)) for a, b, n in big]  # type: ignore[call-overload]
+    small_rows = [(int(a), int(b), int(n)) for a, b, n in small]  # type: ignore[call-overload]
+
+    def summed(rows: list[tuple[int, int, int]], g: int) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for a, r, n in rows:
+            if r <= g:
+                out[a] = out.get(a, 0) + n
+        return out
 
     if part.bound == "max_rows":
-        return [_l1({a: n for a, _, n in rows_of(big)}, {a: n for a, _, n in rows_of(small)})]
+        return [(_l1(summed(big_rows, g), summed(small_rows, g)), g if g < part.sensitivity else part.sensitivity)
+                for g in range(1, part.sensitivity + 1)]
     if part.bound == "max_groups":
         limit = int(part.limit)
-        return [_l1(dict(enumerate(auto_groups.histogram(rows_of(big), limit))),
-                    dict(enumerate(auto_groups.histogram(rows_of(small), limit))))]
+        return [(_l1(dict(enumerate(auto_groups.histogram(big_rows, limit))),
+                     dict(enumerate(auto_groups.histogram(small_rows, limit)))), 1)]
     spec = AUTO.column(part.column or "")
     assert spec is not None and spec.bounds is not None
-    _, up_big, down_big = auto_clamp.histograms(rows_of(big), spec.bounds, spec.kind)
-    _, up_small, down_small = auto_clamp.histograms(rows_of(small), spec.bounds, spec.kind)
-    return [_l1(dict(enumerate(up_big)), dict(enumerate(up_small))),
-            _l1(dict(enumerate(down_big)), dict(enumerate(down_small)))]
+    _, up_big, down_big = auto_clamp.histograms(big_rows, spec.bounds, spec.kind)
+    _, up_small, down_small = auto_clamp.histograms(small_rows, spec.bounds, spec.kind)
+    return [(_l1(dict(enumerate(up_big)), dict(enumerate(up_small))), part.sensitivity),
+            (_l1(dict(enumerate(down_big)), dict(enumerate(down_small))), part.sensitivity)]
 
 
 def _l1(a: dict[int, int], b: dict[int, int]) -> int:

@@ -57,7 +57,7 @@ from proxy.query.auto_rows import (  # re-exported: the max_rows histogram and c
     selection_text,
     store_selection_sql,
 )
-from proxy.query.catalog import ColumnSpec
+from proxy.query.catalog import ColumnSpec, TableSchema
 from proxy.query.errors import QueryError
 from proxy.query.measures import measures_for
 from proxy.query.price import Price
@@ -310,8 +310,8 @@ def price_at(priced: Price, analysis: Analysis, k: int) -> Price:
 def at_bound(analysis: Analysis, k: int, g: int | None = None,
              clamps: tuple[tuple[str, float, float], ...] = ()) -> Analysis:
     """The analysis at max_rows = k, max_groups = g and the chosen clamps (each within its declared limit): what
-    the rewrite and release read. The table's columns keep their declared limits (the store's clamped grid
-    column is at the limits: a sum clamped tighter reads the per-row clamp of its measure, rewrite_ranked.py).
+    the release reads. The rewrite reads `for_sql` of it: the store's clamped grid column is at the declared
+    limits, so the SQL must see the declared bounds (a sum clamped tighter then reads its measure's per-row clamp).
 
     Example:
         >>> from proxy.query.parse import parse
@@ -320,8 +320,8 @@ def at_bound(analysis: Analysis, k: int, g: int | None = None,
         >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
         ...     ColumnSpec("x", "INTEGER", bounds=(0, 1000), auto_bounds=True)), max_groups=8, auto_max_groups=True)
         >>> a = at_bound(analyse(parse("SELECT g, SUM(x) FROM t GROUP BY g"), Catalog((t,))), 1, 3, (("x", 0, 90),))
-        >>> a.max_groups, a.measures, a.table.columns[2].bounds
-        (3, (Measure(kind='sum', column='x', grid=1, lo=0, hi=90, points=0, where='', expr=''),), (0, 1000))
+        >>> a.max_groups, a.measures, a.table.columns[2].bounds, for_sql(a, t).table.columns[2].bounds
+        (3, (Measure(kind='sum', column='x', grid=1, lo=0, hi=90, points=0, where='', expr=''),), (0, 90), (0, 1000))
     """
     table = analysis.table
     g = analysis.max_groups if g is None else g
@@ -336,7 +336,15 @@ def at_bound(analysis: Analysis, k: int, g: int | None = None,
                 assert c.auto_bounds and c.bounds is not None and c.bounds[0] <= bounds[0] <= bounds[1] <= c.bounds[1]
                 c = dataclasses.replace(c, bounds=bounds)
             columns.append(c)
-        measures = measures_for(analysis.aggregates, dataclasses.replace(table, columns=tuple(columns)))
+        table = dataclasses.replace(table, columns=tuple(columns))
+        measures = measures_for(analysis.aggregates, table)
         assert [m.kind for m in measures] == [m.kind for m in analysis.measures]
     bounded = dataclasses.replace(table, max_rows=k, max_groups=g if analysis.max_groups > 1 else table.max_groups)
     return dataclasses.replace(analysis, table=bounded, max_groups=g, measures=measures)
+
+
+def for_sql(analysis: Analysis, declared: TableSchema) -> Analysis:
+    """`analysis` (at chosen bounds) with the `declared` table's columns, as the rewrite must read it: the
+    store's clamped grid column holds values clamped to the declared bounds, and the rewrite reads it only for
+    a measure clamped exactly there (rewrite_ranked.py); any tighter clamp is computed per row from the measure."""
+    return dataclasses.replace(analysis, table=dataclasses.replace(analysis.table, columns=declared.columns))

@@ -26,10 +26,11 @@ from proxy.query.rewrite import source_table
 from proxy.query.rewrite_ranked import uses_rank_filter
 
 
-def selection_sql(analysis: Analysis, source: exp.Expr) -> exp.Select:
+def selection_sql(analysis: Analysis, source: exp.Expr, ranks: bool = False) -> exp.Select:
     """The histogram query: (capped rows per cell, cells) over the cells of the query's WHERE and keys, each
     unit keeping its L0 largest cells. `source` is the table the query reads (the store's, or the source's
-    with canonical unit values).
+    with canonical unit values). With `ranks`, (capped rows, the cell's rank in its unit, cells): the
+    histogram of any g <= L0 largest cells per unit is then the rows of rank <= g (max_groups chosen first).
 
     Example:
         >>> from proxy.query.parse import parse
@@ -71,13 +72,23 @@ def selection_sql(analysis: Analysis, source: exp.Expr) -> exp.Select:
         conditions.append(analysis.where.copy())
     cells = exp.select(exp.alias_(exp.Count(this=exp.Star()), "__n")).from_(source.copy())
     cells = cells.where(exp.and_(*conditions)).group_by(unit.copy(), *row_keys)
+    rank: exp.Expr = exp.Literal.number(1)
     if row_keys:  # the unit's largest cells: a function of its own rows, so the histogram moves by <= L0
         largest = exp.Window(this=exp.RowNumber(), partition_by=[unit.copy()], order=exp.Order(
             expressions=[exp.Ordered(this=exp.Count(this=exp.Star()), desc=True)]))
-        cells = cells.qualify(exp.LTE(this=largest, expression=exp.Literal.number(analysis.max_groups)))
+        cells = cells.qualify(exp.LTE(this=largest.copy(), expression=exp.Literal.number(analysis.max_groups)))
+        rank = largest
+    if ranks:
+        cells = cells.select(exp.alias_(rank, "__r"))
     capped = exp.Least(this=exp.column("__n"), expressions=[exp.Literal.number(table.max_rows)])
-    return (exp.select(exp.alias_(capped, "__c"), exp.alias_(exp.Count(this=exp.Star()), "__cells"))
-            .from_(cells.subquery("__cells")).group_by(exp.column("__c")))
+    return _histogram(capped, ranks, exp.column("__r")).from_(cells.subquery("__cells"))
+
+
+def _histogram(capped: exp.Expr, ranks: bool, rank: exp.Expr) -> exp.Select:
+    """SELECT capped AS __c[, rank AS __r], COUNT(*) AS __cells … GROUP BY __c[, __r]."""
+    projections = [exp.alias_(capped, "__c"), *([exp.alias_(rank, "__r")] if ranks else []),
+                   exp.alias_(exp.Count(this=exp.Star()), "__cells")]
+    return exp.select(*projections).group_by(exp.column("__c"), *([exp.column("__r")] if ranks else []))
 
 
 def bound_grid(limit: int) -> tuple[int, ...]:
@@ -99,7 +110,7 @@ def bound_grid(limit: int) -> tuple[int, ...]:
     return (*grid, limit)
 
 
-def store_selection_sql(analysis: Analysis) -> exp.Select:
+def store_selection_sql(analysis: Analysis, ranks: bool = False) -> exp.Select:
     """The histogram read from the counts the bounding store holds (proxy/query/ranked.py), for a query the
     store's rank filter serves (at most one row-level key, a WHERE on unit-level columns): one filtered scan,
     no GROUP BY per unit. A cell is a unit's rank-1 row of a group (of the unit, with no row-level key) among
@@ -119,9 +130,11 @@ def store_selection_sql(analysis: Analysis) -> exp.Select:
     table = analysis.table
     row_keys = [spec.name for key in analysis.keys if (spec := table.column(key)) is not None and not spec.unit_level]
     conditions: list[exp.Expr]
+    rank: exp.Expr = exp.Literal.number(1)
     if row_keys:
         (key,) = row_keys
         rows = exp.column(ranked.cell_rows(key))
+        rank = exp.column(ranked.group_rank(key))  # the cell's rank in its unit: kept at any g >= it
         conditions = [exp.EQ(this=exp.column(ranked.row_rank(key)), expression=exp.Literal.number(1)),
                       exp.LTE(this=exp.column(ranked.group_rank(key)),
                               expression=exp.Literal.number(analysis.max_groups))]
@@ -131,19 +144,18 @@ def store_selection_sql(analysis: Analysis) -> exp.Select:
     if analysis.where is not None:
         conditions.append(analysis.where.copy())
     capped = exp.Least(this=rows, expressions=[exp.Literal.number(table.max_rows)])
-    return (exp.select(exp.alias_(capped, "__c"), exp.alias_(exp.Count(this=exp.Star()), "__cells"))
-            .from_(exp.table_(table.name, quoted=True)).where(exp.and_(*conditions)).group_by(exp.column("__c")))
+    return _histogram(capped, ranks, rank).from_(exp.table_(table.name, quoted=True)).where(exp.and_(*conditions))
 
 
-def selection_text(analysis: Analysis, store: bool, target: Target) -> str:
+def selection_text(analysis: Analysis, store: bool, target: Target, ranks: bool = False) -> str:
     """The histogram query as the engine reads it: over the bounding store (its stored counts where the rank
     filter serves the query, else its table), or over the source as the per-query rewrite reads it, rendered
     for `target` (render.py checks it for Spark)."""
     if store and uses_rank_filter(analysis):
-        return store_selection_sql(analysis).sql(dialect="duckdb")
+        return store_selection_sql(analysis, ranks).sql(dialect="duckdb")
     if store:
-        return selection_sql(analysis, exp.table_(analysis.table.name, quoted=True)).sql(dialect="duckdb")
-    return render(selection_sql(analysis, source_table(analysis)), target)
+        return selection_sql(analysis, exp.table_(analysis.table.name, quoted=True), ranks).sql(dialect="duckdb")
+    return render(selection_sql(analysis, source_table(analysis), ranks), target)
 
 
 def choose_bound(

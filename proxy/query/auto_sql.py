@@ -43,8 +43,9 @@ def histograms(analysis: Analysis, chooser: auto.AutoBounds, store: bool, target
         if slot < len(out):  # a clamp's second bound: its histogram is there already
             continue
         if part.bound == "max_rows":
-            rows = auto.selection_text(analysis, store, target)
-            out.append(f"SELECT __c AS __a, 0 AS __b, __cells AS __n FROM ({rows}) AS __rows")
+            ranks = chooser.part("max_groups") is not None  # g is drawn first: the rows of cells ranked <= g
+            rows = auto.selection_text(analysis, store, target, ranks)
+            out.append(f"SELECT __c AS __a, {'__r' if ranks else 0} AS __b, __cells AS __n FROM ({rows}) AS __rows")
         elif part.bound == "max_groups":
             source = table if store else source_table(analysis)
             out.append(text(auto_groups.store_groups_sql(analysis) if served else
