@@ -117,3 +117,48 @@ def test_fixed_tables_beside_an_auto_one_report_no_bounds(client: httpx.Client) 
     response = client.post("/v1/query", json={"dataset": "demo", "sql": sql})
     assert response.status_code == 200, response.text
     assert "bounds" not in response.json()  # present only where the table chooses its bound
+
+
+@pytest.fixture(scope="module")
+def all_auto(demo: DemoFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    """The demo with every bound of visits automatic: max_rows <= 200, max_groups <= 16, amount in [0, 100000]."""
+    directory = tmp_path_factory.mktemp("all-auto")
+    policy = policy_copy(demo, directory, epsilon=20.0, delta=1e-5)
+    text = policy.read_text(encoding="utf-8")
+    amount = 'amount = { type = "DOUBLE", bounds = [0.0, 500.0] }'
+    assert text.count("max_rows = 20\n") == text.count("max_groups = 4\n") == text.count(amount) == 1
+    policy.write_text(text.replace("max_rows = 20\n", f'max_rows = "auto"\nmax_rows_limit = {LIMIT}\n')
+                      .replace("max_groups = 4\n", 'max_groups = "auto"\nmax_groups_limit = 16\n')
+                      .replace(amount, 'amount = { type = "DOUBLE", bounds = "auto", bounds_limit = [0, 100000] }'),
+                      encoding="utf-8")
+    live = Server(directory / "server.log").start(policy)
+    try:
+        with live.client(demo.analyst_key) as c:
+            yield c
+    finally:
+        live.stop()
+
+
+def test_every_bound_is_chosen_charged_once_and_reported(all_auto: httpx.Client) -> None:
+    sql = "SELECT category, SUM(amount), AVG(amount) FROM visits GROUP BY category"
+    before = _spent(all_auto)
+    planned = all_auto.post("/v1/query/preview", json={"dataset": "demo", "sql": sql, "epsilon": 0.6}).json()
+    parts = planned["bounds"]["parts"]
+    assert [(p["bound"], p["column"], p["value"], p["limit"]) for p in parts] == [
+        ("max_rows", None, None, LIMIT), ("max_groups", None, None, 16), ("upper", "amount", None, 100000)]
+    assert all(p["epsilon"] == pytest.approx(0.02, rel=1e-12) for p in parts)  # 10 % of 0.6, split in three
+    assert planned["bounds"]["epsilon"] == pytest.approx(0.06, rel=1e-12)
+    response = all_auto.post("/v1/query", json={"dataset": "demo", "sql": sql, "epsilon": 0.6})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    chosen = {p["bound"]: p["value"] for p in body["bounds"]["parts"]}
+    assert 1 <= chosen["max_rows"] <= LIMIT and 1 <= chosen["max_groups"] <= 16 and 0 < chosen["upper"] <= 100000
+    assert body["bounds"]["max_rows"] == chosen["max_rows"]
+    event = from_json(body["charge"]["events"])
+    assert event.more and len(event.more) == 2  # type: ignore[union-attr]
+    assert loss.epsilon_delta(event, 0.0)[0] == body["charge"]["epsilon"] <= 0.6
+    assert body["charge"]["events"] == planned["charge"]["events"]
+    assert math.isclose(_spent(all_auto), before + body["charge"]["epsilon"], rel_tol=1e-12)
+    counted = all_auto.post("/v1/query", json={"dataset": "demo", "sql": "SELECT region, COUNT(*) FROM visits "
+                                               "GROUP BY region", "epsilon": 0.2}).json()
+    assert [p["bound"] for p in counted["bounds"]["parts"]] == ["max_rows"]  # a unit-level key: no max_groups
