@@ -201,7 +201,8 @@ def _virtual(base: TableSchema, base_alias: str, other: TableSchema | PublicTabl
             base.max_rows, base.max_groups)) and not other.one_row_per_unit:
         bounds = other  # the joined rows are the other table's rows: `users JOIN visits` counts visits
     table = TableSchema(base.name, base.privacy_unit, base.columns + tuple(added), bounds.max_groups,
-                        bounds.max_rows, auto_max_rows=bounds.auto_max_rows)  # auto: refused, never run at the limit
+                        bounds.max_rows, auto_max_rows=bounds.auto_max_rows,
+                        auto_max_groups=bounds.auto_max_groups)  # auto: refused, never run at the limit
     unqualified: dict[str, str | None] = dict(mapping)
     for key, name in other_mapping.items():
         if key in unqualified and unqualified[key] != name:
