@@ -209,8 +209,10 @@ def check_supported(analysis: Analysis, mechanism: str, noise_multiplier: float 
     counts, sums and averages over one table (`plain`: proxy.query.ranks_serve)."""
     table = analysis.table.name
     what = ", ".join(b if c is None else f"{c.name}'s {b} clamp bound" for b, c in needed(analysis))
-    hint = (f"; or declare fixed bounds on table {table} (\"auto\" chooses them per query for counts, sums and "
-            "averages of columns under Laplace noise)")
+    declared = " and ".join(dict.fromkeys(f'{b} = "auto"' if c is None else f'{c.name}\'s bounds = "auto"'
+                                          for b, c in needed(analysis)))
+    hint = (f"; or declare fixed bounds on table {table} instead of {declared} (\"auto\" chooses them per query "
+            "for counts, sums and averages of columns under Laplace noise)")
     if mechanism != "laplace":
         raise AutoBoundsUnsupported(
             f"this query on table {table} chooses its {what} per query, which needs Laplace noise (its charge "
