@@ -125,14 +125,14 @@ def histograms(rows: Sequence[Sequence[object]], limit: tuple[float, float], kin
     magnitude = max(abs(lo), abs(hi))
     points = [*_points(magnitude), 0.0]  # points[STEPS + 1] = 0: below the last step
     up, down = [0] * len(grid), [0] * len(grid)
-    for sign, j, count in rows:
-        assert isinstance(j, int) and isinstance(count, int) and 0 <= j <= STEPS
+    for sign, step, count in rows:
+        j = min(max(int(step), 0), STEPS)  # the SQL keeps 0 <= j <= STEPS; never fail on data after the charge
         if sign == 0:
             above = below = 0.0
         elif int(sign) > 0:  # |x| in (points[j + 1], points[j]]
             above, below = points[j], points[j + 1]
         else:
             above, below = -points[j + 1], -points[j]
-        up[bisect.bisect_left(grid, min(max(above, lo), hi))] += count
-        down[max(0, bisect.bisect_right(grid, max(min(below, hi), lo)) - 1)] += count
+        up[min(bisect.bisect_left(grid, min(max(above, lo), hi)), len(grid) - 1)] += int(count)
+        down[max(0, bisect.bisect_right(grid, max(min(below, hi), lo)) - 1)] += int(count)
     return grid, up, down
