@@ -153,7 +153,7 @@ ORACLE = [*QUERIES, "SELECT g, SUM(x) FROM t WHERE uid > 1 GROUP BY g", "SELECT 
 
 
 @pytest.mark.parametrize("query", ORACLE)
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=rows, removed=st.integers(0, 5), salt=st.integers(0, 2**62), k=st.integers(1, 6), g=st.integers(1, 3),
        ends=st.tuples(st.integers(0, 65), st.integers(0, 65), st.integers(0, 12), st.integers(0, 12)))
 @example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)], removed=0, salt=1,
