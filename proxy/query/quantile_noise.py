@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -67,18 +68,23 @@ def calibrate(
     return QuantileSpec(aggregate_index, measure_index, aggregate.q, max_rows, scale, event, bound)
 
 
-def point_value(measure: Measure, index: int) -> float | int:
-    """The value of grid point `index` of a histogram measure (an int on an integer grid of step 1).
+def point_value(measure: Measure, index: int) -> float | int | str:
+    """The value of grid point `index` of a histogram measure (an int on an integer grid of step 1; on a DATE
+    column's grid, the day as ISO text, a coarse grid's point rounded to the nearest day).
 
     Example:
         >>> point_value(Measure("histogram", "x", 1, 18, 90, 73), 5)
         23
         >>> point_value(Measure("histogram", "x", 4, 0, 400, 101), 50)
         50.0
+        >>> point_value(Measure("histogram", "d", 1, 0, 364, 365, epoch="2026-01-01"), 31)
+        '2026-02-01'
     """
     lo, hi = Fraction(measure.lo, measure.grid), Fraction(measure.hi, measure.grid)
     last = max(measure.points - 1, 1)
     value = lo + (hi - lo) * index / last
+    if measure.epoch:
+        return (dt.date.fromisoformat(measure.epoch) + dt.timedelta(days=round(value))).isoformat()
     return int(value) if measure.grid == 1 and hi - lo == last else float(value)
 
 
@@ -97,7 +103,7 @@ def counts(histogram: object, points: int) -> list[int]:
 
 
 def release_quantile(spec: QuantileSpec, measure: Measure, histograms: Sequence[object], sampler: Sampler) -> list[
-        float | int]:
+        float | int | str]:
     """One released grid value per cell, each from its own exponential-mechanism draw."""
     points = max(measure.points, 1)
     epsilon = spec.epsilon
