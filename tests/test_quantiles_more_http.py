@@ -55,9 +55,12 @@ def test_date_quantiles_are_days_of_the_declared_range(client: httpx.Client) -> 
     assert body["charge"]["epsilon"] == preview["charge"]["epsilon"] == pytest.approx(0.8, rel=1e-12)
     noise = {n["column"]: n for n in body["noise"]}
     assert noise == {n["column"]: n for n in preview["noise"]}
-    # 365 days, ε/4 = 0.2 each, max_rows 20: the median's Δ = 10, rank error (2Δ/ε)·ln(365/0.05)
+    # four quantiles of one column: one joint release (root MEDIAN; chains MIN and p90, MAX: two levels);
+    # ε = 0.8 less the count's 1/16, over root and two levels: 0.25 each; the root's Δ = 10 (max_rows 20), so
+    # its rank error (2Δ/0.25)·ln(365/0.05), below the split's (2Δ/0.2)·ln(365/0.05)
     assert noise["mid"]["mechanism"] == "exponential"
-    assert noise["mid"]["rank_error"] == pytest.approx(2 * 10 / 0.2 * math.log(365 / 0.05), rel=1e-9)
+    assert noise["mid"]["rank_error"] == pytest.approx(2 * 10 / 0.25 * math.log(365 / 0.05), rel=1e-9)
+    assert all(first <= mid <= late <= last for _, first, mid, late, last in body["rows"])
 
 
 def test_quantile_alias_and_a_list_of_quantiles_refused_free(client: httpx.Client) -> None:
@@ -89,3 +92,26 @@ def test_a_repeat_at_another_confidence_keeps_the_answer_and_recomputes_the_erro
     # back at the first confidence (the default): the stored answer, byte for byte
     assert post(client, sql, epsilon=0.3, confidence=0.95).content == first.content
     assert post(client, sql, epsilon=0.3).content == first.content
+
+
+def _kinds(event: dict[str, Any]) -> list[str]:
+    if "events" in event:
+        return [k for child in event["events"] for k in _kinds(child)]
+    return [event["kind"]]
+
+
+def test_three_quantiles_of_a_column_are_released_jointly_and_monotone(client: httpx.Client) -> None:
+    sql = ("SELECT region, QUANTILE_CONT(amount, 0.1) AS p10, MEDIAN(amount) AS p50, "
+           "QUANTILE_CONT(amount, 0.9) AS p90, COUNT(*) AS n FROM visits GROUP BY region")
+    preview: dict[str, Any] = post(client, sql, path="/v1/query/preview", epsilon=0.4).json()
+    before = spend(client)
+    body: dict[str, Any] = post(client, sql, epsilon=0.4).json()
+    assert all(p10 <= p50 <= p90 for _, p10, p50, p90, _ in body["rows"])  # monotone by construction
+    charge = body["charge"]
+    # one joint release: its noisy row count, the root and one chain level; COUNT(*) its own Laplace
+    assert sorted(_kinds(charge["events"])) == ["exponential", "exponential", "laplace", "laplace"]
+    assert charge["epsilon"] == preview["charge"]["epsilon"] == pytest.approx(0.4, rel=1e-9)
+    assert spend(client)["epsilon_spent"] == pytest.approx(before["epsilon_spent"] + charge["epsilon"], rel=1e-12)
+    noise = {n["column"]: n for n in body["noise"]}
+    assert noise == {n["column"]: n for n in preview["noise"]}
+    assert noise["p10"]["rank_error"] == noise["p90"]["rank_error"] > noise["p50"]["rank_error"] > 0

@@ -25,11 +25,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from accountant.events import ExponentialEvent
-from mechanisms import dp_quantile
+from accountant.events import Event, ExponentialEvent, LaplaceEvent
+from mechanisms import dp_quantile, joint_quantiles, laplace
 from mechanisms.rounding import up
 from mechanisms.sampling import Sampler
 from proxy.query.measures import Aggregate, Measure
+
+JOINT_AT_LEAST = 3  # quantiles of one histogram released jointly from this many distinct q (fewer: no saving)
+COUNT_SHARE = Fraction(1, 16)  # of a joint release's ε: the noisy row count that anchors the chains
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,91 @@ class QuantileSpec:
     def epsilon(self) -> Fraction:
         """The mechanism's exact per-group ε = 2Δ/T, given to dp_quantile so that its exponent is d/T."""
         return 2 * dp_quantile.score_sensitivity(self.q, self.max_rows) / Fraction(self.scale)
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        return (self.event,)
+
+    @property
+    def aggregates(self) -> tuple[int, ...]:
+        return (self.aggregate,)
+
+    def rank_error(self, points: int, beta: float) -> float:
+        return dp_quantile.rank_error(self.q, float(self.epsilon), self.max_rows, max(points, 1), beta)
+
+
+@dataclass(frozen=True, slots=True)
+class JointSpec:
+    """Several quantiles of one histogram released jointly (mechanisms/joint_quantiles.py): a noisy row
+    count, the root quantile, then the two anchored chains, one level at a time."""
+
+    aggregates: tuple[int, ...]  # indices into Analysis.aggregates
+    positions: tuple[int, ...]  # for each aggregate, the index of its q in qs
+    measure: int
+    qs: tuple[Fraction, ...]  # distinct, ascending
+    max_rows: int
+    count_scale: float  # discrete Laplace scale of the row count (rows)
+    root_scale: float  # T of the root: P ∝ exp(−d/T)
+    level_scale: float  # T of every chain step
+    events: tuple[Event, ...]  # the count, the root, one per chain level
+
+    @property
+    def root_epsilon(self) -> Fraction:
+        q = self.qs[joint_quantiles.root(self.qs)]
+        return 2 * dp_quantile.score_sensitivity(q, self.max_rows) / Fraction(self.root_scale)
+
+    @property
+    def level_epsilon(self) -> Fraction:
+        return 2 * Fraction(self.max_rows) / Fraction(self.level_scale)
+
+    def rank_error(self, points: int, beta: float, aggregate: int) -> float:
+        errors = joint_quantiles.rank_errors(
+            self.qs, Fraction(self.root_scale), Fraction(self.level_scale),
+            lambda confidence: laplace.ci_halfwidth(self.count_scale, confidence), points, beta)
+        return errors[self.positions[self.aggregates.index(aggregate)]]
+
+
+def calibrate_joint(
+    aggregate_indices: tuple[int, ...], measure_index: int, qs: tuple[Fraction, ...], epsilon: float, *,
+    max_rows: int, max_groups: int,
+) -> JointSpec:
+    """The joint release of the aggregates' quantiles at per-group budget `epsilon` (what they would have
+    had together, one share each): 1/16 to the count, the rest evenly over the root and the chain levels.
+
+    Example:
+        >>> spec = calibrate_joint((0, 1, 2), 0, (Fraction(1, 10), Fraction(1, 2), Fraction(9, 10)), 3.0,
+        ...                        max_rows=1, max_groups=1)
+        >>> spec.count_scale, spec.root_scale, spec.level_scale
+        (5.333333333333334, 0.7111111111111111, 1.4222222222222223)
+        >>> [type(e).__name__ for e in spec.events]
+        ['LaplaceEvent', 'ExponentialEvent', 'ExponentialEvent']
+    """
+    distinct = tuple(sorted(set(qs)))
+    levels = joint_quantiles.levels(distinct)
+    total = Fraction(epsilon)
+    count_epsilon = total * COUNT_SHARE
+    part = (total - count_epsilon) / (1 + levels)
+    s = max_rows
+    two_delta_root = 2 * dp_quantile.score_sensitivity(distinct[joint_quantiles.root(distinct)], s)
+    count_scale = up(s / count_epsilon)
+    root_scale, level_scale = up(two_delta_root / part), up(2 * s / part)
+    events: list[Event] = [LaplaceEvent(s * max_groups, count_scale), ExponentialEvent(up(two_delta_root * max_groups),
+                                                                                       root_scale)]
+    events += [ExponentialEvent(2 * s * max_groups, level_scale)] * levels
+    return JointSpec(aggregate_indices, tuple(distinct.index(q) for q in qs), measure_index, distinct, s,
+                     count_scale, root_scale, level_scale, tuple(events))
+
+
+def release_joint(spec: JointSpec, measure: Measure, histograms: Sequence[object], sampler: Sampler) -> dict[
+        int, list[float | int | str]]:
+    """Every aggregate's released values per cell: one noisy count and one joint draw per cell."""
+    points = max(measure.points, 1)
+    cells = [counts(h, points) for h in histograms]
+    noisy = sampler.laplace([sum(c) for c in cells], spec.count_scale) if cells else ()
+    drawn = [joint_quantiles.joint_indices(c, spec.qs, n, spec.root_epsilon, spec.level_epsilon, spec.max_rows,
+                                           sampler) for c, n in zip(cells, noisy, strict=True)]
+    return {aggregate: [point_value(measure, indices[position]) for indices in drawn]
+            for aggregate, position in zip(spec.aggregates, spec.positions, strict=True)}
 
 
 def calibrate(
@@ -102,12 +190,38 @@ def counts(histogram: object, points: int) -> list[int]:
     return out
 
 
-def release_quantile(spec: QuantileSpec, measure: Measure, histograms: Sequence[object], sampler: Sampler) -> list[
-        float | int | str]:
-    """One released grid value per cell, each from its own exponential-mechanism draw."""
+def release_quantile(spec: QuantileSpec | JointSpec, measure: Measure, histograms: Sequence[object],
+                     sampler: Sampler) -> dict[int, list[float | int | str]]:
+    """The released grid values per cell of each aggregate of `spec`: one exponential-mechanism draw per
+    cell, or one joint release per cell."""
+    if isinstance(spec, JointSpec):
+        return release_joint(spec, measure, histograms, sampler)
     points = max(measure.points, 1)
     epsilon = spec.epsilon
-    return [
+    return {spec.aggregate: [
         point_value(measure, dp_quantile.quantile_index(counts(h, points), spec.q, epsilon, spec.max_rows, sampler))
         for h in histograms
-    ]
+    ]}
+
+
+def calibrate_all(
+    quantiles: Sequence[tuple[int, int, Aggregate, int]], epsilon: float, *, max_rows: int, max_groups: int,
+    noise_multiplier: float | None = None,
+) -> tuple[QuantileSpec | JointSpec, ...]:
+    """The specs of a query's quantile aggregates, given as (aggregate index, measure index, aggregate,
+    points), each at per-group budget `epsilon`: those of one histogram with at least JOINT_AT_LEAST distinct
+    q are released jointly, with the budget they would have had together; the others (and every quantile
+    under a given noise multiplier) one by one."""
+    by_measure: dict[int, list[tuple[int, int, Aggregate, int]]] = {}
+    for item in quantiles:
+        by_measure.setdefault(item[1], []).append(item)
+    specs: list[QuantileSpec | JointSpec] = []
+    for measure, items in by_measure.items():
+        qs = tuple(a.q for _, _, a, _ in items if a.q is not None)
+        if noise_multiplier is None and len(set(qs)) >= JOINT_AT_LEAST:
+            specs.append(calibrate_joint(tuple(k for k, _, _, _ in items), measure, qs, epsilon * len(items),
+                                         max_rows=max_rows, max_groups=max_groups))
+            continue
+        specs += [calibrate(k, j, a, epsilon, max_rows=max_rows, max_groups=max_groups, points=points,
+                            noise_multiplier=noise_multiplier) for k, j, a, points in items]
+    return tuple(specs)
