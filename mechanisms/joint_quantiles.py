@@ -8,13 +8,16 @@ release is (docs/privacy.md §9, joint quantiles):
    (its own n, Δ = max(q_r, 1 − q_r)·s, budget ε_root) releases index J_r.
 3. The left chain q_{r−1}, q_{r−2}, …, q_0 and the right chain q_{r+1}, …, q_{k−1}, one step of each per
    level. A left step with bound B (the previous left release, J_r at first) scores the candidates 0 … B
-   on the rows at points <= B only, against the fixed target rank q·ñ counted from the bottom:
-   d_K = dist(q·ñ, [L_K, R_K]). A right step with bound B scores B … m − 1 on the rows at points > B only,
-   against (1 − q)·ñ counted from the top. Each draws ∝ exp(−ε_level·d/(2s)).
+   on the rows at points < B only, against the fixed target rank q·ñ counted from the bottom:
+   d_K = dist(q·ñ, [L_K, R_K]) for K < B, and the bound itself stands for "B or above": [L_B, ∞). A right
+   step with bound B scores B … m − 1 on the rows at points > B only, against (1 − q)·ñ counted from the
+   top, the bound standing for "B or below". Each draws ∝ exp(−ε_level·d/(2s)).
 
-The rows of a left step and of a right step of one level are disjoint (<= J_r and > J_r), and a step's
-scores read only its own rows and the public ñ: a unit with b_L rows on the left and b_R on the right
-moves them by at most b_L and b_R, so the level costs ε_level·(b_L + b_R)/s <= ε_level. In all,
+The rows of a left step and of a right step of one level are disjoint (< J_r and > J_r; the rows at a
+bound are read by neither), and a step's scores read only its own rows and the public ñ: a unit with b_L
+rows on the left and b_R on the right moves them by at most b_L and b_R, so the level costs
+ε_level·(b_L + b_R)/s <= ε_level. The candidates' intervals cover [0, ∞), so some score is 0 whatever the
+bound: a chain never inherits the rows tied at its bound as error (rank_errors). In all,
 ε_c + ε_root + levels·ε_level with levels = max(r, k − 1 − r), against k parts for k separate quantiles.
 The outputs are monotone by construction (left steps never pass their bound, right steps never fall
 below it), and every step is an exact draw (Sampler.exponential_index, integers over one denominator).
@@ -67,35 +70,37 @@ def anchored_numerators(
     rows: Sequence[int], q: Fraction, noisy_count: int, epsilon: float | Fraction, sensitivity: int
 ) -> tuple[tuple[int, ...], int]:
     """Exponents ε·d_K/(2s) of one chain step as integers over one denominator, d_K = dist(q·ñ, [L_K, R_K])
-    with L_K, R_K counted from the bottom of `rows` (the step's own rows) and ñ = max(noisy_count, 0).
+    with L_K, R_K counted from the bottom of `rows` (the step's own rows, the bound last) and
+    ñ = max(noisy_count, 0); the last candidate, the bound, covers [L, ∞) (its own rows are not read).
 
     With q = a/b and ε = e/f: ε·d/(2s) = e·(b·d) / (2·f·s·b), and b·d = max(b·L − a·ñ, a·ñ − b·R, 0).
 
     Example:
-        >>> anchored_numerators([2, 0, 3], Fraction(1, 2), noisy_count=4, epsilon=1, sensitivity=1)
-        ((0, 0, 0), 4)
-        >>> anchored_numerators([2, 0, 3], Fraction(0), noisy_count=4, epsilon=1, sensitivity=1)
-        ((0, 2, 2), 2)
+        >>> anchored_numerators([2, 0, 3, 0], Fraction(1, 2), noisy_count=10, epsilon=1, sensitivity=1)
+        ((6, 6, 0, 0), 4)
+        >>> anchored_numerators([2, 0, 3, 0], Fraction(0), noisy_count=4, epsilon=1, sensitivity=1)
+        ((0, 2, 2, 5), 2)
     """
     eps = _exact(epsilon, "epsilon")
     a, b = q.numerator, q.denominator
     target = a * max(noisy_count, 0)
     scaled, below = [], 0
-    for count in rows:
+    for count in rows[:-1]:
         at_most = below + count
         scaled.append(max(b * below - target, target - b * at_most, 0))
         below = at_most
+    scaled.append(max(b * below - target, 0))  # the bound: "here or beyond", so the target is always covered
     return tuple(eps.numerator * d for d in scaled), 2 * eps.denominator * sensitivity * b
 
 
 def left_rows(histogram: Sequence[int], bound: int) -> list[int]:
-    """A left step's rows: the points 0 … bound (ties at the bound belong to the left)."""
-    return list(histogram[: bound + 1])
+    """A left step's rows: the points 0 … bound − 1, then the bound (its rows not read: 0)."""
+    return [*histogram[:bound], 0]
 
 
 def right_rows(histogram: Sequence[int], bound: int) -> list[int]:
-    """A right step's rows, reversed so that it is scored from the top: points m − 1 … bound, the bound
-    itself holding no rows (they belong to the left)."""
+    """A right step's rows, reversed so that it is scored from the top: points m − 1 … bound + 1, then the
+    bound (its rows not read: 0)."""
     return [*histogram[bound + 1:][::-1], 0]
 
 
@@ -159,11 +164,12 @@ def rank_errors(
     interval comes within r_q of q·n (docs/privacy.md §9). `root_scale`, `level_scale` are the temperatures
     T (P ∝ exp(−d/T)); `count_halfwidth(confidence)` bounds |ñ − n| at that confidence.
 
-    The root: T_root·ln(m/β). Chain step j (1 = next to the root) on the left, with a = q_j and the first
-    step's q_1 (on the right 1 − q for q): it comes within T·ln(m/β') + dmin_j of its target a·ñ, where
-    dmin_1 <= T_root·ln(m/β') + a_1·c (the root may stop short of the target) and dmin_j <= T·ln(m/β') +
-    dmin_{j−1}; the target is within a·c of a·n. So r = j·T·ln(m/β') + T_root·ln(m/β') + (a_1 + a)·c with
-    β' = β/(j + 2) for the j + 2 events of the union bound (the count, the root, j steps) and c at 1 − β'.
+    The root: T_root·ln(m/β). Chain step j (1 = next to the root), with a = q (1 − q on the right) and
+    a_1 the first step's: some candidate scores 0, so the released one scores at most T·ln(m/β'); a candidate
+    below the bound has its true interval; the bound itself, released, is within T·ln(m/β') of the target on
+    its own side and, on the other, within what its release was of that release's (further) target. So
+    |rank − a·ñ| <= E_j = max(T·ln(m/β'), T_root·ln(m/β') + a_1·c), and a·ñ is within a·c of a·n: r = E_j + a·c,
+    with β' = β/(j + 2) for the j + 2 events of the union bound (the count, the root, j steps), c at 1 − β'.
 
     Example:
         >>> [round(e, 3) for e in rank_errors((Fraction(1, 2),), Fraction(2), Fraction(4), lambda c: 0, 100, 0.05)]
@@ -180,6 +186,6 @@ def rank_errors(
             c = float(count_halfwidth(1 - share))
             a = float(1 - q if outer else q)
             first = a if first is None else first
-            index = r - j if not outer else r + j
-            out[index] = (j * float(level_scale) + float(root_scale)) * math.log(m / share) + (first + a) * c
+            inherited = float(root_scale) * math.log(m / share) + first * c
+            out[r - j if not outer else r + j] = max(float(level_scale) * math.log(m / share), inherited) + a * c
     return tuple(out)
