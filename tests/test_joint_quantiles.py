@@ -119,8 +119,10 @@ def _encode(pairs: list[tuple[int, int]]) -> np.ndarray:
 
 def _secure_level(histogram: tuple[int, ...], n: int) -> np.ndarray:
     sampler = SecureSampler()
-    return _encode([(chain_step(histogram, P10_50_90[0], AUDIT_BOUND, "left", AUDIT_COUNT, 1.0, 1, sampler),
-                     chain_step(histogram, P10_50_90[2], AUDIT_BOUND, "right", AUDIT_COUNT, 1.0, 1, sampler))
+    # at the last point the right step has one candidate, its bound: drawn once, the left step n times
+    (right,) = {chain_step(histogram, P10_50_90[2], AUDIT_BOUND, "right", AUDIT_COUNT, 1.0, 1, sampler)
+                for _ in range(3)}
+    return _encode([(chain_step(histogram, P10_50_90[0], AUDIT_BOUND, "left", AUDIT_COUNT, 1.0, 1, sampler), right)
                     for _ in range(n)])
 
 

@@ -86,7 +86,7 @@ def test_a_date_without_bounds_is_refused_with_a_hint() -> None:
     "SELECT g, MEDIAN(d), MAX(d), COUNT(*) FROM t GROUP BY g",
     "SELECT QUANTILE_CONT(d, 0.9) FILTER (WHERE g = 'a'), MIN(d) FROM t",
 ])
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=rows, removed=st.integers(0, 4), salt=st.integers(0, 2**62))
 @example(data=[(0, g, FIRST) for g in "abc" for _ in range(5)] + [(1, "a", dt.date(2027, 1, 1))] * 4, removed=0,
          salt=1)

@@ -5,7 +5,9 @@ of bounded rows (at most max_rows per unit: s = max_rows). With per-group budget
 with probability ∝ exp(−d/T), T = 2Δ/ε_k rounded up, Δ = max(q, 1 − q)·s: the mechanism's true ε is
 2Δ/T <= ε_k. A unit reaches at most L0 groups, so the release is charged ExponentialEvent(L0·2Δ, T)
 (pure ε = L0·2Δ/T, basic composition over the groups; L0 = 1 is parallel composition). Given a noise
-multiplier m instead of ε, T = m·2Δ (ε_k = 1/m, as for Laplace b = m·Δ1).
+multiplier m instead of ε, T = m·2Δ (ε_k = 1/m, as for Laplace b = m·Δ1). Three or more distinct quantiles
+of one histogram are one joint release (`JointSpec`, mechanisms/joint_quantiles.py) at the budget they would
+have had together: more accurate, monotone, the same charge.
 
 Example:
     >>> from fractions import Fraction
@@ -96,7 +98,7 @@ class JointSpec:
 
 
 def calibrate_joint(
-    aggregate_indices: tuple[int, ...], measure_index: int, qs: tuple[Fraction, ...], epsilon: float, *,
+    aggregate_indices: tuple[int, ...], measure_index: int, qs: tuple[Fraction, ...], epsilon: float | Fraction, *,
     max_rows: int, max_groups: int,
 ) -> JointSpec:
     """The joint release of the aggregates' quantiles at per-group budget `epsilon` (what they would have
@@ -219,7 +221,7 @@ def calibrate_all(
     for measure, items in by_measure.items():
         qs = tuple(a.q for _, _, a, _ in items if a.q is not None)
         if noise_multiplier is None and len(set(qs)) >= JOINT_AT_LEAST:
-            specs.append(calibrate_joint(tuple(k for k, _, _, _ in items), measure, qs, epsilon * len(items),
+            specs.append(calibrate_joint(tuple(k for k, _, _, _ in items), measure, qs, Fraction(epsilon) * len(items),
                                          max_rows=max_rows, max_groups=max_groups))
             continue
         specs += [calibrate(k, j, a, epsilon, max_rows=max_rows, max_groups=max_groups, points=points,
