@@ -186,14 +186,15 @@ def test_three_quantiles_of_a_column_are_one_joint_release_at_the_split_charge()
     (spec,) = planned.price.quantiles
     assert isinstance(spec, JointSpec) and spec.qs == (0, Fraction(1, 2), Fraction(9, 10))
     # MEDIAN(x) and QUANTILE(x, 0.5) are one aggregate: three, ε in all, over L0 = 2 groups: 1/2 per group;
-    # the count 1/32 of it, the root and the level 15/64 each
+    # the count 1/32 of it, the root (Δ = s/2) and the level (Δ = s) the rest, as (1/2)^(2/3) : 1
     assert spec.positions == (2, 1, 0) and planned.analysis.outputs[4].expr == planned.analysis.outputs[2].expr
     kinds = [type(e).__name__ for e in spec.events]
     assert kinds == ["LaplaceEvent", "ExponentialEvent", "ExponentialEvent"]
     count, root_event, level = spec.events
+    rest, weight = 15 / 32, 0.5 ** (2 / 3)
     assert count.sensitivity / count.scale == pytest.approx(2 / 32, rel=1e-12)
-    assert root_event.sensitivity / root_event.scale == pytest.approx(2 * 15 / 64, rel=1e-12)
-    assert level.sensitivity / level.scale == pytest.approx(2 * 15 / 64, rel=1e-12)
+    assert root_event.sensitivity / root_event.scale == pytest.approx(2 * rest * weight / (1 + weight), rel=1e-6)
+    assert level.sensitivity / level.scale == pytest.approx(2 * rest / (1 + weight), rel=1e-6)
     assert spec.level_epsilon == Fraction(2 * 3) / Fraction(spec.level_scale)  # Δ = s for an anchored step
     assert planned.price.epsilon <= 1.0 and planned.price.epsilon == pytest.approx(1.0, rel=1e-9)
     # two quantiles of a column, or any under a noise multiplier, stay one mechanism each

@@ -56,10 +56,12 @@ def test_date_quantiles_are_days_of_the_declared_range(client: httpx.Client) -> 
     noise = {n["column"]: n for n in body["noise"]}
     assert noise == {n["column"]: n for n in preview["noise"]}
     # four quantiles of one column: one joint release (root MEDIAN; chains MIN and p90, MAX: two levels);
-    # ε = 0.8 less the count's 1/16, over root and two levels: 0.25 each; the root's Δ = 10 (max_rows 20), so
-    # its rank error (2Δ/0.25)·ln(365/0.05), below the split's (2Δ/0.2)·ln(365/0.05)
+    # ε = 0.8: the count 1/16, the root its share as a separate quantile (0.2: (1/2)^(2/3) : 1 : 1 would give
+    # it less), the two levels (0.75 − 0.2)/2 each; the root's Δ = 10 (max_rows 20): (2Δ/0.2)·ln(365/0.05)
     assert noise["mid"]["mechanism"] == "exponential"
-    assert noise["mid"]["rank_error"] == pytest.approx(2 * 10 / 0.25 * math.log(365 / 0.05), rel=1e-9)
+    assert noise["mid"]["rank_error"] == pytest.approx(2 * 10 / 0.2 * math.log(365 / 0.05), rel=1e-9)
+    # MIN and MAX (Δ = 20) at 0.275 instead of 0.2: narrower than the split's (2Δ/0.2)·ln(365/0.05)
+    assert noise["first"]["rank_error"] < 2 * 20 / 0.2 * math.log(365 / 0.05)
     assert all(first <= mid <= late <= last for _, first, mid, late, last in body["rows"])
 
 

@@ -102,13 +102,14 @@ def calibrate_joint(
     max_rows: int, max_groups: int,
 ) -> JointSpec:
     """The joint release of the aggregates' quantiles at per-group budget `epsilon` (what they would have
-    had together, one share each): 1/16 to the count, the rest evenly over the root and the chain levels.
+    had together, one share each): 1/16 to the count, the rest over the root and the chain levels in
+    proportion to Δ^(2/3) (a level's Δ = s, the root's max(q, 1 − q)·s), the root at least one share.
 
     Example:
         >>> spec = calibrate_joint((0, 1, 2), 0, (Fraction(1, 10), Fraction(1, 2), Fraction(9, 10)), 3.0,
         ...                        max_rows=1, max_groups=1)
-        >>> spec.count_scale, spec.root_scale, spec.level_scale
-        (5.333333333333334, 0.7111111111111111, 1.4222222222222223)
+        >>> spec.count_scale, round(spec.root_scale, 4), round(spec.level_scale, 4)
+        (5.333333333333334, 0.92, 1.1591)
         >>> [type(e).__name__ for e in spec.events]
         ['LaplaceEvent', 'ExponentialEvent', 'ExponentialEvent']
     """
@@ -116,11 +117,17 @@ def calibrate_joint(
     levels = joint_quantiles.levels(distinct)
     total = Fraction(epsilon)
     count_epsilon = total * COUNT_SHARE
-    part = (total - count_epsilon) / (1 + levels)
     s = max_rows
-    two_delta_root = 2 * dp_quantile.score_sensitivity(distinct[joint_quantiles.root(distinct)], s)
+    root_q = distinct[joint_quantiles.root(distinct)]
+    two_delta_root = 2 * dp_quantile.score_sensitivity(root_q, s)
+    # T = 2Δ/ε: the split minimising Σ T² gives each stage ε ∝ Δ^(2/3) (a level's Δ is s, the root's
+    # max(q, 1 − q)·s), the root never less than its share as a separate quantile; the levels share what the
+    # root leaves, so the parts sum exactly
+    weight = Fraction(float(max(root_q, 1 - root_q)) ** (2 / 3)).limit_denominator(10**6)
+    root_part = max((total - count_epsilon) * weight / (weight + levels), total / len(distinct))
+    level_part = (total - count_epsilon - root_part) / levels
     count_scale = up(s / count_epsilon)
-    root_scale, level_scale = up(two_delta_root / part), up(2 * s / part)
+    root_scale, level_scale = up(two_delta_root / root_part), up(2 * s / level_part)
     events: list[Event] = [LaplaceEvent(s * max_groups, count_scale), ExponentialEvent(up(two_delta_root * max_groups),
                                                                                        root_scale)]
     events += [ExponentialEvent(2 * s * max_groups, level_scale)] * levels
