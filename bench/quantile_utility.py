@@ -98,18 +98,27 @@ def measure_joint(con: duckdb.DuckDBPyConnection, catalog: object, answers: int,
     try:
         errors: list[list[float]] = [[], [], []]
         bars: list[float] = []
+        dp_times, plain_times = [], []
         for _ in range(answers):
+            started = time.perf_counter()
             planned = plan(JOINT, catalog, epsilon=epsilon, delta=1e-8, mechanism="laplace",  # type: ignore[arg-type]
                            salt=sampler.salt(), cells=False)
             answer = release(con.execute(planned.sql).fetchall(), planned.analysis, planned.price, sampler)
+            dp_times.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            con.execute(JOINT).fetchall()
+            plain_times.append(time.perf_counter() - started)
             bars = [error_bar(planned.analysis, planned.price, k, 0.95).rank_error or 0.0 for k in range(3)]
             for region, *values in answer.rows:
                 for k, v in enumerate(values):
                     errors[k].append(abs(float(v) - truth[region][k]) / abs(truth[region][k]))
     finally:
         quantile_noise.JOINT_AT_LEAST = saved
+    dp, plain = np.asarray(dp_times) * 1e3, np.asarray(plain_times) * 1e3
+    timing = {"dp_p50": float(np.median(dp)), "dp_p90": float(np.quantile(dp, 0.9)),
+              "plain_p50": float(np.median(plain)), "ratio": float(np.median(dp) / np.median(plain))}
     return [{"within5": float(np.mean(np.asarray(e) <= 0.05)), "median_rel": float(np.median(e)),
-             "p95_rel": float(np.quantile(e, 0.95)), "bar": bars[k]} for k, e in enumerate(errors)]
+             "p95_rel": float(np.quantile(e, 0.95)), "bar": bars[k], **timing} for k, e in enumerate(errors)]
 
 
 def main() -> None:
@@ -142,6 +151,9 @@ def main() -> None:
             for label, m in zip(("p10", "median", "p90"), results, strict=True):
                 print(f"{'joint' if joint else 'split':8} {label:8} {m['within5']:9.3f} {m['median_rel']:10.4f} "
                       f"{m['p95_rel']:8.4f} {m['bar']:10.1f}")
+            m = results[0]
+            print(f"{'':8} latency: DP p50 {m['dp_p50']:.1f}ms p90 {m['dp_p90']:.1f}ms, plain p50 "
+                  f"{m['plain_p50']:.1f}ms, ratio {m['ratio']:.1f}")
 
 
 if __name__ == "__main__":
