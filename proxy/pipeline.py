@@ -140,15 +140,17 @@ def reply(
     on_admitted: Callable[[Charge], None],
     render: Callable[[Answer], bytes],
     deadline: Deadline | None = None,
+    rebar: Callable[[bytes, Prepared], bytes] | None = None,
 ) -> Reply:
-    """The answer to `req`: the stored release of an identical earlier request, else a new charged one,
-    delivered within `deadline` (default: `query_timeout_s` from admission)."""
+    """The answer to `req`: the stored release of an identical earlier request (its error bars by `rebar` at
+    this request's confidence, proxy/repeat_bars.py), else a new charged one, delivered within `deadline`
+    (default: `query_timeout_s` from admission)."""
     deadline = deadline or Deadline(env.settings.query_timeout_s)
     with env.timed("plan"):
         prepared = prepare(req, analyst, env.policy, env.sampler.salt())
     stored = env.ledger.stored_release(analyst.name, prepared.dataset.name, prepared.request_sha256)
     if stored is not None:
-        return Reply(stored.body, stored.charge_id, repeat=True)
+        return Reply(stored.body if rebar is None else rebar(stored.body, prepared), stored.charge_id, repeat=True)
     result = answer(prepared, analyst, env, on_admitted, deadline)
     body = render(result)
     deadline.deliver()  # from here on the answer is released; if too late, a charged timeout instead

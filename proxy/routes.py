@@ -16,7 +16,7 @@ from accountant.errors import UnsupportedEvent
 from accountant.events import to_json
 from accountant.filter import Accounting, Budget, Entry, Rule, Usage
 from accountant.ledger import Charge
-from proxy import auth, auto_run, budget_detail, output_formats
+from proxy import auth, auto_run, budget_detail, output_formats, repeat_bars
 from proxy.deadline import Deadline
 from proxy.decimal_json import DecimalJSONRoute
 from proxy.pipeline import Answer, Env, Prepared, Reply, prepare, reply
@@ -122,7 +122,8 @@ async def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: 
     """Answer one SQL query with a differentially private release, charging the budget first.
 
     Repeating an identical request returns the first answer byte for byte, without a new charge
-    (header `X-DP-Repeat: true`): repeats cannot average the noise away."""
+    (header `X-DP-Repeat: true`): repeats cannot average the noise away. A repeat at another `confidence`
+    gets the same answer with its error bars at that confidence (public functions of the noise)."""
 
     request.state.query = body  # what this route parsed: the audit trail records it (proxy/audit_trail.py)
 
@@ -132,7 +133,8 @@ async def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: 
         request.state.charge = charge
 
     def work(deadline: Deadline) -> Reply:
-        return reply(body, analyst, env, admitted, lambda answer: _render(answer, env), deadline)
+        return reply(body, analyst, env, admitted, lambda answer: _render(answer, env), deadline,
+                     rebar=lambda stored, prepared: repeat_bars.at_confidence(stored, prepared, _noise))
 
     result: Reply = await _run(request, analyst, work, env)
     headers = {"X-DP-Repeat": str(result.repeat).lower(), "X-DP-Charge-Id": result.charge_id}

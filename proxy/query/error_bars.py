@@ -2,8 +2,9 @@
 noise parameters only, so they cost nothing and reveal nothing.
 
 - COUNT, SUM: the noise's own interval: P[|Z| > ci] <= 1 − confidence (exact for the discrete noise).
-- quantiles: a rank interval (mechanisms.dp_quantile.rank_error): with probability >= confidence the released
-  value lies between the true quantiles of ranks q·n ± `rank_error`.
+- quantiles: a rank interval (mechanisms.dp_quantile.rank_error; joint releases mechanisms.joint_quantiles.
+  rank_errors): with probability >= confidence the released value lies between the true quantiles of ranks
+  q·n ± `rank_error`.
 - AVG: released c + Ŝ/N̂ with Ŝ = S + Z_S, N̂ = N + Z_N; exactly, released − true = (Z_S − μ_c·Z_N)/N̂ with
   |μ_c| <= R (R the half range, c its centre). With |Z_S| <= h_S and |Z_N| <= h_N, each at confidence
   1 − β/2 (union bound, β = 1 − confidence): |error| <= (h_S + R·h_N) / N̂. `ci_times_count` is that
@@ -25,10 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mechanisms import dp_quantile, gaussian, laplace
+from mechanisms import gaussian, laplace
 from proxy.query.analyse import Analysis
 from proxy.query.measures import SPREAD_KINDS, Measure, measures_of
 from proxy.query.price import NoiseSpec, Price
+from proxy.query.quantile_noise import JointSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +47,11 @@ def error_bar(analysis: Analysis, price: Price, index: int, confidence: float) -
     aggregate = analysis.aggregates[index]
     beta = 1 - confidence
     if aggregate.kind == "quantile":
-        spec = next(q for q in price.quantiles if q.aggregate == index)
-        measure = analysis.measures[spec.measure]
-        per_group = float(spec.epsilon)
-        return ErrorBar(rank_error=dp_quantile.rank_error(spec.q, per_group, spec.max_rows, max(measure.points, 1),
-                                                          beta))
+        spec = next(q for q in price.quantiles if index in q.aggregates)
+        points = analysis.measures[spec.measure].points
+        if isinstance(spec, JointSpec):
+            return ErrorBar(rank_error=spec.rank_error(points, beta, index))
+        return ErrorBar(rank_error=spec.rank_error(points, beta))
     measures = measures_of(aggregate, analysis.table)
     if aggregate.kind == "avg":
         centred, count = measures

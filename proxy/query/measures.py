@@ -15,6 +15,8 @@ the rewrite keeps at most `max_rows` rows per unit and group:
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -63,6 +65,7 @@ class Measure:
     points: int = 0  # histogram: grid points lo, lo + (hi − lo)/(points − 1), …, hi (grid units)
     where: str = ""  # only rows meeting this condition count (FILTER); a function of the row alone
     expr: str = ""  # the per-row value is this expression (clamped to [lo, hi] on the grid), not `column`
+    epoch: str = ""  # a DATE histogram: the first declared day (ISO); lo … hi count days after it
 
     @property
     def centre(self) -> int:
@@ -156,6 +159,32 @@ def histogram_points(spec: ColumnSpec, lo: int, hi: int) -> int:
     return HISTOGRAM_POINTS if hi > lo else 1
 
 
+MAX_DATE_POINTS = 10_001  # a DATE quantile chooses among every day of at most 10 000 days' span, else this many
+
+
+def date_histogram(spec: ColumnSpec) -> Measure:
+    """The histogram of a DATE column with declared date bounds [first, last]: its value per row is the number
+    of days after `first` (clamped to [0, span]); the grid is every day when the span is at most 10 000 days,
+    else MAX_DATE_POINTS evenly spaced points, each released as the day it falls in (quantile_noise).
+
+    Example:
+        >>> m = date_histogram(ColumnSpec("day", "DATE", date_bounds=("2026-01-01", "2026-12-31")))
+        >>> m.lo, m.hi, m.points, m.epoch
+        (0, 364, 365, '2026-01-01')
+        >>> print(m.expr)
+        DATE_DIFF('DAY', CAST('2026-01-01' AS DATE), "day")
+        >>> date_histogram(ColumnSpec("d", "DATE", date_bounds=("1900-01-01", "2099-12-31"))).points
+        10001
+    """
+    assert spec.date_bounds is not None
+    first, last = (dt.date.fromisoformat(str(d)) for d in spec.date_bounds)
+    span = (last - first).days
+    quoted = '"' + spec.name.replace('"', '""') + '"'
+    days = f"DATE_DIFF('DAY', CAST('{first.isoformat()}' AS DATE), {quoted})"
+    return Measure("histogram", spec.name, 1, 0, span, min(span + 1, MAX_DATE_POINTS), expr=days,
+                   epoch=first.isoformat())
+
+
 def measures_of(aggregate: Aggregate, table: TableSchema) -> tuple[Measure, ...]:
     """The measures one aggregate is computed from (AVG: a centred sum and a count); a FILTER condition or a
     per-row expression travels with every measure of the aggregate."""
@@ -176,10 +205,12 @@ def measures_of(aggregate: Aggregate, table: TableSchema) -> tuple[Measure, ...]
         return (Measure("centred_sum", None, grid, lo, hi, where=where, expr=expr),
                 Measure("values", None, where=where, expr=expr))
     column = table.column(aggregate.column or "")
-    assert column is not None and column.bounds is not None
+    assert column is not None and (column.bounds is not None or column.date_bounds is not None)
     if where:  # the same measures, each reading only the rows meeting the condition
         plain = measures_of(Aggregate(aggregate.kind, aggregate.column, aggregate.q), table)
-        return tuple(Measure(m.kind, m.column, m.grid, m.lo, m.hi, m.points, where=where) for m in plain)
+        return tuple(dataclasses.replace(m, where=where) for m in plain)
+    if aggregate.kind == "quantile" and column.date_bounds is not None:
+        return (date_histogram(column),)
     grid, lo, hi = fixed_point(column)
     if aggregate.kind in SPREAD_KINDS:  # count, centred sum and centred sum of squares, on a coarser grid
         g2, lo2, hi2 = spread_grid(column)

@@ -32,7 +32,7 @@ from proxy.query.analyse import Analysis
 from proxy.query.catalog import Mechanism
 from proxy.query.errors import InvalidParameter
 from proxy.query.measures import measures_of
-from proxy.query.quantile_noise import QuantileSpec, calibrate
+from proxy.query.quantile_noise import JointSpec, QuantileSpec, calibrate_all
 from proxy.query.spread import spread_weight
 
 Composition = Literal["parallel", "sequential"]
@@ -76,7 +76,7 @@ class Price:
     delta: float
     gaussian_delta: float  # δ at which the Gaussian part is converted to (ε, δ)
     composition: Composition
-    quantiles: tuple[QuantileSpec, ...] = ()  # the exponential mechanisms of the quantile aggregates
+    quantiles: tuple[QuantileSpec | JointSpec, ...] = ()  # the exponential mechanisms of the quantile aggregates
 
 
 def price_for_noise(
@@ -241,7 +241,7 @@ def _price_at(
             )
             children.append(GaussianEvent(sensitivity, sigma))
 
-    children += [spec.event for spec in quantiles]
+    children += [event for spec in quantiles for event in spec.events]
     per_partition = ComposedEvent(tuple(children))
     disjoint_groups = bool(analysis.keys) and analysis.disjoint
     # One group per unit: the release is the same mechanism on disjoint partitions, costing one (§3).
@@ -254,18 +254,18 @@ def _price_at(
     )
 
 
-def _quantiles(analysis: Analysis, share: float, noise_multiplier: float | None) -> tuple[QuantileSpec, ...]:
-    """Each quantile aggregate at per-group budget share / L0 (its L0 groups compose: L0 · share in all)."""
+def _quantiles(analysis: Analysis, share: float, noise_multiplier: float | None) -> tuple[
+        QuantileSpec | JointSpec, ...]:
+    """Each quantile aggregate at per-group budget share / L0 (its L0 groups compose: L0 · share in all);
+    several of one column together (quantile_noise.calibrate_all)."""
     per_group = down(Fraction(share) / analysis.max_groups)
-    specs = []
+    quantiles = []
     for k, aggregate in enumerate(analysis.aggregates):
         if aggregate.kind == "quantile":
             (measure,) = measures_of(aggregate, analysis.table)
-            specs.append(calibrate(
-                k, analysis.measures.index(measure), aggregate, per_group, max_rows=analysis.table.max_rows,
-                max_groups=analysis.max_groups, points=measure.points, noise_multiplier=noise_multiplier,
-            ))
-    return tuple(specs)
+            quantiles.append((k, analysis.measures.index(measure), aggregate, measure.points))
+    return calibrate_all(quantiles, per_group, max_rows=analysis.table.max_rows, max_groups=analysis.max_groups,
+                         noise_multiplier=noise_multiplier)
 
 
 def _weights(analysis: Analysis) -> tuple[int, ...]:

@@ -1,6 +1,7 @@
-"""Quantile calls: MEDIAN, QUANTILE_CONT/DISC, PERCENTILE_CONT/DISC … WITHIN GROUP, APPROX_QUANTILE, MIN, MAX.
+"""Quantile calls: MEDIAN, QUANTILE, QUANTILE_CONT/DISC, PERCENTILE_CONT/DISC … WITHIN GROUP, APPROX_QUANTILE,
+MIN, MAX.
 
-Each is one `Aggregate("quantile", column, q)` on a bounded numeric column, with q an exact fraction read
+Each is one `Aggregate("quantile", column, q)` on a bounded numeric or DATE column, with q an exact fraction read
 from the literal's text (0.9 is 9/10, not the nearest double). MIN is the 0th and MAX the 100th DP quantile
 (docs/privacy.md §9): never the true extreme. The released value is a point of the column's grid
 (measures.histogram_points), so CONT and DISC are answered alike.
@@ -16,6 +17,8 @@ Example:
     ('quantile', 'amount', Fraction(9, 10))
     >>> quantile(parse_one("MIN(amount)"), names).q
     Fraction(0, 1)
+    >>> quantile(parse_one("QUANTILE(amount, 0.25)", read="duckdb"), names).q
+    Fraction(1, 4)
 """
 
 from __future__ import annotations
@@ -30,10 +33,11 @@ from proxy.query.measures import Aggregate
 from proxy.query.names import Names
 from proxy.query.refusals import AGGREGATE_HINT
 
-QUANTILE_NODES = (exp.Median, exp.PercentileCont, exp.PercentileDisc, exp.ApproxQuantile, exp.WithinGroup,
-                  exp.Min, exp.Max)
-QUANTILE_HINT = ("quantiles: MEDIAN(col), QUANTILE_CONT(col, q), PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY col), "
-                 "APPROX_QUANTILE(col, q), MIN(col), MAX(col), q a number in [0, 1], col a bounded numeric column")
+QUANTILE_NODES = (exp.Median, exp.PercentileCont, exp.PercentileDisc, exp.ApproxQuantile, exp.Quantile,
+                  exp.WithinGroup, exp.Min, exp.Max)
+QUANTILE_HINT = ("quantiles: MEDIAN(col), QUANTILE(col, q), QUANTILE_CONT(col, q), PERCENTILE_CONT(q) WITHIN GROUP "
+                 "(ORDER BY col), APPROX_QUANTILE(col, q), MIN(col), MAX(col), q a number in [0, 1], col a bounded "
+                 "numeric or DATE column")
 
 
 def quantile(node: exp.Expr, names: Names) -> Aggregate:
@@ -59,7 +63,7 @@ def quantile(node: exp.Expr, names: Names) -> Aggregate:
         case exp.Min() | exp.Max():
             _only(node, ("this",), function)
             return _aggregate(node.this, Fraction(int(isinstance(node, exp.Max))), names, function)
-        case exp.ApproxQuantile():
+        case exp.ApproxQuantile() | exp.Quantile():  # DuckDB's QUANTILE(col, q) is QUANTILE_DISC
             _only(node, ("this", "quantile"), function)
             return _aggregate(node.this, _q(node.args.get("quantile"), function), names, function)
         case exp.PercentileCont() | exp.PercentileDisc():
@@ -75,9 +79,17 @@ def _aggregate(argument: exp.Expr | None, q: Fraction, names: Names, function: s
             "not supported", construct=function, hint=QUANTILE_HINT,
         )
     spec = names.column(argument)
+    if spec.kind == "date":  # the grid is the declared days (measures.date_histogram): a public calendar
+        if spec.date_bounds is None:
+            raise PolicyError(
+                f"{function}({spec.name}) needs date bounds in the policy: the DP quantile chooses among the days "
+                "of the declared range", construct=function, column=spec.name,
+                hint="declare bounds = [first, last] for the DATE column, e.g. bounds = [2026-01-01, 2026-12-31]",
+            )
+        return Aggregate("quantile", spec.name, q)
     if not spec.numeric:
         raise PolicyError(
-            f"{function}({spec.name}) needs a numeric column; {spec.name} is {spec.type}",
+            f"{function}({spec.name}) needs a numeric or DATE column; {spec.name} is {spec.type}",
             construct=function, column=spec.name, hint=QUANTILE_HINT,
         )
     if spec.bounds is None:

@@ -77,9 +77,10 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
         draw = sampler.laplace if spec.mechanism == "laplace" else sampler.gaussian
         noisy[analysis.measures[spec.measure]] = np.asarray(draw(values, spec.scale) if cells else (), dtype=np.int64)
     columns = [[] if a.kind == "quantile" else _estimates(a, analysis, noisy) for a in analysis.aggregates]
-    for spec in price.quantiles:  # one exponential-mechanism draw per cell (docs/privacy.md §9)
+    for spec in price.quantiles:  # one exponential-mechanism (or joint) draw per cell (docs/privacy.md §9)
         histograms = [exact[cell][1 + spec.measure] if cell in exact else None for cell in cells]
-        columns[spec.aggregate] = release_quantile(spec, analysis.measures[spec.measure], histograms, sampler)
+        for index, values in release_quantile(spec, analysis.measures[spec.measure], histograms, sampler).items():
+            columns[index] = values
     shown = [tuple(_shown(v) for v in cell) for cell in cells]
     per_cell = list(zip(*columns, strict=True)) if columns else [()] * len(cells)
 

@@ -222,8 +222,7 @@ def histogram_point(measure: Measure) -> exp.Expr:
     Any function of the row alone keeps the histogram's sensitivity at max_rows: the index need not be exact
     (rounding in DOUBLE only moves a row to a neighbouring point), only total, hence the integer clamp.
     """
-    assert measure.column is not None
-    column = _quoted(measure.column)
+    column = _read(measure)  # a DATE column's histogram reads its days after the first declared day
     lo, hi = measure.lo / measure.grid, measure.hi / measure.grid
     last = max(measure.points - 1, 0)
     clamped = exp.func("LEAST", exp.func("GREATEST", exp.cast(column, "DOUBLE"), _number(lo)), _number(hi))
