@@ -31,6 +31,7 @@ from accountant.admitting import Since, _Admitting, _check_window, _Memos, event
 from accountant.chain import AuditRecord
 from accountant.charges import Charge, Clock, StoredRelease, _utcnow
 from accountant.events import to_json
+from accountant.file_lock import writer_lock
 from accountant.filter import Entry, Spend, total
 from accountant.sql_rows import scope_of, scope_to_text, since_of, since_sql
 
@@ -143,6 +144,7 @@ class SqliteLedger(_Admitting):
         self._lock = threading.Lock()
         self._clock = clock
         self._memos = _Memos()
+        self._writer = writer_lock(path)  # shared with the audit log's connection to this file (file_lock.py)
         self._conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
@@ -154,7 +156,7 @@ class SqliteLedger(_Admitting):
             raise
 
     def _create_schema(self) -> None:
-        with _immediate(self._conn):
+        with self._writer, _immediate(self._conn):
             migrate_sqlite(self._conn)  # the audit chain's tables: admit appends to them
             for statement in _SCHEMA:
                 self._conn.execute(statement)
@@ -174,7 +176,7 @@ class SqliteLedger(_Admitting):
     @contextmanager
     def _write(self) -> Iterator[None]:
         # BEGIN IMMEDIATE takes SQLite's write lock before the spend is read: admits on one file serialise
-        with self._lock, _immediate(self._conn):
+        with self._lock, self._writer, _immediate(self._conn):
             yield
 
     def _insert(self, charge: Charge) -> None:
@@ -257,7 +259,7 @@ class SqliteLedger(_Admitting):
         return None if row is None else StoredRelease(analyst, dataset, request_sha256, row[0], bytes(row[1]))
 
     def store_release(self, release: StoredRelease) -> None:
-        with self._lock:
+        with self._lock, self._writer:
             self._conn.execute(
                 "INSERT OR IGNORE INTO releases (analyst, dataset, request_sha256, charge_id, body)"
                 " VALUES (?, ?, ?, ?, ?)",

@@ -131,8 +131,11 @@ async def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: 
         request.state.charge_id = charge.id
         request.state.charge = charge
 
+    def planned(prepared: Prepared) -> None:
+        request.state.normalized_sql = prepared.plan.normalized_sql  # the audit trail records it as it is
+
     def work(deadline: Deadline) -> Reply:
-        return reply(body, analyst, env, admitted, lambda answer: _render(answer, env), deadline)
+        return reply(body, analyst, env, admitted, lambda answer: _render(answer, env), deadline, planned)
 
     result: Reply = await _run(request, analyst, work, env)
     headers = {"X-DP-Repeat": str(result.repeat).lower(), "X-DP-Charge-Id": result.charge_id}
@@ -327,8 +330,9 @@ View = Callable[[Rule], Ledgered]  # a history's per-cell sums under a rule (rai
 
 
 def _stored(env: Env, dataset: str, analyst: str | None) -> View:
-    """The history in the ledger, read through the admit's memo (only what is new since is read)."""
-    return lambda rule: env.ledger.tallied(dataset=dataset, analyst=analyst, rule=rule)
+    """The history in the ledger, read through the admit's memo (only what is new since is read), once per
+    rule: one budget's figures ask for the same rule several times."""
+    return functools.cache(lambda rule: env.ledger.tallied(dataset=dataset, analyst=analyst, rule=rule))
 
 
 def _given(entries: tuple[Entry, ...]) -> View:
