@@ -13,7 +13,7 @@ from pydantic import AfterValidator
 from accountant import loss, report
 from accountant.cells import CellScope, Ledgered, ledgered
 from accountant.errors import UnsupportedEvent
-from accountant.events import to_json
+from accountant.events import Event, to_json
 from accountant.filter import Accounting, Budget, Entry, Rule, Usage
 from accountant.ledger import Charge
 from proxy import auth, budget_detail, output_formats
@@ -315,15 +315,22 @@ def _cell(coordinates: dict[str, object]) -> dict[str, Any]:
 
 def _costs(price: Price) -> list[CostOut]:
     """The charge under basic composition, zCDP and (without Gaussian noise) GDP."""
-    costs = [CostOut(accounting="basic", epsilon=price.epsilon, delta=price.delta)]
-    rho, selection = loss.approximate_rho(price.event)
-    costs.append(CostOut(accounting="zcdp", rho=rho, delta=selection))
     try:
-        mu, selection = loss.approximate_mu(price.event)
+        return list(_costs_of(price.event, price.epsilon, price.delta))
+    except TypeError:  # an event built with a list somewhere is not hashable: computed as it is
+        return list(_costs_of.__wrapped__(price.event, price.epsilon, price.delta))
+
+
+@functools.lru_cache(maxsize=1024)  # a pure function of an immutable event: most answers repeat a few shapes
+def _costs_of(event: Event, epsilon: float, delta: float) -> tuple[CostOut, ...]:
+    basic = CostOut(accounting="basic", epsilon=epsilon, delta=delta)
+    rho, selection = loss.approximate_rho(event)
+    zcdp = CostOut(accounting="zcdp", rho=rho, delta=selection)
+    try:
+        mu, selection = loss.approximate_mu(event)
     except UnsupportedEvent:  # the discrete Gaussian has no proven μ-GDP bound
-        return costs
-    costs.append(CostOut(accounting="gdp", mu=mu, delta=selection))
-    return costs
+        return basic, zcdp
+    return basic, zcdp, CostOut(accounting="gdp", mu=mu, delta=selection)
 
 
 View = Callable[[Rule], Ledgered]  # a history's per-cell sums under a rule (raises UnsupportedEvent)
