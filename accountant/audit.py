@@ -44,6 +44,7 @@ from accountant.chain import (
     sql_sha256,
     verify_chain,
 )
+from accountant.file_lock import writer_lock
 from accountant.ledger import use_wal
 from accountant.postgres import Pool, migrate
 from accountant.stores import store_of
@@ -149,6 +150,7 @@ class SqliteAudit:
         self._lock = threading.Lock()
         self._clock = clock
         self._path, self._timeout_s = path, timeout_s
+        self._writer = writer_lock(path)  # shared with the ledger's connection to this file (file_lock.py)
         self._conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
@@ -161,7 +163,7 @@ class SqliteAudit:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._lock, self._writer:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn

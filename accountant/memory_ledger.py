@@ -21,6 +21,7 @@ from accountant.admitting import Since, _Admitting, _check_window, _Memos
 from accountant.chain import AuditRecord
 from accountant.charges import Charge, Clock, StoredRelease, _utcnow
 from accountant.filter import Entry, Spend, total
+from accountant.sql_rows import entry_of
 
 # --- in memory --------------------------------------------------------------------------------------
 
@@ -53,16 +54,12 @@ class MemoryLedger(_Admitting):
             return total((c.epsilon, c.delta) for c in self._rows if c.analyst == analyst and c.dataset == dataset)
 
     def _entries(self, analyst: str | None, dataset: str) -> list[Entry]:
-        return [
-            Entry(c.event, c.epsilon, c.delta, c.scope)
-            for c in self._rows
-            if c.dataset == dataset and (analyst is None or c.analyst == analyst)
-        ]
+        return [entry_of(c) for c in self._rows if c.dataset == dataset and (analyst is None or c.analyst == analyst)]
 
     def _since(self, analyst: str | None, dataset: str, seq: int) -> Since:
         mine = [(i, c) for i, c in enumerate(self._rows, start=1)
                 if c.dataset == dataset and (analyst is None or c.analyst == analyst)]
-        after = Counter(Entry(c.event, c.epsilon, c.delta, c.scope) for i, c in mine if i > seq)
+        after = Counter(entry_of(c) for i, c in mine if i > seq)
         return Since(sum(1 for i, _ in mine if i <= seq), list(after.items()), max((i for i, _ in mine), default=0))
 
     def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:

@@ -22,7 +22,6 @@ from psycopg import pq
 
 from accountant.admission import POSTGRES_MIGRATIONS, append
 from accountant.chain import AuditRecord
-from accountant.events import to_json
 from accountant.filter import Entry, Spend, total
 from accountant.ledger import (
     Charge,
@@ -33,12 +32,10 @@ from accountant.ledger import (
     _check_window,
     _Memos,
     _utcnow,
-    event_of,
-    scope_of,
-    scope_to_text,
     since_of,
     since_sql,
 )
+from accountant.sql_rows import COLUMNS, charge_of, charge_row, where
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -196,31 +193,13 @@ MIGRATIONS: tuple[str, ...] = (
     # 2: the cells a charge could touch (accountant/cells.py), as JSON; NULL for every privacy unit
     "ALTER TABLE charges ADD COLUMN scope text",
 )
-_COLUMNS = "id, analyst, dataset, at, sql_sha256, event, epsilon, delta, composition, scope"
-
-
-def _from_row(row: tuple[Any, ...]) -> Charge:
-    id_, analyst, dataset, at, sql_sha256, event, epsilon, delta, composition, scope = row
-    return Charge(
-        id=id_,
-        analyst=analyst,
-        dataset=dataset,
-        at=at.astimezone(UTC),
-        sql_sha256=sql_sha256,
-        event=event_of(event),
-        epsilon=epsilon,
-        delta=delta,
-        composition=composition,
-        scope=scope_of(scope),
-    )
+_COLUMNS = COLUMNS.format(at="at")
 
 
 def _where(
     analyst: str | None, dataset: str | None, since: datetime | None, until: datetime | None
 ) -> tuple[str, tuple[object, ...]]:
-    conditions = (("analyst = %s", analyst), ("dataset = %s", dataset), ("at >= %s", since), ("at < %s", until))
-    used = [(sql, value) for sql, value in conditions if value is not None]
-    return " AND ".join(sql for sql, _ in used) or "true", tuple(value for _, value in used)
+    return where(analyst, dataset, since, until, mark="%s", at_column="at", moment=lambda moment: moment)
 
 
 def _since(conn: Connection, analyst: str | None, dataset: str, seq: int) -> Since:
@@ -293,21 +272,8 @@ class PostgresLedger(_Admitting):
 
     def _insert(self, charge: Charge) -> None:
         conn = self._locked("pair", charge.analyst, charge.dataset)
-        conn.execute(
-            f"INSERT INTO charges ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                charge.id,
-                charge.analyst,
-                charge.dataset,
-                charge.at,
-                charge.sql_sha256,
-                json.dumps(to_json(charge.event), allow_nan=False, separators=(",", ":")),
-                charge.epsilon,
-                charge.delta,
-                charge.composition,
-                scope_to_text(charge.scope),
-            ),
-        )
+        conn.execute(f"INSERT INTO charges ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                     charge_row(charge, charge.at))
 
     def _record(self, record: AuditRecord, at: datetime) -> None:
         conn = self._locked("pair", record.analyst or "", record.dataset or "")  # the admit's connection
@@ -335,7 +301,7 @@ class PostgresLedger(_Admitting):
         sql = f"SELECT {_COLUMNS} FROM charges WHERE {clause} ORDER BY at DESC, seq DESC LIMIT %s OFFSET %s"
         with self._pool.connection() as conn:
             rows = conn.execute(sql, (*params, limit, offset)).fetchall()
-        return tuple(_from_row(row) for row in rows)
+        return tuple(charge_of(row, row[3].astimezone(UTC)) for row in rows)
 
     def count(
         self,

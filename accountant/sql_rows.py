@@ -1,21 +1,73 @@
-"""How charges are stored as SQL rows, shared by the SQLite and PostgreSQL ledgers: scopes as JSON text, and
-the one statement that reads a history against a watermark (`since_sql`, `since_of`).
+"""How charges are stored as SQL rows, shared by the SQLite and PostgreSQL ledgers: a charge as a row and back
+(`charge_row`, `charge_of`: events and scopes as JSON text; only the time's encoding differs per store), the
+filters of a listing (`where`), and the one statement that reads a history against a watermark (`since_sql`,
+`since_of`). `entry_of` is a charge as the filter sees it, for every ledger.
 
 Example:
+    >>> from datetime import UTC, datetime
     >>> from accountant.cells import CellScope
+    >>> from accountant.events import LaplaceEvent
     >>> scope = CellScope.of("visits", "f00d", 10, [1, 2])
     >>> scope_of(scope_to_text(scope)) == scope, scope_of(None)
     (True, None)
+    >>> at = datetime(2026, 1, 2, tzinfo=UTC)
+    >>> charge = Charge("c1", "ana", "demo", at, "ab" * 32, LaplaceEvent(1, 10.0), 0.1, 0.0, "basic", scope)
+    >>> charge_of(charge_row(charge, at), at) == charge
+    True
+    >>> where("ana", None, at, None, mark="?", at_column="at_us", moment=lambda m: 7)
+    ('analyst = ? AND at_us >= ?', ('ana', 7))
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from datetime import datetime
 from functools import lru_cache
+from typing import Any
 
 from accountant.admitting import Since, event_of
 from accountant.cells import CellScope
+from accountant.charges import Charge
+from accountant.events import to_json
 from accountant.filter import Entry
+
+COLUMNS = "id, analyst, dataset, {at}, sql_sha256, event, epsilon, delta, composition, scope"  # {at}: the store's
+
+
+def charge_row(charge: Charge, at: object) -> tuple[object, ...]:
+    """The values of `COLUMNS` for `charge`, its time given as the store keeps it."""
+    event = json.dumps(to_json(charge.event), allow_nan=False, separators=(",", ":"))
+    return (charge.id, charge.analyst, charge.dataset, at, charge.sql_sha256, event, charge.epsilon, charge.delta,
+            charge.composition, scope_to_text(charge.scope))
+
+
+def charge_of(row: tuple[Any, ...], at: datetime) -> Charge:
+    """The charge of a row of `COLUMNS`, its time already decoded by the store (`at`)."""
+    id_, analyst, dataset, _, sql_sha256, event, epsilon, delta, composition, scope = row
+    return Charge(id=id_, analyst=analyst, dataset=dataset, at=at, sql_sha256=sql_sha256, event=event_of(event),
+                  epsilon=epsilon, delta=delta, composition=composition, scope=scope_of(scope))
+
+
+def entry_of(charge: Charge) -> Entry:
+    """A charge as the filter and the reports see it."""
+    return Entry(charge.event, charge.epsilon, charge.delta, charge.scope)
+
+
+def where(
+    analyst: str | None, dataset: str | None, since: datetime | None, until: datetime | None, *,
+    mark: str, at_column: str, moment: Callable[[datetime], object],
+) -> tuple[str, tuple[object, ...]]:
+    """The WHERE clause (and its parameters) of the given filters; `mark` is the driver's placeholder and
+    `moment` encodes a time as the store keeps it in `at_column`."""
+    conditions = (
+        (f"analyst = {mark}", analyst),
+        (f"dataset = {mark}", dataset),
+        (f"{at_column} >= {mark}", None if since is None else moment(since)),
+        (f"{at_column} < {mark}", None if until is None else moment(until)),
+    )
+    used = [(sql, value) for sql, value in conditions if value is not None]
+    return " AND ".join(sql for sql, _ in used) or "1 = 1", tuple(value for _, value in used)
 
 
 def scope_to_text(scope: CellScope | None) -> str | None:

@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
@@ -27,12 +26,12 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 
 from accountant.admission import append, migrate_sqlite
-from accountant.admitting import Since, _Admitting, _check_window, _Memos, event_of
+from accountant.admitting import Since, _Admitting, _check_window, _Memos
 from accountant.chain import AuditRecord
 from accountant.charges import Charge, Clock, StoredRelease, _utcnow
-from accountant.events import to_json
+from accountant.file_lock import writer_lock
 from accountant.filter import Entry, Spend, total
-from accountant.sql_rows import scope_of, scope_to_text, since_of, since_sql
+from accountant.sql_rows import COLUMNS, charge_of, charge_row, since_of, since_sql, where
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -66,7 +65,7 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS charges_by_time ON charges (at_us, seq)",
     "CREATE INDEX IF NOT EXISTS charges_by_dataset ON charges (dataset)",  # the dataset budget's reads
 )
-_COLUMNS = "id, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition, scope"
+_COLUMNS = COLUMNS.format(at="at_us")
 _UPGRADES = {1: "ALTER TABLE charges ADD COLUMN scope TEXT"}  # from version k to k + 1
 
 
@@ -74,34 +73,10 @@ def _to_us(moment: datetime) -> int:
     return (moment - _EPOCH) // _MICROSECOND
 
 
-def _from_row(row: tuple[str, str, str, int, str, str, float, float, str, str | None]) -> Charge:
-    id_, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition, scope = row
-    return Charge(
-        id=id_,
-        analyst=analyst,
-        dataset=dataset,
-        at=_EPOCH + at_us * _MICROSECOND,
-        sql_sha256=sql_sha256,
-        event=event_of(event),
-        epsilon=epsilon,
-        delta=delta,
-        composition=composition,
-        scope=scope_of(scope),
-    )
-
-
 def _where(
     analyst: str | None, dataset: str | None, since: datetime | None, until: datetime | None
 ) -> tuple[str, tuple[object, ...]]:
-    conditions = (
-        ("analyst = ?", analyst),
-        ("dataset = ?", dataset),
-        ("at_us >= ?", None if since is None else _to_us(since)),
-        ("at_us < ?", None if until is None else _to_us(until)),
-    )
-    used = [(sql, value) for sql, value in conditions if value is not None]
-    clause = " AND ".join(sql for sql, _ in used) or "1"
-    return clause, tuple(value for _, value in used)
+    return where(analyst, dataset, since, until, mark="?", at_column="at_us", moment=_to_us)
 
 
 def use_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
@@ -143,6 +118,7 @@ class SqliteLedger(_Admitting):
         self._lock = threading.Lock()
         self._clock = clock
         self._memos = _Memos()
+        self._writer = writer_lock(path)  # shared with the audit log's connection to this file (file_lock.py)
         self._conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
@@ -154,7 +130,7 @@ class SqliteLedger(_Admitting):
             raise
 
     def _create_schema(self) -> None:
-        with _immediate(self._conn):
+        with self._writer, _immediate(self._conn):
             migrate_sqlite(self._conn)  # the audit chain's tables: admit appends to them
             for statement in _SCHEMA:
                 self._conn.execute(statement)
@@ -174,25 +150,12 @@ class SqliteLedger(_Admitting):
     @contextmanager
     def _write(self) -> Iterator[None]:
         # BEGIN IMMEDIATE takes SQLite's write lock before the spend is read: admits on one file serialise
-        with self._lock, _immediate(self._conn):
+        with self._lock, self._writer, _immediate(self._conn):
             yield
 
     def _insert(self, charge: Charge) -> None:
-        self._conn.execute(
-            f"INSERT INTO charges ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                charge.id,
-                charge.analyst,
-                charge.dataset,
-                _to_us(charge.at),
-                charge.sql_sha256,
-                json.dumps(to_json(charge.event), allow_nan=False, separators=(",", ":")),
-                charge.epsilon,
-                charge.delta,
-                charge.composition,
-                scope_to_text(charge.scope),
-            ),
-        )
+        self._conn.execute(f"INSERT INTO charges ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           charge_row(charge, _to_us(charge.at)))
 
     def _record(self, record: AuditRecord, at: datetime) -> None:
         append(self._conn, record, at, postgres=False)  # inside BEGIN IMMEDIATE: the file's write lock
@@ -232,7 +195,7 @@ class SqliteLedger(_Admitting):
         sql = f"SELECT {_COLUMNS} FROM charges WHERE {clause} ORDER BY at_us DESC, seq DESC LIMIT ? OFFSET ?"
         with self._lock:
             rows = self._conn.execute(sql, (*params, limit, offset)).fetchall()
-        return tuple(_from_row(row) for row in rows)
+        return tuple(charge_of(row, _EPOCH + row[3] * _MICROSECOND) for row in rows)
 
     def count(
         self,
@@ -257,12 +220,22 @@ class SqliteLedger(_Admitting):
         return None if row is None else StoredRelease(analyst, dataset, request_sha256, row[0], bytes(row[1]))
 
     def store_release(self, release: StoredRelease) -> None:
-        with self._lock:
-            self._conn.execute(
-                "INSERT OR IGNORE INTO releases (analyst, dataset, request_sha256, charge_id, body)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (release.analyst, release.dataset, release.request_sha256, release.charge_id, release.body),
-            )
+        """Keep `release` for repeats. Committed without its own fsync (synchronous = NORMAL, for this one
+        write): in WAL mode a process crash cannot lose it, and the next FULL commit on this file makes it
+        durable too, since one fsync of the WAL covers every frame before it. The server releases no answer
+        before the audit trail's entry for it commits FULL on this same file (proxy/audit_trail.py), so a
+        release an analyst has seen is durable; one lost to a power cut was never sent, and asking again is
+        charged afresh, as for a request never answered."""
+        with self._lock, self._writer:
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            try:
+                self._conn.execute(
+                    "INSERT OR IGNORE INTO releases (analyst, dataset, request_sha256, charge_id, body)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (release.analyst, release.dataset, release.request_sha256, release.charge_id, release.body),
+                )
+            finally:
+                self._conn.execute("PRAGMA synchronous = FULL")  # every charge commits with its own fsync
 
     def close(self) -> None:
         with self._lock:

@@ -12,13 +12,14 @@ The outcome (`answered`, `failed` with its code, e.g. `timeout`) follows here, w
 
 What is recorded is what the route parsed, never a re-read of the raw body: the route leaves the
 `QueryRequest` it validated in `request.state.query`, and the pipeline's admit leaves the `Charge` in
-`request.state.charge`. So: the analyst holding the bearer key (authenticated again, by hash, as routes
-do); the dataset as a policy name (the request's, or the analyst's only one); the SQL as sqlglot
-normalises it, whose sha256 is the ledger's `sql_sha256` (checked for a charged request; the text as
-parsed when it does not parse as SQL); the decision, error code and charge id; and the (ε, δ) this request
-charged (0 for repeats and rejections). A request the route never parsed — no key or an unknown one (401,
-refused by `proxy.intake` before its body is read), a body too large (413), or not JSON of the documented
-shape (400) — is recorded with empty SQL: nothing of its body is read, hashed, parsed or stored.
+`request.state.charge`. So: the analyst holding the bearer key (authenticated again, by hash, as routes do);
+the dataset as a policy name (the request's, or the analyst's only one); the SQL as sqlglot normalises it (the
+plan's own text, `request.state.normalized_sql`, once the pipeline planned it), whose sha256 is the ledger's
+`sql_sha256` (checked for a charged request; the text as parsed when it does not parse as SQL); the decision,
+error code and charge id; and the (ε, δ) this request charged (0 for repeats and rejections). A request the
+route never parsed — no key or an unknown one (401, refused by `proxy.intake` before its body is read), a body
+too large (413), or not JSON of the documented shape (400) — is recorded with empty SQL: nothing of its body
+is read, hashed, parsed or stored.
 """
 
 from __future__ import annotations
@@ -123,8 +124,11 @@ def audit_record(
     query: QueryRequest | None = state.get("query")
     charge: Charge | None = state.get("charge")
     analyst, dataset = _who(env, authorization, query)
-    # only a route that authenticated parses a query; it is read in the dialect the pipeline read it in
-    sql = "" if query is None else _normalised(query.sql, _dialect(env, dataset, query))
+    # only a route that authenticated parses a query; it is read in the dialect the pipeline read it in (the
+    # plan's own normalised text when the pipeline got that far: no second parse)
+    planned: str | None = state.get("normalized_sql")
+    sql = "" if query is None else planned if planned is not None else _normalised(
+        query.sql, _dialect(env, dataset, query))
     status = 500 if raised else held.status
     code: str | None = None
     charge_id = None if charge is None else charge.id

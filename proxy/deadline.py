@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Literal
 
 from proxy.engine import ExecutionTimeout
@@ -32,9 +31,8 @@ class Deadline:
         proxy.engines.base.ExecutionTimeout: query exceeded the time limit
     """
 
-    def __init__(self, seconds: float, on_start: Callable[[], None] | None = None) -> None:
+    def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self._on_start = on_start
         self._lock = threading.Lock()
         self._at: float | None = None
         self._state: Literal["running", "delivered", "expired"] = "running"
@@ -43,8 +41,6 @@ class Deadline:
         """Start the clock (at admission)."""
         with self._lock:
             self._at = time.monotonic() + self.seconds
-        if self._on_start is not None:
-            self._on_start()
 
     @property
     def started(self) -> bool:

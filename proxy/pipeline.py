@@ -141,13 +141,17 @@ def reply(
     render: Callable[[Answer], bytes],
     deadline: Deadline | None = None,
     rebar: Callable[[bytes, Prepared], bytes] | None = None,
+    on_planned: Callable[[Prepared], None] | None = None,
 ) -> Reply:
     """The answer to `req`: the stored release of an identical earlier request (its error bars by `rebar` at
     this request's confidence, proxy/repeat_bars.py), else a new charged one, delivered within `deadline`
-    (default: `query_timeout_s` from admission)."""
+    (default: `query_timeout_s` from admission). `on_planned` sees the plan before anything else happens (the
+    audit trail records its normalised SQL instead of parsing it again)."""
     deadline = deadline or Deadline(env.settings.query_timeout_s)
     with env.timed("plan"):
         prepared = prepare(req, analyst, env.policy, env.sampler.salt())
+    if on_planned is not None:
+        on_planned(prepared)
     stored = env.ledger.stored_release(analyst.name, prepared.dataset.name, prepared.request_sha256)
     if stored is not None:
         return Reply(stored.body if rebar is None else rebar(stored.body, prepared), stored.charge_id, repeat=True)

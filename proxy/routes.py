@@ -13,7 +13,7 @@ from pydantic import AfterValidator
 from accountant import loss, report
 from accountant.cells import CellScope, Ledgered, ledgered
 from accountant.errors import UnsupportedEvent
-from accountant.events import to_json
+from accountant.events import Event, to_json
 from accountant.filter import Accounting, Budget, Entry, Rule, Usage
 from accountant.ledger import Charge
 from proxy import auth, auto_run, budget_detail, output_formats, repeat_bars
@@ -132,9 +132,13 @@ async def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: 
         request.state.charge_id = charge.id
         request.state.charge = charge
 
+    def planned(prepared: Prepared) -> None:
+        request.state.normalized_sql = prepared.plan.normalized_sql  # the audit trail records it as it is
+
     def work(deadline: Deadline) -> Reply:
         return reply(body, analyst, env, admitted, lambda answer: _render(answer, env), deadline,
-                     rebar=lambda stored, prepared: repeat_bars.at_confidence(stored, prepared, _noise))
+                     rebar=lambda stored, prepared: repeat_bars.at_confidence(stored, prepared, _noise),
+                     on_planned=planned)
 
     result: Reply = await _run(request, analyst, work, env)
     headers = {"X-DP-Repeat": str(result.repeat).lower(), "X-DP-Charge-Id": result.charge_id}
@@ -311,23 +315,31 @@ def _cell(coordinates: dict[str, object]) -> dict[str, Any]:
 
 def _costs(price: Price) -> list[CostOut]:
     """The charge under basic composition, zCDP and (without Gaussian noise) GDP."""
-    costs = [CostOut(accounting="basic", epsilon=price.epsilon, delta=price.delta)]
-    rho, selection = loss.approximate_rho(price.event)
-    costs.append(CostOut(accounting="zcdp", rho=rho, delta=selection))
     try:
-        mu, selection = loss.approximate_mu(price.event)
+        return list(_costs_of(price.event, price.epsilon, price.delta))
+    except TypeError:  # an event built with a list somewhere is not hashable: computed as it is
+        return list(_costs_of.__wrapped__(price.event, price.epsilon, price.delta))
+
+
+@functools.lru_cache(maxsize=1024)  # a pure function of an immutable event: most answers repeat a few shapes
+def _costs_of(event: Event, epsilon: float, delta: float) -> tuple[CostOut, ...]:
+    basic = CostOut(accounting="basic", epsilon=epsilon, delta=delta)
+    rho, selection = loss.approximate_rho(event)
+    zcdp = CostOut(accounting="zcdp", rho=rho, delta=selection)
+    try:
+        mu, selection = loss.approximate_mu(event)
     except UnsupportedEvent:  # the discrete Gaussian has no proven μ-GDP bound
-        return costs
-    costs.append(CostOut(accounting="gdp", mu=mu, delta=selection))
-    return costs
+        return basic, zcdp
+    return basic, zcdp, CostOut(accounting="gdp", mu=mu, delta=selection)
 
 
 View = Callable[[Rule], Ledgered]  # a history's per-cell sums under a rule (raises UnsupportedEvent)
 
 
 def _stored(env: Env, dataset: str, analyst: str | None) -> View:
-    """The history in the ledger, read through the admit's memo (only what is new since is read)."""
-    return lambda rule: env.ledger.tallied(dataset=dataset, analyst=analyst, rule=rule)
+    """The history in the ledger, read through the admit's memo (only what is new since is read), once per
+    rule: one budget's figures ask for the same rule several times."""
+    return functools.cache(lambda rule: env.ledger.tallied(dataset=dataset, analyst=analyst, rule=rule))
 
 
 def _given(entries: tuple[Entry, ...]) -> View:

@@ -115,8 +115,7 @@ class QueryRunner:
         """`work(deadline)` on a query thread; raises ExecutionTimeout once the deadline, started by the work
         at admission, passes before the work delivered its answer."""
         loop = asyncio.get_running_loop()
-        started = asyncio.Event()
-        deadline = Deadline(timeout_s, on_start=lambda: loop.call_soon_threadsafe(started.set))
+        deadline = Deadline(timeout_s)
         await self._slots.acquire(analyst)
         try:
             submitted = self._pool.submit(contextvars.copy_context().run, work, deadline)
@@ -125,18 +124,16 @@ class QueryRunner:
             raise
         submitted.add_done_callback(lambda _: loop.call_soon_threadsafe(self._slots.release, analyst))
         result = asyncio.wrap_future(submitted, loop=loop)
-        clock = asyncio.ensure_future(started.wait())
-        try:
-            await asyncio.wait((result, clock), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            clock.cancel()
-        if not result.done():
-            try:
-                return await asyncio.wait_for(asyncio.shield(result), deadline.remaining())
-            except TimeoutError:
-                if deadline.expire():
-                    result.add_done_callback(_consumed)  # the worker's own timeout, when it ends, goes nowhere
-                    raise ExecutionTimeout() from None
+        # Wait `remaining()` at a time, so admission needs no wake-up of this loop: before the clock starts
+        # that is the whole limit, and the deadline is at least that far off, so a wait never overshoots it.
+        while not result.done():
+            await asyncio.wait((result,), timeout=deadline.remaining())
+            if result.done() or not deadline.started or deadline.remaining() > 0:
+                continue
+            if deadline.expire():
+                result.add_done_callback(_consumed)  # the worker's own timeout, when it ends, goes nowhere
+                raise ExecutionTimeout()
+            break  # delivered in time: its answer is being stored; wait for it
         return await result
 
     def close(self) -> None:
