@@ -45,7 +45,7 @@ from proxy.query import ranked, types
 from proxy.query.analyse import Analysis
 from proxy.query.catalog import ColumnSpec
 from proxy.query.measures import Measure, fixed_point
-from proxy.query.rewrite import UNITS, row_value
+from proxy.query.rewrite import UNITS, row_value, with_computed
 
 
 def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
@@ -54,8 +54,10 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
     k = table.max_rows
     keys = [f"__k{i}" for i in range(len(analysis.keys))]
     row_keys = [key for key in analysis.keys if not _spec(analysis, key).unit_level]
+    # no stored rank for a combination of row-level keys, nor for a computed row-level key (date_trunc of a day)
+    windowed = len(row_keys) > 1 or bool(unranked_keys(analysis))
     conditions: list[exp.Expr] = []
-    if len(row_keys) == 1:  # one row-level key: the stored rank of its value within the unit bounds L0
+    if row_keys and not windowed:  # one row-level key: the stored rank of its value within the unit bounds L0
         conditions.append(exp.LTE(this=exp.column(ranked.group_rank(row_keys[0])),
                                   expression=exp.Literal.number(analysis.max_groups)))
     if analysis.where is not None:
@@ -63,7 +65,7 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
     # A cell of at most k rows in the store (before the WHERE) is within every bound whatever the WHERE keeps:
     # its rows are added up directly, and only the rows of larger cells are aggregated per cell first. Not
     # with a window over cells (it must see every cell) or a count of distinct units (one per cell).
-    split = len(row_keys) <= 1 and analysis.partitions != "private" and all(
+    split = not windowed and analysis.partitions != "private" and all(
         m.kind != "units" for m in analysis.measures)
     size = exp.column(ranked.cell_rows(row_keys[0]) if row_keys else ranked.UNIT_ROWS)
     heavy = [exp.GT(this=size, expression=exp.Literal.number(k))] if split else []
@@ -71,11 +73,11 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
     cells = cells.select(exp.alias_(exp.Count(this=exp.Star()), "__n"), append=True)
     for j, measure in enumerate(analysis.measures):
         cells = cells.select(exp.alias_(_row_total(measure, j, analysis), f"__c{j}"), append=True)
-    cells = cells.from_(exp.table_(table.name, quoted=True))
+    cells = cells.from_(store_source(analysis))
     if conditions or heavy:
         cells = cells.where(exp.and_(*conditions, *heavy))
     cells = cells.group_by("__unit", *keys)
-    if len(row_keys) > 1:  # no stored rank for a combination: keep max_groups cells per unit, chosen by salt
+    if windowed:  # no stored rank for these keys: keep max_groups cells per unit, chosen by salt
         hashed = ", ".join([str(int(salt)), "__unit", *keys])
         rank = parse_one(f"ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY HASH({hashed}))", read="duckdb")
         cells = cells.qualify(exp.LTE(this=rank, expression=exp.Literal.number(analysis.max_groups)))
@@ -91,7 +93,7 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
         light = _keyed(analysis, keys, []).select(exp.alias_(exp.Literal.number(0), UNITS), append=True)
         for j, measure in enumerate(analysis.measures):
             light = light.select(exp.alias_(_row_total(measure, j, analysis), f"__m{j}"), append=True)
-        light = light.from_(exp.table_(table.name, quoted=True)).where(
+        light = light.from_(store_source(analysis)).where(
             exp.and_(*[c.copy() for c in conditions], exp.LTE(this=size.copy(), expression=exp.Literal.number(k))))
         if keys:
             light = light.group_by(*keys)
@@ -110,6 +112,53 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
                                          if node == ref else node))
         result = result.having(exp.and_(*inside))
     return result.with_("__cells", as_=cells).sql(dialect="duckdb")
+
+
+def unranked_keys(analysis: Analysis) -> tuple[str, ...]:
+    """The row-level keys the store holds no ranks for: computed keys that read a row-level column.
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("d", "DATE", groupable=True),
+        ...     ColumnSpec("a", "INTEGER", unit_level=True, groupable=True)))
+        >>> [unranked_keys(analyse(parse(q), Catalog((t,)))) for q in ("SELECT d, COUNT(*) FROM t GROUP BY d",
+        ...     "SELECT a // 10 AS b, COUNT(*) FROM t GROUP BY b", "SELECT date_trunc('month', d) AS m, COUNT(*) FROM t GROUP BY m")]
+        [(), (), ('__key0',)]
+    """
+    virtual = {name for name, _ in analysis.computed}
+    return tuple(k for k in analysis.keys if k in virtual and not _spec(analysis, k).unit_level)
+
+
+def stored_grid(analysis: Analysis, measure: Measure) -> exp.Expr | None:
+    """The store's clamped fixed-point column for `measure`'s value, when it holds one (a column of the table
+    itself with bounds, at the column's own grid); None: clamp per query."""
+    spec = analysis.table.column(measure.column or "")
+    if measure.kind == "values" or measure.expr or spec is None or spec.bounds is None or (
+            measure.grid, measure.lo, measure.hi) != fixed_point(spec):
+        return None
+    if analysis.source is not None:
+        return None  # a join's virtual table: the other table's columns have no grid here; clamp per query
+    return exp.column(ranked.grid_value(spec.name))  # clamped once, when the store was built
+
+
+def store_source(analysis: Analysis) -> exp.Expr:
+    """What the store path reads: the table in the store, or the join's virtual table over the store's tables
+    (only joins whose rows are the base table's rows: proxy/query/__init__.py, `ranks_serve`), with the computed
+    keys as columns. A computed key reads the store's columns, so a unit-level one reads canonical values.
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"),
+        ...     ColumnSpec("a", "INTEGER", unit_level=True, groupable=True)))
+        >>> store_source(analyse(parse("SELECT a // 10 AS b, COUNT(*) FROM t GROUP BY b"), Catalog((t,)))).sql("duckdb")
+        '(SELECT *, TRY(CAST(CAST("a" AS BIGINT) // 10 AS BIGINT)) AS "__key0" FROM "t") AS __computed'
+    """
+    table = analysis.source.copy() if analysis.source is not None else exp.table_(analysis.table.name, quoted=True)
+    return with_computed(analysis, table)
 
 
 def _keyed(analysis: Analysis, keys: list[str], first: list[exp.Expr]) -> exp.Select:
@@ -139,10 +188,8 @@ def _row_total(measure: Measure, j: int, analysis: Analysis) -> exp.Expr:
             return exp.Literal.number(1)  # one per cell
         case "values":
             return exp.Count(this=exp.column(measure.column, quoted=True))
-    spec = _spec(analysis, measure.column or "")
-    if spec.bounds is not None and (measure.grid, measure.lo, measure.hi) == fixed_point(spec):
-        value: exp.Expr = exp.column(ranked.grid_value(spec.name))  # clamped once, when the store was built
-    else:
+    value = stored_grid(analysis, measure)
+    if value is None:
         value = row_value(measure, j).this
     if measure.kind == "centred_sum":
         value = exp.Sub(this=value, expression=exp.Literal.number(measure.centre))

@@ -29,9 +29,9 @@ from sqlglot import exp
 
 from proxy.query import ranked, types
 from proxy.query.analyse import Analysis
-from proxy.query.measures import Measure, fixed_point
+from proxy.query.measures import Measure
 from proxy.query.rewrite import UNITS, inputs, row_value
-from proxy.query.rewrite_cells import rewrite_cells
+from proxy.query.rewrite_cells import rewrite_cells, store_source, stored_grid, unranked_keys
 
 RowWhere = Literal["window", "filter"]
 
@@ -53,7 +53,7 @@ def uses_rank_filter(analysis: Analysis, row_where: RowWhere = "window") -> bool
     table = analysis.table
     if table.one_row_per_unit:  # checked when the store was built: nothing to bound, any WHERE and keys
         return True
-    if len(_row_level_keys(analysis)) > 1:
+    if len(_row_level_keys(analysis)) > 1 or unranked_keys(analysis):
         return False
     if analysis.where is None or row_where == "filter":
         return True
@@ -107,7 +107,7 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
     projections = [*keys, exp.alias_(units, UNITS)]
     projections += [exp.alias_(_measure(measure, sources.get(j), analysis), f"__m{j}")
                     for j, measure in enumerate(analysis.measures)]
-    select = exp.Select(expressions=projections).from_(exp.table_(table.name, quoted=True), copy=False)
+    select = exp.Select(expressions=projections).from_(store_source(analysis), copy=False)
     if conditions:
         select = select.where(exp.and_(*conditions, copy=False), copy=False)
     if keys:
@@ -148,13 +148,10 @@ def _measure(measure: Measure, source: int | None, analysis: Analysis) -> exp.Ex
             return exp.Filter(this=exp.Count(this=exp.Star()), expression=exp.Where(
                 this=exp.EQ(this=exp.column(rank), expression=exp.Literal.number(1))))
     assert source is not None
-    spec = analysis.table.column(measure.column or "")
-    if measure.kind != "values" and spec is not None and spec.bounds is not None and (
-        (measure.grid, measure.lo, measure.hi) == fixed_point(spec)
-    ):
-        value: exp.Expr = exp.column(ranked.grid_value(spec.name))  # clamped once, when the store was built
-    else:
-        value = row_value(analysis.measures[source], source).this  # the clamped per-row value, unaliased
+    # clamped once when the store was built, else the clamped per-row value (unaliased)
+    value = stored_grid(analysis, measure)
+    if value is None:
+        value = row_value(analysis.measures[source], source).this
     if measure.kind == "centred_sum":
         return exp.Sum(this=exp.Sub(this=value, expression=_number(measure.centre)))
     return exp.Sum(this=value)
