@@ -153,7 +153,8 @@ def plan(
     scope = analysis.scope.charged() if cells else None
     chooser = None
     if auto.uses_auto(analysis):
-        auto.check_supported(analysis, mechanism, noise_multiplier, ranks_serve(analysis))
+        # the selection reads one table's stored counts: no join (no catalog here) and no computed key
+        auto.check_supported(analysis, mechanism, noise_multiplier, ranks_serve(analysis) and not analysis.computed)
         selection_epsilon, epsilon = auto.split_epsilon(epsilon, auto_share)
         chooser = auto.auto_bounds(analysis, selection_epsilon, auto_quantile)
     if noise_multiplier is None:
