@@ -20,9 +20,9 @@ window over the cells (not the rows) keeps `max_groups` cells per unit, keyed by
 keys hold each unit's canonical value in the store: one cell per unit, nothing to bound.
 
 Light cells: a cell with at most k rows in the store (`__cell_rows__<key>`, `__unit_rows`, counted before any
-WHERE) is within every bound whatever the WHERE keeps, so its rows are added up directly, in a plain scan,
-and only the rows of larger cells are aggregated per cell (on the demo 15 % of the rows by category at
-k = 20). Whether a cell is light is a function of the unit's own rows, and it gives the same answer as
+WHERE) is within every bound whatever the WHERE keeps, so its rows are added up directly (in the same scan
+and aggregation, under the unit NULL, which no stored row has), and only the rows of larger cells are
+aggregated per unit and cell (on the demo 15 % of the rows by category at k = 20). Whether a cell is light is a function of the unit's own rows, and it gives the same answer as
 aggregating it per cell (n <= k: exact totals). Not used with a window over cells (which must see every cell)
 or for counts of distinct units (one per cell).
 
@@ -63,46 +63,38 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
     if analysis.where is not None:
         conditions.append(analysis.where.copy())
     # A cell of at most k rows in the store (before the WHERE) is within every bound whatever the WHERE keeps:
-    # its rows are added up directly, and only the rows of larger cells are aggregated per cell first. Not
-    # with a window over cells (it must see every cell) or a count of distinct units (one per cell).
+    # its rows are added up directly (grouped with __unit NULL, which no stored row has), and only the rows of
+    # larger cells are aggregated per cell first: one scan. Not with a window over cells (it must see every
+    # cell) or a count of distinct units (one per cell).
     split = not windowed and analysis.partitions != "private" and all(
         m.kind != "units" for m in analysis.measures)
-    size = exp.column(ranked.cell_rows(row_keys[0]) if row_keys else ranked.UNIT_ROWS)
-    heavy = [exp.GT(this=size, expression=exp.Literal.number(k))] if split else []
-    cells = _keyed(analysis, keys, [exp.alias_(types.column(*_typed(analysis, table.privacy_unit)), "__unit")])
+    unit: exp.Expr = types.column(*_typed(analysis, table.privacy_unit))
+    if split:
+        size = exp.column(ranked.cell_rows(row_keys[0]) if row_keys else ranked.UNIT_ROWS)
+        unit = exp.Case(ifs=[exp.If(this=exp.GT(this=size, expression=exp.Literal.number(k)), true=unit)])
+    cells = _keyed(analysis, keys, [exp.alias_(unit, "__unit")])
     cells = cells.select(exp.alias_(exp.Count(this=exp.Star()), "__n"), append=True)
     for j, measure in enumerate(analysis.measures):
         cells = cells.select(exp.alias_(_row_total(measure, j, analysis), f"__c{j}"), append=True)
     cells = cells.from_(store_source(analysis))
-    if conditions or heavy:
-        cells = cells.where(exp.and_(*conditions, *heavy))
+    if conditions:
+        cells = cells.where(exp.and_(*conditions))
     cells = cells.group_by("__unit", *keys)
     if windowed:  # no stored rank for these keys: keep max_groups cells per unit, chosen by salt
         hashed = ", ".join([str(int(salt)), "__unit", *keys])
         rank = parse_one(f"ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY HASH({hashed}))", read="duckdb")
         cells = cells.qualify(exp.LTE(this=rank, expression=exp.Literal.number(analysis.max_groups)))
     units = exp.Count(this=exp.Star()) if analysis.partitions == "private" else exp.Literal.number(0)
-    bounded = exp.select(*keys, exp.alias_(units, UNITS))
+    result = exp.select(*keys, exp.alias_(units, UNITS))
     for j, measure in enumerate(analysis.measures):
-        bounded = bounded.select(exp.alias_(exp.Sum(this=_bounded(measure, j, k)), f"__m{j}"), append=True)
-    bounded = bounded.from_("__cells")
+        contribution = _bounded(measure, j, k)
+        if split:  # the light cells' rows, added up as they are
+            light = exp.Is(this=exp.column("__unit"), expression=exp.Null())
+            contribution = exp.Case(ifs=[exp.If(this=light, true=exp.column(f"__c{j}"))], default=contribution)
+        result = result.select(exp.alias_(exp.Sum(this=contribution), f"__m{j}"), append=True)
+    result = result.from_("__cells")
     if keys:
-        bounded = bounded.group_by(*keys)
-    result = bounded
-    if split:
-        light = _keyed(analysis, keys, []).select(exp.alias_(exp.Literal.number(0), UNITS), append=True)
-        for j, measure in enumerate(analysis.measures):
-            light = light.select(exp.alias_(_row_total(measure, j, analysis), f"__m{j}"), append=True)
-        light = light.from_(store_source(analysis)).where(
-            exp.and_(*[c.copy() for c in conditions], exp.LTE(this=size.copy(), expression=exp.Literal.number(k))))
-        if keys:
-            light = light.group_by(*keys)
-        both = exp.union(light, bounded, distinct=False)
-        result = exp.select(*keys, exp.alias_(exp.Literal.number(0), UNITS), *(
-            exp.alias_(exp.Sum(this=exp.column(f"__m{j}")), f"__m{j}") for j in range(len(analysis.measures))
-        )).from_(exp.Subquery(this=both, alias=exp.TableAlias(this=exp.to_identifier("__parts"))))
-        if keys:
-            result = result.group_by(*keys)
+        result = result.group_by(*keys)
     if analysis.partitions == "public":  # whole groups outside the domain dropped after aggregation
         inside = []
         for alias, key, domain in zip(keys, analysis.keys, analysis.domains, strict=True):
