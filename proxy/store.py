@@ -35,7 +35,7 @@ from proxy.query.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
-FORMAT = 3  # bump when ranked.build_sql changes what a store holds
+FORMAT = 4  # bump when ranked.build_sql changes what a store holds (4: ties broken by row-level values only)
 KEY_FILE = "bounding.key"
 
 

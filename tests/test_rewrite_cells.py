@@ -52,7 +52,7 @@ def test_counts_and_sums_are_the_closed_form_per_cell(public: bool) -> None:
                        Catalog((table,)))
     assert not uses_rank_filter(analysis)  # a WHERE on a row-level column bounds after it
     sql = rewrite_ranked(analysis, 5)
-    assert ("UNION ALL" in sql) == public and "__row_rank" not in sql
+    assert ("WHEN __unit IS NULL" in sql) == public and "__row_rank" not in sql  # light cells: no unit
     # 'a': unit 1 keeps LEAST(5, 3) = 3 rows and 40 · 3/5 = 24 (within 3 · 10); unit 2 its 2 rows, 4 + 6
     # 'b': unit 1's row (2), unit 2's NULL row (counted, adds nothing to SUM nor COUNT(n))
     units = 2 if not public else 0  # counted only where partition selection reads it

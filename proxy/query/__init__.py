@@ -18,6 +18,7 @@ from proxy.query.errors import EmptyScope, UnsupportedQuery
 from proxy.query.flatten import flatten
 from proxy.query.parse import parse
 from proxy.query.price import Price, price, price_for_noise
+from proxy.query.ranked import ranked_columns
 from proxy.query.rewrite import rewrite_tree
 from proxy.query.rewrite_ranked import rewrite_ranked
 
@@ -53,9 +54,10 @@ class QueryPlan:
         return hashlib.sha256(self.normalized_sql.encode()).hexdigest()
 
 
-def ranks_serve(analysis: Analysis) -> bool:
-    """Whether the store's rank-filter SQL (rewrite_ranked.py) can answer `analysis`: one protected table, keys
-    that are columns, and counts, sums and averages of plain columns.
+def ranks_serve(analysis: Analysis, catalog: Catalog | None = None) -> bool:
+    """Whether the store's rank-filter SQL (rewrite_ranked.py) can answer `analysis`: counts, sums and averages of
+    plain columns, over one protected table or a join whose rows are its base table's rows (`catalog` needed),
+    keyed by columns or by computed keys (docs/privacy.md §8, *Computed keys and joins*).
 
     Example:
         >>> from proxy.query.catalog import ColumnSpec, TableSchema
@@ -65,7 +67,36 @@ def ranks_serve(analysis: Analysis) -> bool:
     """
     plain = all(m.kind not in ("histogram", "centred_squares") and not m.where and not m.expr
                 for m in analysis.measures)
-    return plain and not analysis.computed and analysis.source is None
+    return plain and (analysis.source is None or _base_rows(analysis, catalog))
+
+
+def _base_rows(analysis: Analysis, catalog: Catalog | None) -> bool:
+    """A join serves from the base table's ranks when each base row meets at most one row of the other table:
+    the other is protected, declared one row per unit (checked when the store is built) and joined on the unit
+    (joins.py allows nothing else between protected tables). Its keys must then be unit-level or base columns
+    with stored ranks: the other table's row-level columns have none.
+
+    Example:
+        >>> from proxy.query.catalog import ColumnSpec, TableSchema
+        >>> v = TableSchema("v", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True)))
+        >>> w = TableSchema("w", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("p", "VARCHAR", unit_level=True,
+        ...     groupable=True)), one_row_per_unit=True)
+        >>> c = Catalog((v, w))
+        >>> queries = ("SELECT p, COUNT(*) FROM v JOIN w USING (u) GROUP BY p",
+        ...     "SELECT g, COUNT(*) FROM v LEFT JOIN w USING (u) GROUP BY g", "SELECT COUNT(*) FROM w JOIN v USING (u)")
+        >>> [ranks_serve(analyse(parse(q), c), c) for q in queries]
+        [True, True, False]
+    """
+    if catalog is None or analysis.source is None:
+        return False
+    join = analysis.source.find(exp.Join)
+    base, other = catalog.table(analysis.table.name), catalog.table(join.this.name) if join is not None else None
+    if base is None or other is None or not other.one_row_per_unit:
+        return False
+    ranked_names = {c.name for c in ranked_columns(base)}
+    row_keys = [k for k in analysis.keys if not (spec := analysis.table.column(k)) or not spec.unit_level]
+    return all(k in ranked_names for k in row_keys) and (analysis.table.max_rows, analysis.table.max_groups) == (
+        base.max_rows, base.max_groups)
 
 
 def plan(
@@ -122,7 +153,8 @@ def plan(
     scope = analysis.scope.charged() if cells else None
     chooser = None
     if auto.uses_auto(analysis):
-        auto.check_supported(analysis, mechanism, noise_multiplier, ranks_serve(analysis))
+        # the selection reads one table's stored counts: no join (no catalog here) and no computed key
+        auto.check_supported(analysis, mechanism, noise_multiplier, ranks_serve(analysis) and not analysis.computed)
         selection_epsilon, epsilon = auto.split_epsilon(epsilon, auto_share)
         chooser = auto.auto_bounds(analysis, selection_epsilon, auto_quantile)
     if noise_multiplier is None:
@@ -132,15 +164,16 @@ def plan(
     else:
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,
                                  conversion=conversion)
-    tree, sql_text = bounded_sql(analysis, salt, bounding)
+    tree, sql_text = bounded_sql(analysis, salt, bounding, catalog)
     return QueryPlan(sql, parsed.sql(dialect="duckdb"), analysis, sql_text, priced, scope, tree, chooser, salt,
                      bounding)
 
 
-def bounded_sql(analysis: Analysis, salt: int, bounding: Bounding) -> tuple[exp.Select | None, str]:
+def bounded_sql(analysis: Analysis, salt: int, bounding: Bounding, catalog: Catalog | None = None
+                ) -> tuple[exp.Select | None, str]:
     """The bounded query's tree (None for the store's rank-filter SQL) and its DuckDB text."""
-    if bounding == "store" and not ranks_serve(analysis):
-        # The store's rank filters serve plain measures over one table. Joins, computed keys, quantiles, spreads,
+    if bounding == "store" and not ranks_serve(analysis, catalog):
+        # The store's rank filters serve plain measures (ranks_serve). Joins that fan out, quantiles, spreads,
         # FILTER and expressions inside aggregates run the per-query windows over the store's tables instead:
         # the store is a per-unit transformation of the source (each unit's rows depend only on its own rows),
         # so bounding it per query is as private as bounding the source, and its unit-level columns already hold

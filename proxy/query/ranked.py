@@ -12,7 +12,8 @@ canonical value (the smallest over the unit's rows, text under binary collation)
                           grid of measures.fixed_point, exactly as rewrite.py computes it per query
 
 Every rank orders by a keyed hash of the unit's own rows under the deployment's key, with the row's own
-values as tie-breakers: each rank, and each canonical value, is a function of the unit's rows alone. Removing
+row-level values as tie-breakers (rows equal in all of them are stored equal: the unit and its unit-level
+columns hold one value per unit): each rank, and each canonical value, is a function of the unit's rows alone. Removing
 a unit therefore removes its rows from the store and leaves every other row as it was (docs/privacy.md §9).
 A table declared one row per unit gets constant ranks (1): there is nothing to bound.
 """
@@ -66,16 +67,27 @@ def ranked_columns(table: TableSchema) -> tuple[ColumnSpec, ...]:
 def build_sql(table: TableSchema, key: str, source: str = "src") -> str:
     """`CREATE TABLE <table> AS …` reading `<source>.<table>`, with ranks keyed by `key` (the deployment's).
 
+    Two window levels, each sorting once (build time, bench/README.md): the first orders each unit's rows by
+    their keyed hash (`__row_rank`, the unit's row count and canonical values); the second, per ranked column c,
+    orders them by (hash of the value, value, `__row_rank`), which puts each value's rows together in
+    `__row_rank` order: the dense rank of the value is `__group_rank__c`, the row's place within its value is
+    `__row_rank__c`, and the value's rows are `__cell_rows__c` (functions sharing one sort, whose orders are
+    prefixes of each other). The last window partitions by unit, so each unit's rows come out together and are
+    stored so (unit-level columns compress to runs, and a scan reads them as fast as the source) without the
+    cost of a final ORDER BY.
+
     Example:
         >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
         ...     ColumnSpec("r", "VARCHAR", unit_level=True, groupable=True)))
         >>> print(build_sql(t, "k1"))
-        CREATE TABLE "t" AS SELECT "u", "g" COLLATE "binary" AS "g", MIN("r" COLLATE "binary") OVER (PARTITION BY __unit) AS "r", ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY __h, "u", "g" COLLATE "binary", "r" COLLATE "binary") AS __row_rank, COUNT(*) OVER (PARTITION BY __unit) AS __unit_rows, ROW_NUMBER() OVER (PARTITION BY __unit, "g" COLLATE "binary" ORDER BY __h, "u", "g" COLLATE "binary", "r" COLLATE "binary") AS __row_rank__g, COUNT(*) OVER (PARTITION BY __unit, "g" COLLATE "binary") AS __cell_rows__g, DENSE_RANK() OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary") AS __group_rank__g FROM (SELECT *, "u" AS __unit, HASH('k1', "u", "u", "g" COLLATE "binary", "r" COLLATE "binary") AS __h FROM "src"."t" WHERE NOT "u" IS NULL) AS __keyed ORDER BY "u", __row_rank
+        CREATE TABLE "t" AS SELECT * EXCLUDE (__unit), ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary", __row_rank) - RANK() OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary") + 1 AS __row_rank__g, COUNT(*) OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary") - RANK() OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary") + 1 AS __cell_rows__g, DENSE_RANK() OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary") AS __group_rank__g FROM (SELECT "u", "g" COLLATE "binary" AS "g", MIN("r" COLLATE "binary") OVER (PARTITION BY __unit) AS "r", __unit, ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY __h, "g" COLLATE "binary") AS __row_rank, COUNT(*) OVER (PARTITION BY __unit) AS __unit_rows FROM (SELECT *, "u" AS __unit, HASH('k1', "u", "u", "g" COLLATE "binary", "r" COLLATE "binary") AS __h FROM "src"."t" WHERE NOT "u" IS NULL) AS __keyed) AS __ranked
     """
     unit = _read(table.column(table.privacy_unit))
     literal_key = exp.Literal.string(key).sql(dialect="duckdb")
     every = [_read(c) for c in table.columns]
-    order = ", ".join(["__h", *every])
+    # Ties of the keyed hash are broken by the row-level columns only: rows equal in all of them differ at most in
+    # the unit and unit-level columns, which the store replaces by one value per unit, so they are stored equal.
+    ties = [_read(c) for c in table.columns if not c.unit_level and c.name != table.privacy_unit]
     projections = []
     for c in table.columns:
         name = _name(c.name)
@@ -85,34 +97,42 @@ def build_sql(table: TableSchema, key: str, source: str = "src") -> str:
             projections.append(f"{_read(c)} AS {name}")  # binary collation in the store itself
         else:
             projections.append(name)
+    projections.append("__unit")
     ranked = ranked_columns(table)
+    ranks = []
     if table.one_row_per_unit:  # checked against the data before this runs (proxy/store.py)
         projections.append(f"1 AS {ROW_RANK}, 1 AS {UNIT_ROWS}")
-        projections += [f"1 AS {row_rank(c.name)}, 1 AS {group_rank(c.name)}, 1 AS {cell_rows(c.name)}"
-                        for c in ranked]
+        ranks += [f"1 AS {row_rank(c.name)}, 1 AS {cell_rows(c.name)}, 1 AS {group_rank(c.name)}" for c in ranked]
     else:
-        projections.append(f"ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY {order}) AS {ROW_RANK}")
+        projections.append(f"ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY {', '.join(['__h', *ties])}) AS {ROW_RANK}")
         projections.append(f"COUNT(*) OVER (PARTITION BY __unit) AS {UNIT_ROWS}")
         for c in ranked:
             value = _read(c)
-            projections.append(
-                f"ROW_NUMBER() OVER (PARTITION BY __unit, {value} ORDER BY {order}) AS {row_rank(c.name)}"
-            )
-            projections.append(f"COUNT(*) OVER (PARTITION BY __unit, {value}) AS {cell_rows(c.name)}")
-            projections.append(
-                f"DENSE_RANK() OVER (PARTITION BY __unit ORDER BY HASH({literal_key}, __unit, {value}), {value})"
-                f" AS {group_rank(c.name)}"
-            )
+            groups = f"PARTITION BY __unit ORDER BY {hash_sql(literal_key, '__unit', value)}, {value}"
+            first = f"RANK() OVER ({groups})"  # the place of the value's first row in the unit
+            ranks.append(f"ROW_NUMBER() OVER ({groups}, {ROW_RANK}) - {first} + 1 AS {row_rank(c.name)}")
+            ranks.append(f"COUNT(*) OVER ({groups}) - {first} + 1 AS {cell_rows(c.name)}")
+            ranks.append(f"DENSE_RANK() OVER ({groups}) AS {group_rank(c.name)}")
     keyed = (
-        f"SELECT *, {unit} AS __unit, HASH({', '.join([literal_key, unit, *every])}) AS __h "
+        f"SELECT *, {unit} AS __unit, {hash_sql(literal_key, unit, *every)} AS __h "
         f"FROM {_name(source)}.{_name(table.name)} WHERE NOT {_name(table.privacy_unit)} IS NULL"
     )
-    windowed = f"SELECT {', '.join(projections)} FROM ({keyed}) AS __keyed"
+    ranked_sql = f"SELECT {', '.join(projections)} FROM ({keyed}) AS __keyed"
     grids = [f"{clamped(c).sql(dialect='duckdb')} AS {grid_value(c.name)}" for c in table.columns if c.bounds]
-    if grids:  # clamped after the canonical value is taken: a unit-level column's grid value is one per unit
-        windowed = f"SELECT *, {', '.join(grids)} FROM ({windowed}) AS __windowed"
-    # Stored in unit order: unit-level columns then compress to runs, and a scan reads them as fast as the source.
-    return f"CREATE TABLE {_name(table.name)} AS {windowed} ORDER BY {unit}, {ROW_RANK}"
+    # clamped after the canonical value is taken: a unit-level column's grid value is one per unit
+    windowed = f"SELECT {', '.join(['* EXCLUDE (__unit)', *ranks, *grids])} FROM ({ranked_sql}) AS __ranked"
+    return f"CREATE TABLE {_name(table.name)} AS {windowed}"
+
+
+def hash_sql(*parts: str) -> str:
+    """The keyed hash of the store's ranks (DuckDB's HASH; the first part is the key): the one place to change
+    for an engine-neutral hash.
+
+    Example:
+        >>> print(hash_sql("'k'", '"u"'))
+        HASH('k', "u")
+    """
+    return f"HASH({', '.join(parts)})"
 
 
 def clamped(spec: ColumnSpec) -> exp.Expr:

@@ -20,9 +20,9 @@ window over the cells (not the rows) keeps `max_groups` cells per unit, keyed by
 keys hold each unit's canonical value in the store: one cell per unit, nothing to bound.
 
 Light cells: a cell with at most k rows in the store (`__cell_rows__<key>`, `__unit_rows`, counted before any
-WHERE) is within every bound whatever the WHERE keeps, so its rows are added up directly, in a plain scan,
-and only the rows of larger cells are aggregated per cell (on the demo 15 % of the rows by category at
-k = 20). Whether a cell is light is a function of the unit's own rows, and it gives the same answer as
+WHERE) is within every bound whatever the WHERE keeps, so its rows are added up directly (in the same scan
+and aggregation, under the unit NULL, which no stored row has), and only the rows of larger cells are
+aggregated per unit and cell (on the demo 15 % of the rows by category at k = 20). Whether a cell is light is a function of the unit's own rows, and it gives the same answer as
 aggregating it per cell (n <= k: exact totals). Not used with a window over cells (which must see every cell)
 or for counts of distinct units (one per cell).
 
@@ -45,7 +45,7 @@ from proxy.query import ranked, types
 from proxy.query.analyse import Analysis
 from proxy.query.catalog import ColumnSpec
 from proxy.query.measures import Measure, fixed_point
-from proxy.query.rewrite import UNITS, row_value
+from proxy.query.rewrite import UNITS, row_value, with_computed
 
 
 def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
@@ -54,53 +54,47 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
     k = table.max_rows
     keys = [f"__k{i}" for i in range(len(analysis.keys))]
     row_keys = [key for key in analysis.keys if not _spec(analysis, key).unit_level]
+    # no stored rank for a combination of row-level keys, nor for a computed row-level key (date_trunc of a day)
+    windowed = len(row_keys) > 1 or bool(unranked_keys(analysis))
     conditions: list[exp.Expr] = []
-    if len(row_keys) == 1:  # one row-level key: the stored rank of its value within the unit bounds L0
+    if row_keys and not windowed:  # one row-level key: the stored rank of its value within the unit bounds L0
         conditions.append(exp.LTE(this=exp.column(ranked.group_rank(row_keys[0])),
                                   expression=exp.Literal.number(analysis.max_groups)))
     if analysis.where is not None:
         conditions.append(analysis.where.copy())
     # A cell of at most k rows in the store (before the WHERE) is within every bound whatever the WHERE keeps:
-    # its rows are added up directly, and only the rows of larger cells are aggregated per cell first. Not
-    # with a window over cells (it must see every cell) or a count of distinct units (one per cell).
-    split = len(row_keys) <= 1 and analysis.partitions != "private" and all(
+    # its rows are added up directly (grouped with __unit NULL, which no stored row has), and only the rows of
+    # larger cells are aggregated per cell first: one scan. Not with a window over cells (it must see every
+    # cell) or a count of distinct units (one per cell).
+    split = not windowed and analysis.partitions != "private" and all(
         m.kind != "units" for m in analysis.measures)
-    size = exp.column(ranked.cell_rows(row_keys[0]) if row_keys else ranked.UNIT_ROWS)
-    heavy = [exp.GT(this=size, expression=exp.Literal.number(k))] if split else []
-    cells = _keyed(analysis, keys, [exp.alias_(types.column(*_typed(analysis, table.privacy_unit)), "__unit")])
+    unit: exp.Expr = types.column(*_typed(analysis, table.privacy_unit))
+    if split:
+        size = exp.column(ranked.cell_rows(row_keys[0]) if row_keys else ranked.UNIT_ROWS)
+        unit = exp.Case(ifs=[exp.If(this=exp.GT(this=size, expression=exp.Literal.number(k)), true=unit)])
+    cells = _keyed(analysis, keys, [exp.alias_(unit, "__unit")])
     cells = cells.select(exp.alias_(exp.Count(this=exp.Star()), "__n"), append=True)
     for j, measure in enumerate(analysis.measures):
         cells = cells.select(exp.alias_(_row_total(measure, j, analysis), f"__c{j}"), append=True)
-    cells = cells.from_(exp.table_(table.name, quoted=True))
-    if conditions or heavy:
-        cells = cells.where(exp.and_(*conditions, *heavy))
+    cells = cells.from_(store_source(analysis))
+    if conditions:
+        cells = cells.where(exp.and_(*conditions))
     cells = cells.group_by("__unit", *keys)
-    if len(row_keys) > 1:  # no stored rank for a combination: keep max_groups cells per unit, chosen by salt
+    if windowed:  # no stored rank for these keys: keep max_groups cells per unit, chosen by salt
         hashed = ", ".join([str(int(salt)), "__unit", *keys])
         rank = parse_one(f"ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY HASH({hashed}))", read="duckdb")
         cells = cells.qualify(exp.LTE(this=rank, expression=exp.Literal.number(analysis.max_groups)))
     units = exp.Count(this=exp.Star()) if analysis.partitions == "private" else exp.Literal.number(0)
-    bounded = exp.select(*keys, exp.alias_(units, UNITS))
+    result = exp.select(*keys, exp.alias_(units, UNITS))
     for j, measure in enumerate(analysis.measures):
-        bounded = bounded.select(exp.alias_(exp.Sum(this=_bounded(measure, j, k)), f"__m{j}"), append=True)
-    bounded = bounded.from_("__cells")
+        contribution = _bounded(measure, j, k)
+        if split:  # the light cells' rows, added up as they are
+            light = exp.Is(this=exp.column("__unit"), expression=exp.Null())
+            contribution = exp.Case(ifs=[exp.If(this=light, true=exp.column(f"__c{j}"))], default=contribution)
+        result = result.select(exp.alias_(exp.Sum(this=contribution), f"__m{j}"), append=True)
+    result = result.from_("__cells")
     if keys:
-        bounded = bounded.group_by(*keys)
-    result = bounded
-    if split:
-        light = _keyed(analysis, keys, []).select(exp.alias_(exp.Literal.number(0), UNITS), append=True)
-        for j, measure in enumerate(analysis.measures):
-            light = light.select(exp.alias_(_row_total(measure, j, analysis), f"__m{j}"), append=True)
-        light = light.from_(exp.table_(table.name, quoted=True)).where(
-            exp.and_(*[c.copy() for c in conditions], exp.LTE(this=size.copy(), expression=exp.Literal.number(k))))
-        if keys:
-            light = light.group_by(*keys)
-        both = exp.union(light, bounded, distinct=False)
-        result = exp.select(*keys, exp.alias_(exp.Literal.number(0), UNITS), *(
-            exp.alias_(exp.Sum(this=exp.column(f"__m{j}")), f"__m{j}") for j in range(len(analysis.measures))
-        )).from_(exp.Subquery(this=both, alias=exp.TableAlias(this=exp.to_identifier("__parts"))))
-        if keys:
-            result = result.group_by(*keys)
+        result = result.group_by(*keys)
     if analysis.partitions == "public":  # whole groups outside the domain dropped after aggregation
         inside = []
         for alias, key, domain in zip(keys, analysis.keys, analysis.domains, strict=True):
@@ -110,6 +104,53 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
                                          if node == ref else node))
         result = result.having(exp.and_(*inside))
     return result.with_("__cells", as_=cells).sql(dialect="duckdb")
+
+
+def unranked_keys(analysis: Analysis) -> tuple[str, ...]:
+    """The row-level keys the store holds no ranks for: computed keys that read a row-level column.
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("d", "DATE", groupable=True),
+        ...     ColumnSpec("a", "INTEGER", unit_level=True, groupable=True)))
+        >>> [unranked_keys(analyse(parse(q), Catalog((t,)))) for q in ("SELECT d, COUNT(*) FROM t GROUP BY d",
+        ...     "SELECT a // 10 AS b, COUNT(*) FROM t GROUP BY b", "SELECT date_trunc('month', d) AS m, COUNT(*) FROM t GROUP BY m")]
+        [(), (), ('__key0',)]
+    """
+    virtual = {name for name, _ in analysis.computed}
+    return tuple(k for k in analysis.keys if k in virtual and not _spec(analysis, k).unit_level)
+
+
+def stored_grid(analysis: Analysis, measure: Measure) -> exp.Expr | None:
+    """The store's clamped fixed-point column for `measure`'s value, when it holds one (a column of the table
+    itself with bounds, at the column's own grid); None: clamp per query."""
+    spec = analysis.table.column(measure.column or "")
+    if measure.kind == "values" or measure.expr or spec is None or spec.bounds is None or (
+            measure.grid, measure.lo, measure.hi) != fixed_point(spec):
+        return None
+    if analysis.source is not None:
+        return None  # a join's virtual table: the other table's columns have no grid here; clamp per query
+    return exp.column(ranked.grid_value(spec.name))  # clamped once, when the store was built
+
+
+def store_source(analysis: Analysis) -> exp.Expr:
+    """What the store path reads: the table in the store, or the join's virtual table over the store's tables
+    (only joins whose rows are the base table's rows: proxy/query/__init__.py, `ranks_serve`), with the computed
+    keys as columns. A computed key reads the store's columns, so a unit-level one reads canonical values.
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"),
+        ...     ColumnSpec("a", "INTEGER", unit_level=True, groupable=True)))
+        >>> store_source(analyse(parse("SELECT a // 10 AS b, COUNT(*) FROM t GROUP BY b"), Catalog((t,)))).sql("duckdb")
+        '(SELECT *, TRY(CAST(CAST("a" AS BIGINT) // 10 AS BIGINT)) AS "__key0" FROM "t") AS __computed'
+    """
+    table = analysis.source.copy() if analysis.source is not None else exp.table_(analysis.table.name, quoted=True)
+    return with_computed(analysis, table)
 
 
 def _keyed(analysis: Analysis, keys: list[str], first: list[exp.Expr]) -> exp.Select:
@@ -139,10 +180,8 @@ def _row_total(measure: Measure, j: int, analysis: Analysis) -> exp.Expr:
             return exp.Literal.number(1)  # one per cell
         case "values":
             return exp.Count(this=exp.column(measure.column, quoted=True))
-    spec = _spec(analysis, measure.column or "")
-    if spec.bounds is not None and (measure.grid, measure.lo, measure.hi) == fixed_point(spec):
-        value: exp.Expr = exp.column(ranked.grid_value(spec.name))  # clamped once, when the store was built
-    else:
+    value = stored_grid(analysis, measure)
+    if value is None:
         value = row_value(measure, j).this
     if measure.kind == "centred_sum":
         value = exp.Sub(this=value, expression=exp.Literal.number(measure.centre))

@@ -13,7 +13,9 @@ public domain still takes one of the unit's `max_groups` (the ranks are computed
 more bias for units with such values, never more sensitivity. Any other query (a row-level WHERE, two or
 more row-level keys) bounds each (unit, group) cell after the WHERE by one aggregation per cell
 (rewrite_cells.py): no window over rows. A table declared one row per unit (checked when the store was
-built) has nothing to bound: any WHERE and keys read it with no rank filter.
+built) has nothing to bound: any WHERE and keys read it with no rank filter. A unit-level computed key reads
+the store's canonical columns (one group per unit); a join to a one-row-per-unit table on the unit keeps the
+base table's rows, so its ranks bound the joined rows (`store_source`, docs/privacy.md §8).
 
 Privacy: every kept row has rank <= max_rows within its (unit, group) and its group has group rank
 <= max_groups within its unit, and the ranks depend only on the unit's own rows; a unit's rank-1 row of a
@@ -29,9 +31,9 @@ from sqlglot import exp
 
 from proxy.query import ranked, types
 from proxy.query.analyse import Analysis
-from proxy.query.measures import Measure, fixed_point
+from proxy.query.measures import Measure
 from proxy.query.rewrite import UNITS, inputs, row_value
-from proxy.query.rewrite_cells import rewrite_cells
+from proxy.query.rewrite_cells import rewrite_cells, store_source, stored_grid, unranked_keys
 
 RowWhere = Literal["window", "filter"]
 
@@ -53,7 +55,7 @@ def uses_rank_filter(analysis: Analysis, row_where: RowWhere = "window") -> bool
     table = analysis.table
     if table.one_row_per_unit:  # checked when the store was built: nothing to bound, any WHERE and keys
         return True
-    if len(_row_level_keys(analysis)) > 1:
+    if len(_row_level_keys(analysis)) > 1 or unranked_keys(analysis):
         return False
     if analysis.where is None or row_where == "filter":
         return True
@@ -79,7 +81,7 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         ...     ColumnSpec("r", "VARCHAR", unit_level=True, groupable=True)), max_rows=3, max_groups=2)
         >>> print(rewrite_ranked(analyse(parse("SELECT g, r, COUNT(*) FROM t WHERE r = 'N' GROUP BY g, r"),
         ...     Catalog((t,)))))
-        SELECT "g" COLLATE "binary" AS __k0, "r" COLLATE "binary" AS __k1, COUNT(*) FILTER(WHERE __row_rank__g = 1) AS __units, COUNT(*) AS __m0 FROM "t" WHERE __row_rank__g <= 3 AND __group_rank__g <= 2 AND "r" COLLATE "binary" = 'N' GROUP BY __k0, __k1
+        SELECT "g" COLLATE "binary" AS __k0, "r" COLLATE "binary" AS __k1, COUNT(*) FILTER(WHERE __row_rank__g = 1) AS __units, COUNT(*) AS __m0 FROM (SELECT * FROM "t" WHERE "r" COLLATE "binary" = 'N' OFFSET 0) AS __kept WHERE __row_rank__g <= 3 AND __group_rank__g <= 2 GROUP BY __k0, __k1
     """
     if not uses_rank_filter(analysis, row_where):
         return rewrite_cells(analysis, salt)  # bound after the WHERE, per cell (rewrite_cells.py)
@@ -92,7 +94,13 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         if row_keys:
             conditions.append(exp.LTE(this=exp.column(ranked.group_rank(row_keys[0])),
                                       expression=exp.Literal.number(analysis.max_groups)))
-    if analysis.where is not None:
+    source = store_source(analysis)
+    if analysis.where is not None and conditions:
+        # The unit-level WHERE first, in a subquery DuckDB does not push the rank filter into (OFFSET 0): the scan
+        # then reads the rank columns only for the rows the WHERE keeps (a drill-down keeps a few percent).
+        kept = exp.select("*").from_(source, copy=False).where(analysis.where.copy(), copy=False).offset(0)
+        source = exp.Subquery(this=kept, alias=exp.TableAlias(this=exp.to_identifier("__kept")))
+    elif analysis.where is not None:
         conditions.append(analysis.where.copy())
     keys = []
     for i, key in enumerate(analysis.keys):
@@ -107,7 +115,7 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
     projections = [*keys, exp.alias_(units, UNITS)]
     projections += [exp.alias_(_measure(measure, sources.get(j), analysis), f"__m{j}")
                     for j, measure in enumerate(analysis.measures)]
-    select = exp.Select(expressions=projections).from_(exp.table_(table.name, quoted=True), copy=False)
+    select = exp.Select(expressions=projections).from_(source, copy=False)
     if conditions:
         select = select.where(exp.and_(*conditions, copy=False), copy=False)
     if keys:
@@ -148,13 +156,10 @@ def _measure(measure: Measure, source: int | None, analysis: Analysis) -> exp.Ex
             return exp.Filter(this=exp.Count(this=exp.Star()), expression=exp.Where(
                 this=exp.EQ(this=exp.column(rank), expression=exp.Literal.number(1))))
     assert source is not None
-    spec = analysis.table.column(measure.column or "")
-    if measure.kind != "values" and spec is not None and spec.bounds is not None and (
-        (measure.grid, measure.lo, measure.hi) == fixed_point(spec)
-    ):
-        value: exp.Expr = exp.column(ranked.grid_value(spec.name))  # clamped once, when the store was built
-    else:
-        value = row_value(analysis.measures[source], source).this  # the clamped per-row value, unaliased
+    # clamped once when the store was built, else the clamped per-row value (unaliased)
+    value = stored_grid(analysis, measure)
+    if value is None:
+        value = row_value(analysis.measures[source], source).this
     if measure.kind == "centred_sum":
         return exp.Sum(this=exp.Sub(this=value, expression=_number(measure.centre)))
     return exp.Sum(this=value)
