@@ -288,3 +288,19 @@ class _Engine:
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
+
+
+@pytest.mark.parametrize("where", ["", " WHERE x > 1"])  # the rank filter, and the per-cell path
+def test_an_auto_clamp_never_reads_the_stores_grid_even_when_the_spec_carries_the_chosen_clamp(where: str) -> None:
+    """The store clamps an auto column at its declared limit; a spec rewritten to the chosen (tighter) clamp must
+    make the rewrite clamp per query, or the sum would hold values up to the limit under noise for the choice."""
+    import dataclasses
+
+    from proxy.query.rewrite_ranked import rewrite_ranked
+
+    x = ColumnSpec("x", "DOUBLE", bounds=(0, 1000), auto_bounds=True)
+    base = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), x), max_rows=3, max_groups=2)
+    chosen = dataclasses.replace(base, columns=(ColumnSpec("u", "BIGINT"), dataclasses.replace(x, bounds=(0, 8))))
+    sql = rewrite_ranked(analyse(parse(f"SELECT SUM(x) FROM t{where}"), Catalog((chosen,))))
+    assert "__grid__x" not in sql
+    assert "LEAST(GREATEST(" in sql and "8" in sql

@@ -125,9 +125,11 @@ def unranked_keys(analysis: Analysis) -> tuple[str, ...]:
 
 def stored_grid(analysis: Analysis, measure: Measure) -> exp.Expr | None:
     """The store's clamped fixed-point column for `measure`'s value, when it holds one (a column of the table
-    itself with bounds, at the column's own grid); None: clamp per query."""
+    itself with fixed bounds, at the column's own grid); None: clamp per query. An auto-bounds column never
+    reads the stored grid: the store clamped it at the declared limit, and a spec carrying a chosen, tighter
+    clamp would otherwise pass the comparison below while the noise is sized for the tighter clamp."""
     spec = analysis.table.column(measure.column or "")
-    if measure.kind == "values" or measure.expr or spec is None or spec.bounds is None or (
+    if measure.kind == "values" or measure.expr or spec is None or spec.bounds is None or spec.auto_bounds or (
             measure.grid, measure.lo, measure.hi) != fixed_point(spec):
         return None
     if analysis.source is not None:
