@@ -20,6 +20,7 @@ from proxy.query.errors import PolicyError
 from proxy.query.measures import date_histogram
 from proxy.query.quantile_noise import counts, point_value
 from proxy.query.release import release
+from tests import oracle_db
 
 TABLE = TableSchema(
     name="t",
@@ -41,13 +42,7 @@ rows = st.lists(st.tuples(st.integers(0, 4), st.sampled_from(["a", "b", "c"]), d
 
 
 def _run(sql: str, data: list[tuple[object, ...]], n_keys: int) -> dict[tuple[object, ...], tuple[object, ...]]:
-    con = duckdb.connect()
-    con.execute("CREATE TABLE t (uid BIGINT, g VARCHAR, d DATE, free DATE)")
-    if data:
-        con.executemany("INSERT INTO t VALUES (?, ?, ?, NULL)", data)
-    result = con.execute(sql).fetchall()
-    con.close()
-    return {tuple(row[:n_keys]): tuple(row[n_keys:]) for row in result}
+    return oracle_db.run(sql, {"t": ("uid BIGINT, g VARCHAR, d DATE, free DATE", data)}, n_keys)
 
 
 def test_the_grid_is_every_declared_day_or_a_coarse_public_step() -> None:

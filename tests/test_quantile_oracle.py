@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 
-import duckdb
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -22,6 +21,7 @@ from mechanisms import dp_quantile
 from proxy.query import plan
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.quantile_noise import counts
+from tests import oracle_db
 
 TABLE = TableSchema(
     name="t",
@@ -66,13 +66,7 @@ rows = st.lists(
 
 
 def _run(sql: str, data: list[tuple[object, ...]], n_keys: int) -> dict[tuple[object, ...], tuple[object, ...]]:
-    con = duckdb.connect()
-    con.execute("CREATE TABLE t (uid BIGINT, g VARCHAR, r VARCHAR, p VARCHAR, x DOUBLE, n INTEGER)")
-    if data:
-        con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?)", data)
-    result = con.execute(sql).fetchall()
-    con.close()
-    return {tuple(row[:n_keys]): tuple(row[n_keys:]) for row in result}
+    return oracle_db.run(sql, {"t": ("uid BIGINT, g VARCHAR, r VARCHAR, p VARCHAR, x DOUBLE, n INTEGER", data)}, n_keys)
 
 
 def _log_ratio(p: tuple[float, ...], r: tuple[float, ...]) -> float:

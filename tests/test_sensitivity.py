@@ -8,19 +8,16 @@ must cap for *any* data — including data that breaks the unit-level declaratio
 
 from __future__ import annotations
 
-import math
-
-import duckdb
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from proxy.query import ranked
 from proxy.query.analyse import analyse
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.parse import parse
 from proxy.query.rewrite import rewrite
 from proxy.query.rewrite_ranked import rewrite_ranked
+from tests import oracle_db
 
 TABLE = TableSchema(
     name="t",
@@ -66,14 +63,11 @@ rows = st.lists(
 )
 
 
-def _run(sql: str, data: list[tuple[object, ...]], n_keys: int) -> dict[tuple[object, ...], tuple[int, ...]]:
-    con = duckdb.connect()
-    con.execute("CREATE TABLE t (uid BIGINT, g VARCHAR, r VARCHAR, p VARCHAR, x DOUBLE, n INTEGER)")
-    if data:
-        con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?)", data)
-    result = con.execute(sql).fetchall()
-    con.close()
-    return {tuple(row[:n_keys]): tuple(int(v or 0) for v in row[n_keys:]) for row in result}
+COLUMNS = "uid BIGINT, g VARCHAR, r VARCHAR, p VARCHAR, x DOUBLE, n INTEGER"
+
+
+def _run(sql: str, data: list[tuple[object, ...]], n_keys: int) -> dict[tuple[object, ...], tuple[object, ...]]:
+    return oracle_db.run(sql, {"t": (COLUMNS, data)}, n_keys, value=oracle_db.as_int)
 
 
 @pytest.mark.parametrize("query", QUERIES)
@@ -92,15 +86,9 @@ def test_neighbour_moves_each_measure_within_its_sensitivity(
     small = _run(sql, [row for row in data if row[0] != removed], n_keys)
     l0 = analysis.max_groups
     cells = set(big) | set(small)
-    zero = (0,) * (1 + len(analysis.measures))
     # column 0 is the distinct-unit count used for partition selection: sensitivity 1 per group, L0 groups
     sensitivities = [1] + [m.sensitivity(TABLE.max_rows) for m in analysis.measures]
-    for column, per_group in enumerate(sensitivities):
-        moves = [abs(big.get(c, zero)[column] - small.get(c, zero)[column]) for c in cells]
-        assert all(m <= per_group for m in moves), (query, column)
-        assert sum(moves) <= l0 * per_group  # L1 over groups
-        assert math.sqrt(sum(m * m for m in moves)) <= math.sqrt(l0) * per_group + 1e-9  # L2 over groups
-        assert sum(1 for m in moves if m) <= l0  # L0
+    oracle_db.assert_moves_within(big, small, sensitivities, l0, query)
     assert all(len(c) == n_keys for c in cells)
     if analysis.partitions == "public":
         assert all(c[0] in ("a", "b") for c in cells)  # nothing outside the public domain is computed
@@ -121,17 +109,9 @@ STORE_QUERIES = [
 
 def _run_on_store(
     sql: str, data: list[tuple[object, ...]], n_keys: int, key: str, table: TableSchema = TABLE
-) -> dict[tuple[object, ...], tuple[int, ...]]:
+) -> dict[tuple[object, ...], tuple[object, ...]]:
     """Build the store of `data` (ranked.build_sql, as proxy/store.py runs it) and run `sql` on it."""
-    con = duckdb.connect()
-    con.execute("ATTACH ':memory:' AS src")
-    con.execute("CREATE TABLE src.t (uid BIGINT, g VARCHAR, r VARCHAR, p VARCHAR, x DOUBLE, n INTEGER)")
-    if data:
-        con.executemany("INSERT INTO src.t VALUES (?, ?, ?, ?, ?, ?)", data)
-    con.execute(ranked.build_sql(table, key))
-    result = con.execute(sql).fetchall()
-    con.close()
-    return {tuple(row[:n_keys]): tuple(int(v or 0) for v in row[n_keys:]) for row in result}
+    return oracle_db.run(sql, {"t": (COLUMNS, data)}, n_keys, value=oracle_db.as_int, store=(table,), key=key)
 
 
 @pytest.mark.parametrize("query", STORE_QUERIES)
@@ -150,14 +130,8 @@ def test_store_path_moves_each_measure_within_its_sensitivity(
     small = _run_on_store(sql, [row for row in data if row[0] != removed], n_keys, key)
     l0 = analysis.max_groups
     cells = set(big) | set(small)
-    zero = (0,) * (1 + len(analysis.measures))
     sensitivities = [1] + [m.sensitivity(TABLE.max_rows) for m in analysis.measures]
-    for column, per_group in enumerate(sensitivities):
-        moves = [abs(big.get(c, zero)[column] - small.get(c, zero)[column]) for c in cells]
-        assert all(m <= per_group for m in moves), (query, column)
-        assert sum(moves) <= l0 * per_group  # L1 over groups
-        assert math.sqrt(sum(m * m for m in moves)) <= math.sqrt(l0) * per_group + 1e-9  # L2 over groups
-        assert sum(1 for m in moves if m) <= l0  # L0
+    oracle_db.assert_moves_within(big, small, sensitivities, l0, query)
     if analysis.partitions == "public":
         assert all(c[0] in ("a", "b") for c in cells)
 

@@ -19,6 +19,7 @@ from proxy.query.catalog import Catalog, ColumnSpec, PublicTable, TableSchema
 from proxy.query.errors import QueryError
 from proxy.query.parse import parse
 from proxy.query.rewrite import rewrite
+from tests import oracle_db
 
 P = TableSchema("p", "uid", (
     ColumnSpec("uid", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
@@ -54,18 +55,9 @@ q_rows = st.lists(st.tuples(st.integers(0, 4), st.sampled_from(["free", "pro", "
 
 def _run(sql: str, ps: list[tuple[object, ...]], qs: list[tuple[object, ...]], n_keys: int) -> dict[
         tuple[object, ...], tuple[int, ...]]:
-    con = duckdb.connect()
-    con.execute("CREATE TABLE p (uid BIGINT, g VARCHAR, r VARCHAR, x DOUBLE, k INTEGER)")
-    con.execute("CREATE TABLE q (uid BIGINT, plan VARCHAR, y INTEGER)")
-    con.execute("CREATE TABLE pub (k INTEGER, label VARCHAR)")
-    con.executemany("INSERT INTO pub VALUES (?, ?)", PUBLIC_ROWS)
-    if ps:
-        con.executemany("INSERT INTO p VALUES (?, ?, ?, ?, ?)", ps)
-    if qs:
-        con.executemany("INSERT INTO q VALUES (?, ?, ?)", qs)
-    result = con.execute(sql).fetchall()
-    con.close()
-    return {tuple(row[:n_keys]): tuple(int(v or 0) for v in row[n_keys:]) for row in result}
+    tables = {"p": ("uid BIGINT, g VARCHAR, r VARCHAR, x DOUBLE, k INTEGER", ps),
+              "q": ("uid BIGINT, plan VARCHAR, y INTEGER", qs), "pub": ("k INTEGER, label VARCHAR", PUBLIC_ROWS)}
+    return oracle_db.run(sql, tables, n_keys, value=oracle_db.as_int)
 
 
 @pytest.mark.parametrize("query", QUERIES)
