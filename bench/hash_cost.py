@@ -77,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"b{i} = {b}" for i, b in enumerate(baselines)))
     chosen = None if args.queries is None else set(args.queries.split(","))
     for w in (w for w in WORKLOAD if chosen is None or w.name in chosen):
-        sqls = {"plain": w.sql} | {side: sql[w.name] for side, sql in sides.items()
-                                   if not sql[w.name].startswith("ERROR")}
+        sqls = {"plain": w.sql} | {side: sql[w.name] for side, sql in sides.items()  # an older checkout may
+                                   if not sql.get(w.name, "ERROR").startswith("ERROR")}  # lack a query
         rows = {side: sorted(engine.run(sql).rows, key=repr) for side, sql in sqls.items()}  # warm-up
         samples: dict[str, list[float]] = {side: [] for side in sqls}
         cpu: dict[str, list[float]] = {side: [] for side in sqls}

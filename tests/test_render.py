@@ -47,3 +47,17 @@ def test_what_spark_cannot_compute_totally_is_refused_before_admission() -> None
 def test_a_join_on_the_unit_renders_over_the_engines_names() -> None:
     sql = _spark("SELECT o.p, COUNT(*) FROM t JOIN o USING (uid) GROUP BY o.p")
     assert "FROM `__dp_t` AS __b INNER JOIN `__dp_o` AS __o ON" in sql
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT TRY(reflect('java.lang.System', 'getenv', 'HOME')) FROM t",
+    "SELECT TRY(CAST(java_method('java.lang.Runtime', 'getRuntime') AS INT)) FROM t",
+    "SELECT TRY(input_file_name()) FROM t",
+    "SELECT COUNT(*) FROM t JOIN parquet.`/etc/passwd` AS p ON t.uid = p.uid",
+    "SELECT COUNT(*) FROM t JOIN o ON t.uid = o.uid JOIN other ON other.uid = t.uid",
+    "SELECT COUNT(*) FROM t CROSS JOIN LATERAL (SELECT * FROM o) AS x",
+    "SELECT TRY(CAST(s AS INT) % 2) FROM t",
+])
+def test_spark_specific_sql_inside_computed_values_and_joins_is_refused(sql: str) -> None:
+    with pytest.raises(UnsupportedQuery, match="Spark runs only generated SQL"):
+        render(parse_one(sql, read="spark"), TARGET)
