@@ -23,6 +23,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         spark_sql = render(planned.tree, spark_engine.target)  # type: ignore[union-attr]
         plain_spark_sql = w.sql
         for table, view in spark_engine.target.tables:  # type: ignore[union-attr]
-            plain_spark_sql = plain_spark_sql.replace(f" FROM {table}", f" FROM {view}")
+            plain_spark_sql = re.sub(rf"\b(FROM|JOIN) {table}\b", rf"\1 {view}", plain_spark_sql)
         cell: dict[str, Any] = {"what": w.what}
         cell["spark_plain"] = timed(lambda s=plain_spark_sql: spark.sql(s).collect(), args.repeat)
         cell["spark_engine"] = timed(lambda s=spark_sql: spark_engine.run(s), args.repeat)

@@ -84,15 +84,29 @@ def part_numbers(value: exp.Expr, kind: Kind) -> list[exp.Expr]:
         for start in (1, 1 + HEX_DIGITS)]
 
 
-def numbers(value: exp.Expr, kind: Kind) -> list[exp.Expr]:
+def numbers(value: exp.Expr, kind: Kind, small: bool = False) -> list[exp.Expr]:
     """n(x) with NULL as M = 2³² − 1: the numbers a part enters the hash as. Compute them once per row (columns) and
-    pass the columns to `keyed_hash`, which reads each number several times.
+    pass the columns to `keyed_hash`, which reads each number several times. `small`: the part is an integer
+    known to lie in [0, 2³²) (a clamped grid value), whose fold is itself, so no arithmetic is spent on it.
 
     Example:
         >>> [n.sql("spark") for n in numbers(exp.column("b"), "boolean")]
         ['COALESCE(CAST(b AS BIGINT), 4294967295)']
+        >>> [n.sql("spark") for n in numbers(exp.column("v"), "integer", small=True)]
+        ['COALESCE(v, 4294967295)']
     """
-    return [exp.Coalesce(this=n, expressions=[exp.Literal.number(MASK)]) for n in part_numbers(value, kind)]
+    found = [value] if small and kind == "integer" else part_numbers(value, kind)
+    return [exp.Coalesce(this=n, expressions=[exp.Literal.number(MASK)]) for n in found]
+
+
+def part_numbers_of(text: str) -> list[int]:
+    """n(x) of a text value computed here, the numbers `part_numbers` has the engine compute (MD5 digits).
+
+    Example:
+        >>> part_numbers_of("abc")
+        [2416005272, 1020415920]
+    """
+    return _numbers(text, "string")
 
 
 def keyed_hash(salt: int, parts: list[exp.Expr]) -> exp.Expr:

@@ -58,8 +58,22 @@ ALLOWED: frozenset[type[exp.Expr]] = frozenset({
     exp.LT, exp.LTE, exp.In, exp.Between, exp.Like, exp.ILike, exp.Case, exp.If, exp.Least, exp.Greatest,
     exp.Round, exp.Mul, exp.Sub, exp.Add, exp.Mod, exp.IntDiv, exp.Neg, exp.Abs, exp.BitwiseAnd,
     exp.BitwiseXor, exp.BitwiseRightShift, exp.MD5, exp.Substring, exp.DPipe, exp.DateDiff, exp.Coalesce,
-    exp.Collate, exp.Var,
+    exp.Collate, exp.Var, exp.Join, exp.TryCast, exp.Floor, exp.Ceil,
 })
+# What a computed value (DuckDB's TRY(...), computed.py) may hold to be rendered for Spark, where each operation
+# that can fail under ANSI mode becomes its try_ form (NULL instead of an error), so it cannot fail either.
+# FLOOR and CEIL of a DOUBLE cannot fail on Spark (they saturate at the BIGINT range).
+_TOTAL_ON_SPARK: frozenset[type[exp.Expr]] = frozenset({
+    exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.DataType, exp.DataTypeParam,
+    exp.Cast, exp.TryCast, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Floor, exp.Ceil, exp.Case, exp.If,
+    exp.Coalesce, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is, exp.In,
+    exp.Between, exp.Collate, exp.Anonymous,
+})
+_TRY_FORMS: dict[type[exp.Expr], str] = {exp.Add: "try_add", exp.Sub: "try_subtract", exp.Mul: "try_multiply",
+                                         exp.Div: "try_divide"}
+_SAFE_FUNCTIONS = frozenset({*_TRY_FORMS.values(), "CONV"})  # the only functions by name Spark is given
+DOUBLE_MAX = "1.7976931348623157E308"
+WHOLE = 2**52  # every DOUBLE at least this large in magnitude is a whole number
 
 
 def render(tree: exp.Expr, target: Target) -> str:
@@ -70,13 +84,16 @@ def render(tree: exp.Expr, target: Target) -> str:
     """
     if target.dialect == "duckdb":
         return tree.sql(dialect="duckdb")
-    _check(tree, dict(target.tables))
-    return tree.copy().transform(_for_spark, dict(target.tables)).sql(dialect="spark")
+    totals = tree.copy().transform(_total_for_spark)
+    _check(totals, dict(target.tables))
+    return totals.transform(_for_spark, dict(target.tables)).sql(dialect="spark")
 
 
 def _check(tree: exp.Expr, tables: dict[str, str]) -> None:
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     for node in tree.walk():
+        if isinstance(node, exp.Anonymous) and node.name in _SAFE_FUNCTIONS:
+            continue
         if type(node) not in ALLOWED:
             _refuse(f"{type(node).__name__} is not one of the constructs the rewrite emits")
         if isinstance(node, exp.Table):
@@ -88,6 +105,51 @@ def _check(tree: exp.Expr, tables: dict[str, str]) -> None:
 
 def _refuse(why: str) -> None:
     raise UnsupportedQuery(f"Spark runs only generated SQL over declared tables: {why}", construct="FROM")
+
+
+def _total_for_spark(node: exp.Expr) -> exp.Expr:
+    """DuckDB's TRY(v) as Spark SQL that cannot fail: each CAST a TRY_CAST, each + - * / its try_ function, a
+    negation a try_subtract from 0, ISFINITE(x) as ABS(x) <= the largest DOUBLE (NaN compares greater on both
+    engines). On a row where an operation fails, DuckDB's whole value is NULL and Spark's failed operation is
+    NULL: the same unless a COALESCE or CASE turns that NULL into a value (a function of the row either way)."""
+    if isinstance(node, exp.Try):  # TRY as sqlglot parses it
+        inner = node.this
+    elif isinstance(node, exp.Anonymous) and node.name.upper() == "TRY":  # as computed.py builds it
+        (inner,) = node.expressions
+    else:
+        return node
+    for part in inner.walk():
+        if type(part) not in _TOTAL_ON_SPARK or (isinstance(part, exp.Anonymous) and part.name.upper() != "ISFINITE"):
+            name = part.name.upper() if isinstance(part, exp.Anonymous) else type(part).__name__
+            _refuse(f"{name} in a computed value is not rendered for Spark yet (arithmetic, CAST, FLOOR, CEIL, "
+                    "CASE, IF and COALESCE are)")
+    inner = inner.copy()
+    for part in reversed(list(inner.walk())):  # children first: a replaced node keeps its converted children
+        converted = _try_form(part)
+        if converted is not part:
+            inner = converted if part is inner else inner
+            if part.parent is not None:
+                part.replace(converted)
+    return inner
+
+
+def _try_form(node: exp.Expr) -> exp.Expr:
+    if isinstance(node, exp.Cast):  # `safe`: sqlglot's Spark generator writes TRY_CAST, not CAST
+        return exp.TryCast(this=node.this, to=node.to, safe=True)
+    if type(node) in _TRY_FORMS:
+        return exp.Anonymous(this=_TRY_FORMS[type(node)], expressions=[node.this, node.expression])
+    if isinstance(node, exp.Floor | exp.Ceil):  # DuckDB's is a DOUBLE; Spark's saturates at BIGINT, and is 0 for
+        # NaN. Beyond ±2⁵² every DOUBLE is whole, so only values inside are rounded: NaN, ±inf and 1e300 keep theirs.
+        value = node.this
+        inside = exp.and_(exp.GT(this=value.copy(), expression=exp.Literal.number(-WHOLE)),
+                          exp.LT(this=value.copy(), expression=exp.Literal.number(WHOLE)))
+        return exp.Case(ifs=[exp.If(this=inside, true=node.copy())], default=value.copy())
+    if isinstance(node, exp.Neg):
+        return exp.Anonymous(this="try_subtract", expressions=[exp.Literal.number(0), node.this])
+    if isinstance(node, exp.Anonymous):  # ISFINITE, the only function _TOTAL_ON_SPARK lets through
+        (value,) = node.expressions
+        return exp.Paren(this=exp.LTE(this=exp.Abs(this=value), expression=exp.Literal.number(DOUBLE_MAX)))
+    return node
 
 
 def _for_spark(node: exp.Expr, tables: dict[str, str]) -> exp.Expr:

@@ -6,11 +6,12 @@ chosen by a keyed hash of the unit's own rows under a fresh random `salt` per qu
 depends only on its own rows, so removing a unit removes only its kept rows and every planned sensitivity
 holds for any data; the salt makes the choice a fresh pseudo-random sample each time.
 
-    __src    the rows of the protected table with a privacy unit that pass WHERE (and the public domain),
-             values clamped
-    __rows   at most max_rows random rows per (unit, group)                     L∞ bound
-    __cells  one row per (unit, group), at most max_groups random groups per unit   L0 bound
-    result   per group: distinct units, then one integer column per measure
+    __src      the rows of the protected table with a privacy unit that pass WHERE (and the public domain),
+               values clamped
+    __rows     at most max_rows random rows per (unit, group)                     L∞ bound
+               (left out when no measure reads a per-row value: the cell's count is capped at max_rows)
+    __cells    one row per (unit, group), at most max_groups random groups per unit   L0 bound
+    result     per group: distinct units, then one integer column per measure
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sqlglot import exp, parse_one
 from proxy.query import types
 from proxy.query.analyse import Analysis
 from proxy.query.catalog import TableSchema
-from proxy.query.keyed_hash import keyed_order, numbers
+from proxy.query.keyed_hash import keyed_order, numbers, part_numbers_of
 from proxy.query.measures import Measure
 from proxy.query.types import Kind
 
@@ -40,7 +41,7 @@ def rewrite(analysis: Analysis, salt: int = 0) -> str:
         >>> t = TableSchema("orders", "cid", (ColumnSpec("cid", "BIGINT"),
         ...     ColumnSpec("qty", "INTEGER", bounds=(0, 10))), max_rows=2)
         >>> print(rewrite(analyse(parse("SELECT SUM(qty) FROM orders WHERE qty > 1"), Catalog((t,))), 7))
-        WITH __src AS (SELECT "cid" AS __unit, CASE WHEN "qty" IS NULL THEN NULL ELSE LEAST(GREATEST(CAST(ROUND(LEAST(GREATEST(CAST("qty" AS DOUBLE), 0), 10) * 1) AS BIGINT), 0), 10) END AS __v0 FROM "orders" WHERE NOT "cid" IS NULL AND "qty" > 1), __rows AS (SELECT * FROM (SELECT *, COALESCE((XOR(CAST(__unit % 4611686018427387904 AS BIGINT) & 4294967295, (CAST(__unit % 4611686018427387904 AS BIGINT) >> 32) & 4294967295)), 4294967295) AS __n__unit_0, COALESCE((XOR(CAST(__v0 % 4611686018427387904 AS BIGINT) & 4294967295, (CAST(__v0 % 4611686018427387904 AS BIGINT) >> 32) & 4294967295)), 4294967295) AS __n__v0_0 FROM __src) AS __numbered QUALIFY ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY ((XOR(((XOR(CAST(7 AS BIGINT), __n__unit_0)) * 625341585 & 4294967295), __n__v0_0)) * 625341585 & 4294967295) * 2147483648 + ((XOR(((XOR(CAST(0 AS BIGINT), __n__unit_0)) * 1540483477 & 4294967295), __n__v0_0)) * 1540483477 & 4294967295) // 2) <= 2), __cells AS (SELECT __unit, SUM(__v0) AS __c0 FROM __rows GROUP BY __unit) SELECT COUNT(*) AS __units, SUM(__c0) AS __m0 FROM __cells
+        WITH __src AS (SELECT "cid" AS __unit, CASE WHEN "qty" IS NULL THEN NULL ELSE LEAST(GREATEST(CAST(ROUND(LEAST(GREATEST(CAST("qty" AS DOUBLE), 0), 10) * 1) AS BIGINT), 0), 10) END AS __v0 FROM "orders" WHERE NOT "cid" IS NULL AND "qty" > 1), __rows AS (SELECT * FROM (SELECT *, COALESCE((XOR(CAST(__unit % 4611686018427387904 AS BIGINT) & 4294967295, (CAST(__unit % 4611686018427387904 AS BIGINT) >> 32) & 4294967295)), 4294967295) AS __n__unit_0, COALESCE(__v0, 4294967295) AS __n__v0_0 FROM __src) AS __numbered QUALIFY ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY ((XOR(((XOR(CAST(7 AS BIGINT), __n__unit_0)) * 625341585 & 4294967295), __n__v0_0)) * 625341585 & 4294967295) * 2147483648 + ((XOR(((XOR(CAST(0 AS BIGINT), __n__unit_0)) * 1540483477 & 4294967295), __n__v0_0)) * 1540483477 & 4294967295) // 2) <= 2), __cells AS (SELECT __unit, SUM(__v0) AS __c0 FROM __rows GROUP BY __unit) SELECT COUNT(*) AS __units, SUM(__c0) AS __m0 FROM __cells
     """
     return rewrite_tree(analysis, salt).sql(dialect="duckdb")
 
@@ -55,33 +56,38 @@ def rewrite_tree(analysis: Analysis, salt: int = 0) -> exp.Select:
     values = [f"__v{j}" for j in sorted(set(inputs.values()))]
     kinds = [_kind(analysis.table, key) for key in analysis.keys]
     unit = ("__unit", _kind(analysis.table, analysis.table.privacy_unit))
-    # Rows are ranked within (unit, group) by the hash of (unit, values): the keys are one value per
-    # partition, so they are left out (no MD5 per row for a text key). The numbers are computed once per row.
-    row_parts = [unit, *((v, "integer") for v in values)]
-    numbered = exp.select("*", *(exp.alias_(n, f"__n{name}_{i}") for name, kind in row_parts
-                                 for i, n in enumerate(numbers(exp.column(name), kind))))
-    order = keyed_order(salt, _numbers_of(row_parts), [])
-    row_rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(p) for p in ["__unit", *keys]],
-                          order=exp.Order(expressions=order))
-    rows = exp.select("*").from_(numbered.from_("__src").subquery("__numbered")).qualify(
-        exp.LTE(this=row_rank, expression=exp.Literal.number(analysis.table.max_rows))
-    )
-    cells = exp.select("__unit", *keys, *(_cell_measure(m, j, inputs.get(j)) for j, m in enumerate(analysis.measures)))
-    cells = cells.from_("__rows").group_by("__unit", *keys)
+    ctes: list[tuple[str, exp.Expr]] = [("__src", source)]
+    if values:
+        # Rows are ranked within (unit, group) by the hash of (unit, values): the keys are one value per
+        # partition, so they are left out (no MD5 per row for a text key). The numbers are computed once per row.
+        row_parts = [unit, *((v, "integer") for v in values)]
+        small = {f"__v{j}" for j in set(inputs.values()) if _small(analysis.measures[j])}
+        numbered = exp.select("*", *(exp.alias_(n, f"__n{name}_{i}") for name, kind in row_parts
+                                     for i, n in enumerate(numbers(exp.column(name), kind, name in small))))
+        order = keyed_order(salt, _numbers_of(row_parts), [])
+        row_rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(p) for p in ["__unit", *keys]],
+                              order=exp.Order(expressions=order))
+        ctes.append(("__rows", exp.select("*").from_(numbered.from_("__src").subquery("__numbered")).qualify(
+            exp.LTE(this=row_rank, expression=exp.Literal.number(analysis.table.max_rows)))))
+    # Without a per-row value no measure can tell which rows a unit keeps, only how many: min(rows, max_rows)
+    # per (unit, group), the same count as the ranked rows, without ranking the rows.
+    capped = None if values else analysis.table.max_rows
+    cells = exp.select("__unit", *keys, *(_cell_measure(m, j, inputs.get(j), capped)
+                                          for j, m in enumerate(analysis.measures)))
+    cells = cells.from_("__rows" if values else "__src").group_by("__unit", *keys)
     if keys:  # without GROUP BY each unit has exactly one cell: nothing to bound
-        # groups are ranked within the unit by the hash of (unit, keys), computed once per cell
-        key_parts = [unit, *zip(keys, kinds, strict=True)]
-        cells = cells.qualify(
-            exp.LTE(this=_keyed_rank(["__unit"], key_parts, salt),
-                    expression=exp.Literal.number(analysis.max_groups))
-        )
+        domains = analysis.domains if analysis.partitions == "public" else ()
+        cells = _ranked_cells(cells, unit, list(zip(keys, kinds, strict=True)), domains, salt, analysis.max_groups)
+    ctes.append(("__cells", cells))
     result = exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), UNITS))
     for j, measure in enumerate(analysis.measures):
         result = result.select(exp.alias_(_group_measure(measure, j), f"__m{j}"), append=True)
     result = result.from_("__cells")
     if keys:
         result = result.group_by(*keys)
-    return result.with_("__src", as_=source).with_("__rows", as_=rows).with_("__cells", as_=cells)
+    for name, cte in ctes:
+        result = result.with_(name, as_=cte)
+    return result
 
 
 def _source(analysis: Analysis) -> exp.Select:
@@ -216,6 +222,12 @@ def _unfiltered(measure: Measure) -> exp.Expr:
     )
 
 
+def _small(measure: Measure) -> bool:
+    """Whether a measure's per-row value (`_row_value`) always lies in [0, 2³²) or is NULL: a 0/1 flag, a
+    histogram index, or a grid value clamped to such [lo, hi] (its hash number is then the value itself)."""
+    return measure.kind in ("values", "histogram") or 0 <= measure.lo <= measure.hi < 2**32
+
+
 def histogram_point(measure: Measure) -> exp.Expr:
     """The index of the grid point nearest the row's clamped value, 0 … points − 1; NULL for NULL.
 
@@ -246,13 +258,16 @@ def _group_measure(measure: Measure, j: int) -> exp.Expr:
     return exp.Sum(this=cell)
 
 
-def _cell_measure(measure: Measure, j: int, source: int | None) -> exp.Expr:
+def _cell_measure(measure: Measure, j: int, source: int | None, capped: int | None = None) -> exp.Expr:
+    """A unit's measure in one cell; `capped`: the rows were not ranked, so a count is capped at it."""
     match measure.kind:
         case "histogram":  # the unit's (at most max_rows) points in this group
             kept = exp.Where(this=exp.Not(this=exp.Is(this=exp.column(f"__v{source}"), expression=exp.Null())))
             value: exp.Expr = exp.Filter(this=exp.func("LIST", exp.column(f"__v{source}")), expression=kept)
         case "rows":
             value = exp.Count(this=exp.Star())
+            if capped is not None:
+                value = exp.func("LEAST", value, exp.Literal.number(capped))
         case "units":
             value = exp.Literal.number(1)  # summed over cells: one per unit in the group
         case "values" | "sum":
@@ -265,13 +280,42 @@ def _cell_measure(measure: Measure, j: int, source: int | None) -> exp.Expr:
     return exp.alias_(value, f"__c{j}")
 
 
-def _keyed_rank(partition: list[str], parts: list[tuple[str, Kind]], salt: int) -> exp.Expr:
-    """Rank within each partition by the keyed hash of (salt, unit, the parts' own values): a per-unit
-    pseudo-random order, the same on every engine (proxy/query/keyed_hash.py); DOUBLE parts break its ties."""
-    hashed = [n for name, kind in parts for n in numbers(exp.column(name), kind)]
-    floats = [exp.column(name) for name, kind in parts if kind == "float" and name not in partition]
-    return exp.Window(this=exp.RowNumber(), partition_by=[exp.column(p) for p in partition],
-                      order=exp.Order(expressions=keyed_order(salt, hashed, floats)))
+def _ranked_cells(grouped: exp.Select, unit: tuple[str, Kind], keys: list[tuple[str, Kind]],
+                  domains: tuple[tuple[object, ...], ...], salt: int, max_groups: int) -> exp.Select:
+    """At most `max_groups` cells per unit, ranked within the unit by the keyed hash of (salt, unit, keys): a
+    per-unit pseudo-random order, the same on every engine (proxy/query/keyed_hash.py); DOUBLE keys break its
+    ties. Each part's numbers are computed once per cell, in a projection under the window (not once per lane);
+    a text key with a public domain (`domains`) maps its few values to their numbers computed here, so MD5 runs
+    only for other text and DECIMAL keys."""
+    columns: list[exp.Expr] = [exp.Star()]
+    parts: list[exp.Expr] = []
+    for index, (name, kind) in enumerate([unit, *keys]):
+        domain = domains[index - 1] if index and domains else ()
+        if kind == "string" and domain and all(isinstance(v, str) for v in domain):
+            found = _domain_numbers(exp.column(name), [str(v) for v in domain])
+        else:
+            found = numbers(exp.column(name), kind)
+        for i, n in enumerate(found):
+            columns.append(exp.alias_(n, f"__n{name}_{i}"))
+            parts.append(exp.column(f"__n{name}_{i}"))
+    floats = [exp.column(name) for name, kind in keys if kind == "float"]
+    rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("__unit")],
+                      order=exp.Order(expressions=keyed_order(salt, parts, floats)))
+    numbered = exp.select(*columns).from_(grouped.subquery("__grouped"))
+    return exp.select("*").from_(numbered.subquery("__numbered")).qualify(
+        exp.LTE(this=rank, expression=exp.Literal.number(max_groups)))
+
+
+def _domain_numbers(value: exp.Column, domain: list[str]) -> list[exp.Expr]:
+    """A text part's two numbers as CASE over its public domain, computed by `keyed_hash.reference`'s own
+    definition; any other value (none passes the domain filter) falls back to MD5, so the value is `numbers`."""
+    fallback = numbers(value, "string")
+    cases = []
+    for i, other in enumerate(fallback):
+        ifs = [exp.If(this=exp.EQ(this=value.copy(), expression=exp.Literal.string(v)),
+                      true=exp.Literal.number(part_numbers_of(v)[i])) for v in sorted(set(domain))]
+        cases.append(exp.Case(ifs=ifs, default=other))
+    return cases
 
 
 def _numbers_of(parts: list[tuple[str, Kind]]) -> list[exp.Column]:
