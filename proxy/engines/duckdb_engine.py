@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 
 from proxy.engines.base import EngineMisconfigured, ExecutionFailed, ExecutionTimeout, Rows, catalog_problems
+from proxy.engines.watchdog import WATCHDOG
 from proxy.query.catalog import Catalog
 from proxy.query.render import DUCKDB
 
@@ -137,9 +138,7 @@ class Engine:
                     timed_out.set()
                     cursor.interrupt()
 
-        timer = threading.Timer(timeout_s, interrupt)
-        timer.daemon = True
-        timer.start()
+        alarm = WATCHDOG.after(timeout_s, interrupt)
         try:
             cursor.execute(sql, list(params) if params else None)
             columns = tuple(str(d[0]) for d in cursor.description or ())
@@ -152,7 +151,7 @@ class Engine:
             log.warning("query failed: %s: %s", type(err).__name__, err)
             raise ExecutionFailed() from None
         finally:
-            timer.cancel()
+            alarm.cancel()
             with guard:
                 finished.set()
             with self._lock:
