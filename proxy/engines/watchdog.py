@@ -33,14 +33,19 @@ log = logging.getLogger(__name__)
 class Alarm:
     """A pending action; `cancel()` before it fires and it never runs."""
 
-    __slots__ = ("action", "cancelled")
+    __slots__ = ("action",)
 
     def __init__(self, action: Callable[[], None]) -> None:
-        self.action = action
-        self.cancelled = False
+        self.action: Callable[[], None] | None = action
+
+    @property
+    def cancelled(self) -> bool:
+        return self.action is None
 
     def cancel(self) -> None:
-        self.cancelled = True  # one attribute store: atomic under the GIL, no lock needed
+        # One attribute store (atomic under the GIL). Dropping the action at once frees what it holds (a
+        # query's cursor) now, not when a cancelled alarm's time comes up in the heap.
+        self.action = None
 
 
 class Watchdog:
@@ -65,23 +70,29 @@ class Watchdog:
 
     def _loop(self) -> None:
         while True:
-            with self._wake:
+            action = self._next()
+            try:
+                action()
+            except Exception:  # never let one action stop every later time limit
+                log.exception("time-limit action failed")
+            del action  # hold nothing of a finished query while waiting (a cursor kept alive leaks at exit)
+
+    def _next(self) -> Callable[[], None]:
+        """Wait for the earliest alarm that is still armed, take it off the heap, and return its action."""
+        with self._wake:
+            while True:
                 while self._heap and self._heap[0][2].cancelled:
                     heapq.heappop(self._heap)
                 if not self._heap:
                     self._wake.wait()
                     continue
-                at, _, alarm = self._heap[0]
-                delay = at - time.monotonic()
+                delay = self._heap[0][0] - time.monotonic()
                 if delay > 0:
                     self._wake.wait(delay)
                     continue
-                heapq.heappop(self._heap)
-            if not alarm.cancelled:
-                try:
-                    alarm.action()
-                except Exception:  # never let one action stop every later time limit
-                    log.exception("time-limit action failed")
+                action = heapq.heappop(self._heap)[2].action
+                if action is not None:  # cancelled between the check above and now: look again
+                    return action
 
 
 WATCHDOG = Watchdog()

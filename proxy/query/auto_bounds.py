@@ -322,8 +322,10 @@ def at_bound(analysis: Analysis, k: int, g: int | None = None,
         >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
         ...     ColumnSpec("x", "INTEGER", bounds=(0, 1000), auto_bounds=True)), max_groups=8, auto_max_groups=True)
         >>> a = at_bound(analyse(parse("SELECT g, SUM(x) FROM t GROUP BY g"), Catalog((t,))), 1, 3, (("x", 0, 90),))
-        >>> a.max_groups, a.measures, a.table.columns[2].bounds, for_sql(a, t).table.columns[2].bounds
-        (3, (Measure(kind='sum', column='x', grid=1, lo=0, hi=90, points=0, where='', expr=''),), (0, 90), (0, 1000))
+        >>> [(m.kind, m.lo, m.hi) for m in a.measures], a.max_groups
+        ([('sum', 0, 90)], 3)
+        >>> a.table.columns[2].bounds, for_sql(a, t).table.columns[2].bounds
+        ((0, 90), (0, 1000))
     """
     table = analysis.table
     g = analysis.max_groups if g is None else g
