@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 
 import duckdb
@@ -17,6 +18,20 @@ from proxy.query import ranked
 from proxy.query.catalog import TableSchema
 
 Rows = Sequence[tuple[object, ...]]
+
+DEPTH = int(os.environ.get("DPPROXY_ORACLE_DEPTH", "1"))
+
+
+def examples(n: int) -> int:
+    """How many random datasets an oracle draws: `n` on every run (CI's time budget), `n · DPPROXY_ORACLE_DEPTH`
+    on a deep run (e.g. `DPPROXY_ORACLE_DEPTH=4 scripts/test tests/test_sensitivity.py`). The explicit
+    worst-case `@example`s run either way.
+
+    Example:
+        >>> examples(30) == 30 * DEPTH
+        True
+    """
+    return n * DEPTH
 
 
 def as_int(value: object) -> int:

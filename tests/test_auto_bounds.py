@@ -34,6 +34,7 @@ from proxy.query.catalog import Catalog, TableSchema
 from proxy.query.parse import parse
 from proxy.query.render import DUCKDB
 from proxy.query.rewrite_ranked import rewrite_ranked
+from tests import oracle_db
 from tests.test_policy import VALID, write
 from tests.test_sensitivity import TABLE, _run_on_store, rows
 
@@ -168,7 +169,8 @@ ORACLE_QUERIES = [*QUERIES, "SELECT g, COUNT(*) FROM t WHERE r = 'N' GROUP BY g"
 
 
 @pytest.mark.parametrize("query", ORACLE_QUERIES)
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=oracle_db.examples(15), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=rows, removed=st.integers(0, 5), salt=st.integers(0, 2**62), k=st.integers(1, 6))
 @example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)], removed=0, salt=1,
          k=6)

@@ -74,7 +74,8 @@ def _log_ratio(p: tuple[float, ...], r: tuple[float, ...]) -> float:
 
 
 @pytest.mark.parametrize("query", QUERIES)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=oracle_db.examples(15), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=rows, removed=st.integers(0, 5), salt=st.integers(0, 2**62))
 @example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)], removed=0, salt=1)
 @example(data=[(0, "a", "N", "a", 5.5, 10)] * 9 + [(1, "a", "N", "a", -3.0, 0)] * 9, removed=1, salt=2)

@@ -17,6 +17,7 @@ from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.parse import parse
 from proxy.query.rewrite import rewrite
 from proxy.query.scope import cell_space
+from tests import oracle_db
 
 TABLE = TableSchema(
     "t", "uid",
@@ -118,7 +119,7 @@ PAIRS = [
 
 
 @pytest.mark.parametrize(("first", "second"), PAIRS)
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=oracle_db.examples(15), deadline=None)
 @given(data=rows)
 def test_disjoint_scopes_touch_disjoint_units(first: str, second: str, data: list[tuple[object, ...]]) -> None:
     # the data deliberately breaks the declaration: a unit's region and age vary between its rows
@@ -199,7 +200,8 @@ def every_cell() -> Iterator[duckdb.DuckDBPyConnection]:
     con.close()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=oracle_db.examples(80), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(where=typed_predicates)
 def test_every_cell_where_duckdb_finds_the_predicate_true_is_in_the_scope(
     every_cell: duckdb.DuckDBPyConnection, where: str

@@ -71,7 +71,8 @@ def _run(sql: str, data: list[tuple[object, ...]], n_keys: int) -> dict[tuple[ob
 
 
 @pytest.mark.parametrize("query", QUERIES)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=oracle_db.examples(30), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=rows, removed=st.integers(0, 5), salt=st.integers(0, 2**62))
 # a heavy unit: many rows in every group, extreme values — the bounds must bite
 @example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)], removed=0, salt=1)
@@ -115,7 +116,8 @@ def _run_on_store(
 
 
 @pytest.mark.parametrize("query", STORE_QUERIES)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=oracle_db.examples(20), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=rows, removed=st.integers(0, 5), salt=st.integers(0, 2**62), key=st.text("0123456789abcdef", min_size=1))
 @example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)], removed=0, salt=1,
          key="k")
@@ -140,7 +142,8 @@ ONE_ROW = TableSchema("t", "uid", TABLE.columns, max_groups=2, max_rows=3, one_r
 
 
 @pytest.mark.parametrize("query", STORE_QUERIES)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=oracle_db.examples(15), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.lists(st.tuples(
     st.integers(0, 5), st.sampled_from(["a", "b", "c", "d"]), st.sampled_from(["N", "S", "E"]),
     st.sampled_from(["a", "b", "z", None]), values, st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1))),

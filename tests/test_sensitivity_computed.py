@@ -46,7 +46,8 @@ QUERIES = [
 
 
 @pytest.mark.parametrize("query", QUERIES)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=oracle_db.examples(20), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=rows, removed=st.integers(0, 5), salt=st.integers(0, 2**62))
 @example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)], removed=0, salt=1)
 @example(data=[(0, "a", "N", p, x, n) for p in "ab" for x in (-1e308, 2.0, 5.5) for n in (0, 3, 7, 10)],

@@ -61,7 +61,8 @@ def _run(sql: str, ps: list[tuple[object, ...]], qs: list[tuple[object, ...]], n
 
 
 @pytest.mark.parametrize("query", QUERIES)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=oracle_db.examples(25), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ps=p_rows, qs=q_rows, removed=st.integers(0, 4), salt=st.integers(0, 2**62))
 @example(ps=[(0, g, r, 5.5, k) for g in "abc" for r in "NS" for k in (0, 1) for _ in range(3)],
          qs=[(0, "free", 7), (0, "pro", 2**31 - 1), (0, "free", 1)], removed=0, salt=1)

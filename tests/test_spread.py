@@ -19,6 +19,7 @@ from proxy.query.errors import QueryError
 from proxy.query.parse import parse
 from proxy.query.release import release
 from proxy.query.rewrite import rewrite
+from tests import oracle_db
 from tests.conftest import spend
 from tests.test_sensitivity import CATALOG, TABLE, _run, rows
 from tests.test_sensitivity import st as strategies
@@ -31,7 +32,8 @@ SPREAD_QUERIES = [
 
 
 @pytest.mark.parametrize("query", SPREAD_QUERIES)
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=oracle_db.examples(20), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=rows, removed=strategies.integers(0, 5), salt=strategies.integers(0, 2**62))
 @example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)], removed=0, salt=1)
 @example(data=[(0, "a", "N", "a", 5.5, 10)] * 9 + [(1, "a", "N", "a", -3.0, 0)] * 9, removed=1, salt=2)
