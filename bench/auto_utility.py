@@ -7,7 +7,8 @@ beside the demo's fixed ones, on the demo data, through proxy.pipeline.answer in
 The policies are the generated demo policy with the bench budget and the bounding store; they differ only in
 visits' bounds: `fixed` (max_rows 20, max_groups 4, amount clamped to [0, 500]); `rows` (max_rows "auto",
 max_rows_limit 1000, the rest fixed); `auto` (max_rows "auto" <= 1000, max_groups "auto" <= 32, amount
-bounds "auto" within [0, 100000]); each auto with the default share (10 % of ε, split over the bounds a query
+bounds "auto" within [0, 100000]: SUM and AVG then cap each unit's total at a C chosen per query,
+docs/privacy.md §10.2); each auto with the default share (10 % of ε, split over the bounds a query
 chooses) and quantile (0.99). The error is bench/utility.py's: |released − true| / |true| per (answer, group,
 aggregate) against the plain unbounded DuckDB answer, median over all; a dropped group counts 1. Also printed:
 the bounds chosen (median and range over the answers), and the engine's wall time per answer (selection +
@@ -108,15 +109,16 @@ def run(variant: str, policy: Path, directory: Path, key: str, args: argparse.Na
 
 
 def _chosen(bounds: Any) -> tuple[float, ...]:
-    """The bounds one answer used: k rows, g groups, and the clamp's upper end if any."""
-    return (bounds.max_rows, bounds.max_groups, *(hi for _, _, hi in bounds.clamps))
+    """The bounds one answer used: k rows, g groups, and amount's per-unit L1 cap C (or its clamp's upper end)."""
+    caps = [p.value for p in bounds.parts if p.bound == "total"]
+    return (bounds.max_rows, bounds.max_groups, *caps, *(hi for _, _, hi in bounds.clamps))
 
 
 def _medians(chosen: list[tuple[float, ...]]) -> str:
     """Each bound's median over the answers, with its range."""
     if not chosen:
         return "–"
-    names = ("k", "g", "amount ≤")
+    names = ("k", "g", "amount C")
     return ", ".join(f"{name} {statistics.median(c[i] for c in chosen):.4g} ({min(c[i] for c in chosen):.4g}–"
                      f"{max(c[i] for c in chosen):.4g})" for i, name in enumerate(names) if len(chosen[0]) > i)
 

@@ -17,14 +17,16 @@ import bisect
 import dataclasses
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 
 from mechanisms import dp_quantile, laplace
 from mechanisms.sampling import Sampler
 from proxy.engine import QueryEngine
-from proxy.query import QueryPlan, auto_clamp, auto_groups, bounded_sql
+from proxy.query import QueryPlan, auto_clamp, auto_groups, auto_total, bounded_sql
 from proxy.query import auto_bounds as auto
 from proxy.query.analyse import Analysis
 from proxy.query.auto_sql import histograms, slots
+from proxy.query.measures import fixed_point
 from proxy.query.render import DUCKDB
 from proxy.store import StoreEngine
 
@@ -56,6 +58,7 @@ def draw(analysis: Analysis, chooser: auto.AutoBounds, rows: Sequence[Sequence[o
     table = analysis.table
     k, g = table.max_rows, analysis.max_groups
     clamps: dict[str, list[float]] = {}
+    caps: list[tuple[str, int]] = []
     chosen: list[auto.ChosenBound] = []
     values: dict[int, float] = {}
     # max_groups first: the rows per cell are then drawn over the g largest cells of each unit (sensitivity g,
@@ -76,6 +79,15 @@ def draw(analysis: Analysis, chooser: auto.AutoBounds, rows: Sequence[Sequence[o
             for c, units in enumerate(auto_groups.histogram(got, int(part.limit)), start=1):
                 binned[bisect.bisect_left(grid, c)] += units
             g = value = grid[dp_quantile.quantile_index(binned, part.q, part.epsilon, part.sensitivity, sampler)]
+        elif part.bound == "total":  # t (part.q) is a float of the plan: its exact rational is the target
+            spec = table.column(part.column or "")
+            assert spec is not None and spec.bounds is not None
+            grid, lo, hi = fixed_point(spec)
+            cap = auto_total.choose_cap(got, limit=auto_total.total_limit(analysis, spec),
+                                        magnitude=max(abs(lo), abs(hi)), t=Fraction(part.q), epsilon=part.epsilon,
+                                        sampler=sampler)
+            caps.append((spec.name, cap))
+            value = cap / grid
         else:
             spec = table.column(part.column or "")
             assert spec is not None and spec.bounds is not None
@@ -89,7 +101,7 @@ def draw(analysis: Analysis, chooser: auto.AutoBounds, rows: Sequence[Sequence[o
         epsilon = laplace.epsilon(part.selection.sensitivity, part.selection.scale)  # as the ledger charges it
         chosen.append(auto.ChosenBound(part.bound, part.column, values[i], part.limit, epsilon, part.q))
     ordered = tuple((name, min(lo, hi), max(lo, hi)) for name, (lo, hi) in clamps.items())
-    return auto.ChosenBounds(tuple(chosen), int(k), int(g), ordered)
+    return auto.ChosenBounds(tuple(chosen), int(k), int(g), ordered, tuple(caps))
 
 
 def preview(chooser: auto.AutoBounds, analysis: Analysis) -> auto.ChosenBounds:
@@ -106,7 +118,7 @@ def plan_at(planned: QueryPlan, chosen: auto.ChosenBounds | int) -> QueryPlan:
     if isinstance(chosen, int):
         analysis = auto.at_bound(planned.analysis, chosen)
     else:
-        analysis = auto.at_bound(planned.analysis, chosen.max_rows, chosen.max_groups, chosen.clamps)
+        analysis = auto.at_bound(planned.analysis, chosen.max_rows, chosen.max_groups, chosen.clamps, chosen.caps)
     assert all(math.isfinite(lo) and math.isfinite(hi) for _, lo, hi in getattr(chosen, "clamps", ()))
     tree, sql = bounded_sql(auto.for_sql(analysis, planned.analysis.table), planned.salt, planned.bounding)
     return dataclasses.replace(planned, analysis=analysis, sql=sql, tree=tree,

@@ -262,13 +262,15 @@ class PartitionsOut(BaseModel):
 class BoundOut(BaseModel):
     """One bound chosen per query (docs/privacy.md §10)."""
 
-    bound: Literal["max_rows", "max_groups", "lower", "upper"] = Field(
-        description="max_rows, max_groups, or a column's lower or upper clamp bound")
-    column: str | None = Field(description="the clamped column (lower, upper)")
+    bound: Literal["max_rows", "max_groups", "lower", "upper", "total"] = Field(
+        description="max_rows, max_groups, a column's lower or upper clamp bound, or the per-unit L1 cap C of a "
+                    "column's SUM and AVG (total, docs/privacy.md §10.2)")
+    column: str | None = Field(description="the clamped or capped column (lower, upper, total)")
     value: float | None = Field(description="the bound used; null in a preview (choosing it reads the data)")
     limit: float = Field(description="the policy's limit on this bound")
     epsilon: float = Field(description="the epsilon its selection spent (part of the charge)")
-    q: float = Field(description="the quantile estimated (a lower bound estimates 1 − q)")
+    q: float = Field(description="the quantile estimated (a lower bound estimates 1 − q); for total, the target "
+                                 "number of units whose total exceeds C, t = √2·groups/ε of the sum")
 
 
 class BoundsOut(BaseModel):

@@ -144,16 +144,20 @@ def test_every_bound_is_chosen_charged_once_and_reported(all_auto: httpx.Client)
     before = _spent(all_auto)
     planned = all_auto.post("/v1/query/preview", json={"dataset": "demo", "sql": sql, "epsilon": 0.6}).json()
     parts = planned["bounds"]["parts"]
-    assert [(p["bound"], p["column"], p["value"], p["limit"]) for p in parts] == [
-        ("max_rows", None, None, LIMIT), ("max_groups", None, None, 16), ("upper", "amount", None, 100000)]
+    assert [(p["bound"], p["column"], p["value"], p["limit"]) for p in parts] == [  # C <= 16 · 200 · 100000
+        ("max_rows", None, None, LIMIT), ("max_groups", None, None, 16), ("total", "amount", None, 3.2e8)]
+    assert parts[2]["q"] > 0  # the target t = √2·G/ε_sum: units left above C
     assert all(p["epsilon"] == pytest.approx(0.02, rel=1e-12) for p in parts)  # 10 % of 0.6, split in three
     assert planned["bounds"]["epsilon"] == pytest.approx(0.06, rel=1e-12)
     response = all_auto.post("/v1/query", json={"dataset": "demo", "sql": sql, "epsilon": 0.6})
     assert response.status_code == 200, response.text
     body = response.json()
     chosen = {p["bound"]: p["value"] for p in body["bounds"]["parts"]}
-    assert 1 <= chosen["max_rows"] <= LIMIT and 1 <= chosen["max_groups"] <= 16 and 0 < chosen["upper"] <= 100000
+    assert 1 <= chosen["max_rows"] <= LIMIT and 1 <= chosen["max_groups"] <= 16 and 0 < chosen["total"] <= 3.2e8
     assert body["bounds"]["max_rows"] == chosen["max_rows"]
+    # the SUM's noise is calibrated to min(C, g·k·100000) at the ε it had at the limit (sensitivity 3.2e8 there)
+    cap = min(chosen["total"], chosen["max_groups"] * chosen["max_rows"] * 100000)
+    assert body["noise"][0]["scale"] / planned["noise"][0]["scale"] == pytest.approx(cap / 3.2e8, rel=1e-6)
     event = from_json(body["charge"]["events"])
     assert event.more and len(event.more) == 2  # type: ignore[union-attr]
     assert loss.epsilon_delta(event, 0.0)[0] == body["charge"]["epsilon"] <= 0.6

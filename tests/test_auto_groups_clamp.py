@@ -20,13 +20,14 @@ from mechanisms.sampling import FixedSampler
 from proxy import auto_run
 from proxy.policy import load_policy, policy_problems
 from proxy.query import auto_bounds as auto
-from proxy.query import auto_clamp, auto_groups, plan, ranked
-from proxy.query.analyse import analyse
+from proxy.query import auto_clamp, auto_groups, auto_total, plan, ranked
+from proxy.query.analyse import Analysis, analyse
 from proxy.query.auto_sql import histograms, slots
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.measures import Measure, fixed_point
 from proxy.query.parse import parse
 from proxy.query.render import DUCKDB
+from proxy.query.rewrite import rewrite
 from proxy.query.rewrite_ranked import rewrite_ranked
 from tests.test_auto_bounds import _laplace
 from tests.test_policy import VALID, write
@@ -142,7 +143,7 @@ def test_groups_and_clamps_are_refused_where_the_selection_cannot_serve() -> Non
     with pytest.raises(auto.AutoBoundsUnsupported) as refused:
         plan("SELECT g, SUM(x) FROM t GROUP BY g", Catalog((TableSchema("t", "uid", COLUMNS, max_groups=3),)),
              epsilon=0.5, delta=1e-7, mechanism="gaussian", bounding="store")
-    assert refused.value.detail["construct"] == "mechanism" and "x's upper clamp bound" in refused.value.message
+    assert refused.value.detail["construct"] == "mechanism" and "x's per-unit total cap" in refused.value.message
     counted = plan("SELECT r, COUNT(*) FROM t GROUP BY r", CATALOG, epsilon=0.5, delta=1e-7, mechanism="laplace")
     assert [p.bound for p in counted.auto.parts] == ["max_rows"]  # type: ignore[union-attr]
 
@@ -155,12 +156,15 @@ ORACLE = [*QUERIES, "SELECT g, SUM(x) FROM t WHERE uid > 1 GROUP BY g", "SELECT 
 @pytest.mark.parametrize("query", ORACLE)
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=rows, removed=st.integers(0, 5), salt=st.integers(0, 2**62), k=st.integers(1, 6), g=st.integers(1, 3),
-       ends=st.tuples(st.integers(0, 65), st.integers(0, 65), st.integers(0, 12), st.integers(0, 12)))
+       ends=st.tuples(st.integers(0, 65), st.integers(0, 65), st.integers(0, 12), st.integers(0, 12)),
+       cap=st.integers(0, 100))
 @example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)], removed=0, salt=1,
-         k=6, g=3, ends=(0, 65, 0, 12))
+         k=6, g=3, ends=(0, 65, 0, 12), cap=60)
+@example(data=[(0, g, r, "a", -7.25, -9) for g in "abcd" for r in "NSE" for _ in range(5)], removed=0, salt=1,
+         k=6, g=3, ends=(0, 65, 0, 12), cap=3)
 def test_every_step_moves_within_its_stated_sensitivity(
     query: str, data: list[tuple[object, ...]], removed: int, salt: int, k: int, g: int,
-    ends: tuple[int, int, int, int],
+    ends: tuple[int, int, int, int], cap: int,
 ) -> None:
     """On D and D minus one unit, with data breaking every declaration (r varies within a unit, values far
     beyond the limits, a unit with 60 rows in 12 cells): each histogram moves by at most its sensitivity in L1
@@ -176,23 +180,42 @@ def test_every_step_moves_within_its_stated_sensitivity(
         grid = auto_clamp.clamp_grid(spec.bounds, spec.kind)
         a, b = grid[min(i, len(grid) - 1)], grid[min(j, len(grid) - 1)]
         clamps.append((name, min(a, b), max(a, b)))
-    at = auto.at_bound(analysis, k, min(g, analysis.max_groups), tuple(clamps))
+    # every summed auto column is capped (auto_total.py): at a candidate C of its grid (index `cap`), with the clamp
+    caps = []
+    for part in chooser.parts:
+        if part.bound == "total":
+            spec = AUTO.column(part.column or "")
+            assert spec is not None
+            grid = auto_total.cap_grid(auto_total.total_limit(analysis, spec))
+            caps.append((spec.name, grid[min(cap, len(grid) - 1)]))
+    at = auto.at_bound(analysis, k, min(g, analysis.max_groups), tuple(clamps), tuple(caps))
+    assert [m.cap for m in at.measures if m.kind == "sum"] == [c for _, c in caps] or not caps
     firsts = _first_parts(chooser)
     selections = [f"SELECT __a, __b, __n FROM ({sql})" for store in (True, False)
                   for sql in histograms(analysis, chooser, store, DUCKDB)]
     sql = rewrite_ranked(auto.for_sql(at, AUTO), salt)  # as auto_run.plan_at renders it
-    (*big, before), (*small, after) = (_on_store([*selections, sql], d) for d in (data, smaller))
+    per_query = rewrite(auto.for_sql(at, AUTO), salt)  # the per-query path, over the store's table
+    (*big, before, before_q), (*small, after, after_q) = (_on_store([*selections, sql, per_query], d)
+                                                          for d in (data, smaller))
     for i, (b, s) in enumerate(zip(big, small, strict=True)):
         part, slot = firsts[i % len(firsts)]
         for distance, sensitivity in _distances(part, b, s):
             assert distance <= sensitivity, (query, part.bound, i, slot)
     n_keys = len(analysis.keys)
-    before, after = _keyed(before, n_keys), _keyed(after, n_keys)
+    for one, other in ((before, after), (before_q, after_q)):
+        assert_release_within(_keyed(one, n_keys), _keyed(other, n_keys), at, k, query)
+
+
+def assert_release_within(before: dict[tuple[object, ...], tuple[int, ...]],
+                          after: dict[tuple[object, ...], tuple[int, ...]], at: Analysis, k: int, label: str) -> None:
+    """Each measure moves by at most its per-group sensitivity in any group and by at most its release L1
+    (L0 · per group, or the unit's L1 cap) over all groups: the sensitivities the noise is calibrated to."""
     zero = (0,) * (1 + len(at.measures))
     for column, measure in enumerate(at.measures, start=1):
         per_group = measure.sensitivity(k)
         moves = [abs(before.get(c, zero)[column] - after.get(c, zero)[column]) for c in set(before) | set(after)]
-        assert all(m <= per_group for m in moves) and sum(moves) <= at.max_groups * per_group, (query, measure)
+        assert all(m <= per_group for m in moves), (label, measure)
+        assert sum(moves) <= measure.release_l1(at.max_groups, k), (label, measure, sum(moves))
 
 
 def _on_store(sqls: list[str], data: list[tuple[object, ...]]) -> list[list[tuple[object, ...]]]:
@@ -238,6 +261,8 @@ def _distances(part: auto.AutoPart, big: list[tuple[object, ...]], small: list[t
     if part.bound == "max_rows":
         return [(_l1(summed(big_rows, g), summed(small_rows, g)), g if g < part.sensitivity else part.sensitivity)
                 for g in range(1, part.sensitivity + 1)]
+    if part.bound == "total":  # each unit in one bin of its total
+        return [(_l1({a: n for a, _, n in big_rows}, {a: n for a, _, n in small_rows}), 1)]
     if part.bound == "max_groups":
         limit = int(part.limit)
         return [(_l1(dict(enumerate(auto_groups.histogram(big_rows, limit))),
@@ -258,8 +283,9 @@ def _l1(a: dict[int, int], b: dict[int, int]) -> int:
 
 
 def test_the_bounds_follow_the_data() -> None:
-    """Units with 5 groups and values near 4.0 (limit [-3, 5.5]), one unit with 12 groups and huge values: the
-    groups bound lands at the limit 3 only if most units reach it, the upper clamp near 4, the lower near 0."""
+    """Units with 2 groups and totals 4.5 (limit [-3, 5.5]), one unit with 12 groups and huge values: the groups
+    bound lands at 2, and x's per-unit cap just above the bulk's total 4.5 (one unit above it: t = √2/ε_sum is
+    below 1, and the base measure makes a cap above the largest value 5.5 cost e^−0.7 per √2 step)."""
     table = TableSchema("t", "uid", COLUMNS, max_groups=8, max_rows=6, auto_max_groups=True)
     con = duckdb.connect()
     con.execute("ATTACH ':memory:' AS src")
@@ -270,17 +296,20 @@ def test_the_bounds_follow_the_data() -> None:
     con.execute(ranked.build_sql(table, "key"))
     planned = plan("SELECT g, SUM(x) FROM t GROUP BY g", Catalog((table,)), epsilon=10.0, delta=1e-7,
                    mechanism="laplace", bounding="store", auto_share=0.5)
-    assert planned.auto is not None and [p.bound for p in planned.auto.parts] == ["max_groups", "lower", "upper"]
+    assert planned.auto is not None and [p.bound for p in planned.auto.parts] == ["max_groups", "total"]
     sql = auto_run.selection_text(planned, _Engine(con))
     chosen = auto_run.draw(planned.analysis, planned.auto, con.execute(sql).fetchall(), FixedSampler())
-    ((name, lo, hi),) = chosen.clamps
-    assert (chosen.max_groups, name) == (2, "x") and 3.8 < hi <= 5.5 and 0.0 <= lo <= 0.5, chosen
+    ((name, cap),) = chosen.caps
+    grid = fixed_point(ColumnSpec("x", "DOUBLE", bounds=(-3, 5.5)))[0]
+    assert (chosen.max_groups, name, chosen.clamps) == (2, "x", ()) and 4.5 <= cap / grid < 4.5 * 1.42, chosen
     at = auto_run.plan_at(planned, chosen)
     assert at.analysis.max_groups == 2
-    assert at.analysis.measures[0] == Measure("sum", "x", *fixed_point(ColumnSpec("x", "DOUBLE", bounds=(lo, hi))))
-    assert "__row_rank__g <= 6 AND __group_rank__g <= 2" in at.sql and ranked.grid_value("x") not in at.sql
+    assert at.analysis.measures[0] == Measure("sum", "x", *fixed_point(ColumnSpec("x", "DOUBLE", bounds=(-3, 5.5))),
+                                              cap=cap)
+    assert "__group_rank__g <= 2" in at.sql and "OVER (PARTITION BY __unit) <= " in at.sql
+    assert at.price.noise[0].sensitivity == cap  # min(C, g·k·max|bound|) = C
     assert [(p["bound"], p["value"]) for p in chosen.report()["parts"]] == [  # type: ignore[index]
-        ("max_groups", 2), ("lower", lo), ("upper", hi)]
+        ("max_groups", 2), ("total", cap / grid)]
 
 
 class _Engine:

@@ -160,6 +160,7 @@ def plan(
     if noise_multiplier is None:
         priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism, conversion=conversion)
         if chooser is not None:
+            chooser = auto.with_targets(chooser, analysis, priced)  # an L1 cap's target reads its sum's ε
             priced = auto.auto_price(priced, chooser, conversion)
     else:
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,

@@ -59,7 +59,7 @@ from proxy.query.auto_rows import (  # re-exported: the max_rows histogram and c
 )
 from proxy.query.catalog import ColumnSpec, TableSchema
 from proxy.query.errors import QueryError
-from proxy.query.measures import measures_for
+from proxy.query.measures import capped, measures_for
 from proxy.query.price import Price
 
 __all__ = ["bound_grid", "choose_bound", "selection_sql", "selection_text", "store_selection_sql"]
@@ -69,7 +69,7 @@ DEFAULT_AUTO_QUANTILE = 0.99
 DEFAULT_AUTO_LIMIT = 1000
 DEFAULT_GROUPS_LIMIT = 100
 
-Bound = Literal["max_rows", "max_groups", "lower", "upper"]
+Bound = Literal["max_rows", "max_groups", "lower", "upper", "total"]
 CLAMPED = ("sum", "centred_sum")  # the measures whose sensitivity reads a column's clamp bounds
 
 
@@ -136,6 +136,7 @@ class ChosenBounds:
     max_rows: int  # the bound used (rows per unit and group): chosen, or the table's fixed one
     max_groups: int  # the groups per unit used
     clamps: tuple[tuple[str, float, float], ...] = ()  # (column, lower, upper) chosen
+    caps: tuple[tuple[str, int], ...] = ()  # (column, C in grid units) chosen: each unit's L1 cap (auto_total.py)
 
     def value(self, bound: Bound, column: str | None = None) -> float | None:
         return next((p.value for p in self.parts if p.bound == bound and p.column == column), None)
@@ -181,7 +182,7 @@ def needed(analysis: Analysis) -> tuple[tuple[Bound, ColumnSpec | None], ...]:
         >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
         ...     ColumnSpec("x", "DOUBLE", bounds=(-5, 50), auto_bounds=True)), max_groups=8, auto_max_groups=True)
         >>> [(b, c and c.name) for b, c in needed(analyse(parse("SELECT g, AVG(x) FROM t GROUP BY g"), Catalog((t,))))]
-        [('max_groups', None), ('lower', 'x'), ('upper', 'x')]
+        [('max_groups', None), ('total', 'x')]
         >>> needed(analyse(parse("SELECT COUNT(*) FROM t"), Catalog((t,))))
         ()
     """
@@ -193,6 +194,9 @@ def needed(analysis: Analysis) -> tuple[tuple[Bound, ColumnSpec | None], ...]:
         parts.append(("max_groups", None))
     for spec in clamped_columns(analysis):
         assert spec.bounds is not None
+        if capped(spec, table):  # a per-unit L1 cap instead of a clamp (auto_total.py, docs/privacy.md §10.2)
+            parts.append(("total", spec))
+            continue
         if spec.bounds[0] != 0:
             parts.append(("lower", spec))
         parts.append(("upper", spec))
@@ -208,7 +212,8 @@ def check_supported(analysis: Analysis, mechanism: str, noise_multiplier: float 
     """Refuse, free, what the selection cannot serve: Gaussian noise, a given noise, and any shape but plain
     counts, sums and averages over one table (`plain`: proxy.query.ranks_serve)."""
     table = analysis.table.name
-    what = ", ".join(b if c is None else f"{c.name}'s {b} clamp bound" for b, c in needed(analysis))
+    what = ", ".join(b if c is None else f"{c.name}'s per-unit total cap" if b == "total" else
+                     f"{c.name}'s {b} clamp bound" for b, c in needed(analysis))
     declared = " and ".join(dict.fromkeys(f'{b} = "auto"' if c is None else f'{c.name}\'s bounds = "auto"'
                                           for b, c in needed(analysis)))
     hint = (f"; or declare fixed bounds on table {table} instead of {declared} (\"auto\" chooses them per query "
@@ -242,7 +247,9 @@ def auto_bounds(analysis: Analysis, selection_epsilon: float, q: float) -> AutoB
         >>> [(p.bound, p.limit, p.sensitivity, p.selection.scale) for p in a.parts], float(a.epsilon)
         ([('max_rows', 500, 4, 80.0), ('max_groups', 4, 1, 20.0)], 0.1)
     """
-    from proxy.query.auto_clamp import VALUES_PER_UNIT  # imported here: auto_clamp reads nothing of this module
+    from proxy.query import auto_total  # imported here: they read nothing of this module
+    from proxy.query.auto_clamp import VALUES_PER_UNIT
+    from proxy.query.measures import fixed_point
 
     wanted = needed(analysis)
     each = down(Fraction(selection_epsilon) / len(wanted))
@@ -253,6 +260,9 @@ def auto_bounds(analysis: Analysis, selection_epsilon: float, q: float) -> AutoB
             sensitivity = analysis.max_groups
         elif bound == "max_groups":
             limit, sensitivity = analysis.max_groups, 1
+        elif bound == "total":  # each unit's total in one bin of the histogram (auto_total.py)
+            assert spec is not None
+            limit, sensitivity = auto_total.total_limit(analysis, spec) / fixed_point(spec)[0], 1
         else:
             assert spec is not None and spec.bounds is not None
             limit, sensitivity = spec.bounds[0 if bound == "lower" else 1], VALUES_PER_UNIT
@@ -301,7 +311,7 @@ def price_at(priced: Price, analysis: Analysis, k: int) -> Price:
             continue
         part = laplace.epsilon(spec.sensitivity, spec.scale)
         measure = analysis.measures[spec.measure]
-        sensitivity = analysis.max_groups * measure.sensitivity(k)
+        sensitivity = measure.release_l1(analysis.max_groups, k)
         scale = laplace.scale_for(sensitivity, part) if sensitivity else 1.0
         assert math.isfinite(scale) and laplace.epsilon(sensitivity, scale) <= part if sensitivity else True
         noise.append(dataclasses.replace(spec, sensitivity=sensitivity, scale=scale, grid=measure.grid,
@@ -309,8 +319,26 @@ def price_at(priced: Price, analysis: Analysis, k: int) -> Price:
     return dataclasses.replace(priced, noise=tuple(noise))
 
 
+def with_targets(chooser: AutoBounds, analysis: Analysis, priced: Price) -> AutoBounds:
+    """The selection with each L1 cap's target t = √2·G/ε_sum (auto_total.target_above) in its `q`: G the number
+    of groups released (the public domains' product; 1 without keys, or when the groups are not public: a
+    smaller t chooses a larger cap, the unbiased side), ε_sum the ε the plan gives the capped sum."""
+    from proxy.query import auto_total
+
+    groups = math.prod(len(d) for d in analysis.domains) if analysis.partitions == "public" and analysis.keys else 1
+    parts = []
+    for part in chooser.parts:
+        if part.bound == "total":
+            j = next(j for j, m in enumerate(analysis.measures) if m.kind == "sum" and m.column == part.column)
+            spec = next(n for n in priced.noise if n.measure == j)
+            epsilon = laplace.epsilon(spec.sensitivity, spec.scale)
+            part = dataclasses.replace(part, q=float(auto_total.target_above(groups, epsilon)))
+        parts.append(part)
+    return AutoBounds(tuple(parts))
+
+
 def at_bound(analysis: Analysis, k: int, g: int | None = None,
-             clamps: tuple[tuple[str, float, float], ...] = ()) -> Analysis:
+             clamps: tuple[tuple[str, float, float], ...] = (), caps: tuple[tuple[str, int], ...] = ()) -> Analysis:
     """The analysis at max_rows = k, max_groups = g and the chosen clamps (each within its declared limit): what
     the release reads. The rewrite reads `for_sql` of it: the store's clamped grid column is at the declared
     limits, so the SQL must see the declared bounds (a sum clamped tighter then reads its measure's per-row clamp).
@@ -331,14 +359,18 @@ def at_bound(analysis: Analysis, k: int, g: int | None = None,
     g = analysis.max_groups if g is None else g
     assert 1 <= k <= table.max_rows and 1 <= g <= analysis.max_groups
     chosen = {name.lower(): (lo, hi) for name, lo, hi in clamps}
+    cap_of = {name.lower(): cap for name, cap in caps}
     measures = analysis.measures
-    if chosen:
+    if chosen or cap_of:
         columns = []
         for c in table.columns:
             bounds = chosen.get(c.name.lower())
             if bounds is not None:
                 assert c.auto_bounds and c.bounds is not None and c.bounds[0] <= bounds[0] <= bounds[1] <= c.bounds[1]
                 c = dataclasses.replace(c, bounds=bounds)
+            if c.name.lower() in cap_of:
+                assert c.auto_bounds and cap_of[c.name.lower()] >= 1
+                c = dataclasses.replace(c, total_cap=cap_of[c.name.lower()])
             columns.append(c)
         table = dataclasses.replace(table, columns=tuple(columns))
         measures = measures_for(analysis.aggregates, table)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from proxy.query import auto_bounds as auto
-from proxy.query import auto_clamp, auto_groups
+from proxy.query import auto_clamp, auto_groups, auto_total
 from proxy.query.analyse import Analysis
 from proxy.query.render import Target, render
 from proxy.query.rewrite import source_table
@@ -24,7 +24,7 @@ def slots(chooser: auto.AutoBounds) -> tuple[int, ...]:
         (0, 1, 1)
     """
     seen: dict[tuple[str, str | None], int] = {}
-    return tuple(seen.setdefault((p.bound if p.column is None else "clamp", p.column), len(seen))
+    return tuple(seen.setdefault((p.bound if p.column is None or p.bound == "total" else "clamp", p.column), len(seen))
                  for p in chooser.parts)
 
 
@@ -50,6 +50,11 @@ def histograms(analysis: Analysis, chooser: auto.AutoBounds, store: bool, target
             source = table if store else source_table(analysis)
             out.append(text(auto_groups.store_groups_sql(analysis) if served else
                             auto_groups.groups_sql(analysis, source)))
+        elif part.bound == "total":  # each unit's total under the WHERE, every row (auto_total.py)
+            spec = analysis.table.column(part.column or "")
+            assert spec is not None
+            source = table if store else source_table(analysis)
+            out.append(text(auto_total.histogram_sql(analysis, spec, source, auto_total.total_limit(analysis, spec))))
         else:
             spec = analysis.table.column(part.column or "")
             assert spec is not None

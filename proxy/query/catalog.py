@@ -35,6 +35,7 @@ class ColumnSpec:
     groupable: bool = False  # may appear in GROUP BY
     date_bounds: tuple[str, str] | None = None  # a DATE column's declared first and last day (ISO): a public domain
     auto_bounds: bool = False  # bounds = "auto": each query chooses its clamp within `bounds` (auto_clamp.py)
+    total_cap: int = 0  # a query's chosen per-unit L1 cap of its SUM/AVG (grid units, auto_total.py); 0: none
 
     def __post_init__(self) -> None:
         try:

@@ -56,7 +56,9 @@ def error_bar(analysis: Analysis, price: Price, index: int, confidence: float) -
     if aggregate.kind == "avg":
         centred, count = measures
         h_s, h_n = (_halfwidth(analysis, price, m, 1 - beta / 2) for m in (centred, count))
-        half = _half_range(centred)
+        # |S/N| <= half the range after centring; an uncentred capped sum (auto_total.py): <= max(|lo|, |hi|)
+        half = _half_range(centred) if centred.kind == "centred_sum" else max(
+            abs(centred.lo), abs(centred.hi)) / centred.grid
         return ErrorBar(ci_times_count=(h_s / centred.grid) + half * h_n)
     if aggregate.kind in SPREAD_KINDS:
         count, centred, squares = measures

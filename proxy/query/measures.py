@@ -66,6 +66,7 @@ class Measure:
     where: str = ""  # only rows meeting this condition count (FILTER); a function of the row alone
     expr: str = ""  # the per-row value is this expression (clamped to [lo, hi] on the grid), not `column`
     epoch: str = ""  # a DATE histogram: the first declared day (ISO); lo … hi count days after it
+    cap: int = 0  # sum: each unit's contributions scaled to L1 <= cap over the release (auto_total.py); 0: none
 
     @property
     def centre(self) -> int:
@@ -91,6 +92,17 @@ class Measure:
                 return max_rows * max(self.hi - self.centre, self.centre - self.lo)
             case "centred_squares":  # (x − c)² lies in [0, max(hi − c, c − lo)²] for x in [lo, hi]
                 return max_rows * max(self.hi - self.centre, self.centre - self.lo) ** 2
+
+    def release_l1(self, max_groups: int, max_rows: int) -> int:
+        """Δ1 over the whole release: L0 · the per-group sensitivity, or the unit's L1 cap if smaller (a capped
+        unit's contributions add to at most `cap` in absolute value over all groups: docs/privacy.md §10.2).
+
+        Example:
+            >>> Measure("sum", "x", 1, 0, 100, cap=250).release_l1(4, 3), Measure("rows").release_l1(4, 3)
+            (250, 12)
+        """
+        full = max_groups * self.sensitivity(max_rows)
+        return min(full, self.cap) if self.cap else full
 
 
 def fixed_point(spec: ColumnSpec) -> tuple[int, int, int]:
@@ -212,6 +224,9 @@ def measures_of(aggregate: Aggregate, table: TableSchema) -> tuple[Measure, ...]
     if aggregate.kind == "quantile" and column.date_bounds is not None:
         return (date_histogram(column),)
     grid, lo, hi = fixed_point(column)
+    if capped(column, table) and aggregate.kind in ("sum", "avg"):  # AVG = capped SUM / COUNT, uncentred
+        total = Measure("sum", column.name, grid, lo, hi, cap=column.total_cap)
+        return (total,) if aggregate.kind == "sum" else (total, Measure("values", column.name))
     if aggregate.kind in SPREAD_KINDS:  # count, centred sum and centred sum of squares, on a coarser grid
         g2, lo2, hi2 = spread_grid(column)
         return (Measure("values", column.name), Measure("centred_sum", column.name, g2, lo2, hi2),
@@ -221,6 +236,12 @@ def measures_of(aggregate: Aggregate, table: TableSchema) -> tuple[Measure, ...]
     if aggregate.kind == "sum":
         return (Measure("sum", column.name, grid, lo, hi),)
     return (Measure("centred_sum", column.name, grid, lo, hi), Measure("values", column.name))
+
+
+def capped(column: ColumnSpec, table: TableSchema) -> bool:
+    """Whether SUM and AVG of `column` cap each unit's total (auto_total.py): a column with `bounds = "auto"`
+    on a table that may hold several rows per unit (one row per unit: its clamp is chosen instead)."""
+    return column.auto_bounds and not table.one_row_per_unit
 
 
 def measures_for(aggregates: tuple[Aggregate, ...], table: TableSchema) -> tuple[Measure, ...]:

@@ -187,7 +187,7 @@ def _price_at(
         for j, measure in enumerate(analysis.measures):
             if measure.kind == "histogram":
                 continue
-            sensitivity = l0 * measure.sensitivity(max_rows)  # Δ1 = L0 · per-group sensitivity (§2)
+            sensitivity = measure.release_l1(l0, max_rows)  # Δ1 = L0 · per-group sensitivity (§2), or the cap
             if not sensitivity:
                 scale = 1.0
             elif noise_multiplier is None:
@@ -235,6 +235,8 @@ def _price_at(
                 continue
             # Δ2 = √(L0 · s²) for per-group sensitivity s (§2): one upward rounding of the exact value
             sensitivity = sqrt_up(l0 * measure.sensitivity(max_rows) ** 2)
+            if measure.cap:  # a capped unit's vector has L2 <= L1 <= cap (privacy.md §10.2)
+                sensitivity = min(sensitivity, float(measure.cap))
             sigma = calibrated(sensitivity, rhos[j]) if sensitivity else 1.0
             noise.append(
                 NoiseSpec(j, "gaussian", sigma, sensitivity, measure.grid, gaussian.ci_halfwidth(sigma))

@@ -141,7 +141,9 @@ def _estimates(aggregate: Aggregate, analysis: Analysis, noisy: dict[Measure, np
     count = noisy[measures[1]]
     positive = count > 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = (first.centre + value / np.where(positive, count, 1)) / first.grid
+        # a capped sum (auto_total.py) is not centred: AVG = noisy SUM / noisy COUNT of the same kept rows
+        centre = first.centre if first.kind == "centred_sum" else 0
+        mean = (centre + value / np.where(positive, count, 1)) / first.grid
     mean = np.clip(mean, first.lo / first.grid, first.hi / first.grid)
     return [m if ok else None for m, ok in zip(mean.tolist(), positive.tolist(), strict=True)]
 

@@ -80,9 +80,18 @@ def rewrite_tree(analysis: Analysis, salt: int = 0) -> exp.Select:
         cells = _ranked_cells(cells, unit, list(zip(keys, kinds, strict=True)), domains, salt, analysis.max_groups)
     ctes.append(("__cells", cells))
     result = exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), UNITS))
+    capping = any(m.cap for m in analysis.measures)
+    if capping:  # each unit's kept cells scaled together to its L1 cap (auto_total.py, docs/privacy.md §10.2)
+        from proxy.query.auto_total import capped_cells  # lazily: auto_total reads this module's row_value
+
+        names = [f"__c{j}" for j in range(len(analysis.measures))]
+        ctes.append(("__capped", capped_cells(analysis.measures, names, "__unit", "__cells")))
     for j, measure in enumerate(analysis.measures):
-        result = result.select(exp.alias_(_group_measure(measure, j), f"__m{j}"), append=True)
-    result = result.from_("__cells")
+        if measure.cap:
+            result = result.select(exp.alias_(exp.Sum(this=exp.column(f"__c{j}__capped")), f"__m{j}"), append=True)
+        else:
+            result = result.select(exp.alias_(_group_measure(measure, j), f"__m{j}"), append=True)
+    result = result.from_("__capped" if capping else "__cells")
     if keys:
         result = result.group_by(*keys)
     for name, cte in ctes:

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from sqlglot import exp, parse_one
 
-from proxy.query import ranked, types
+from proxy.query import auto_total, ranked, types
 from proxy.query.analyse import Analysis
 from proxy.query.catalog import ColumnSpec
 from proxy.query.measures import Measure, fixed_point
@@ -66,7 +66,8 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
     # its rows are added up directly (grouped with __unit NULL, which no stored row has), and only the rows of
     # larger cells are aggregated per cell first: one scan. Not with a window over cells (it must see every
     # cell) or a count of distinct units (one per cell).
-    split = not windowed and analysis.partitions != "private" and all(
+    capping = any(m.cap for m in analysis.measures)  # a unit's cells are scaled together: no light-cell split
+    split = not windowed and not capping and analysis.partitions != "private" and all(
         m.kind != "units" for m in analysis.measures)
     unit: exp.Expr = types.column(*_typed(analysis, table.privacy_unit))
     if split:
@@ -86,13 +87,24 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
         cells = cells.qualify(exp.LTE(this=rank, expression=exp.Literal.number(analysis.max_groups)))
     units = exp.Count(this=exp.Star()) if analysis.partitions == "private" else exp.Literal.number(0)
     result = exp.select(*keys, exp.alias_(units, UNITS))
+    contributions = []
     for j, measure in enumerate(analysis.measures):
         contribution = _bounded(measure, j, k)
         if split:  # the light cells' rows, added up as they are
             light = exp.Is(this=exp.column("__unit"), expression=exp.Null())
             contribution = exp.Case(ifs=[exp.If(this=light, true=exp.column(f"__c{j}"))], default=contribution)
+        contributions.append(contribution)
+    source: exp.Expr = exp.to_identifier("__cells")
+    if capping:  # each cell's bounded contributions, then scaled by its unit's total (auto_total.py)
+        named = [f"__b{j}" for j in range(len(contributions))]
+        bounded = exp.select("__unit", *keys, *(exp.alias_(c, n) for c, n in zip(contributions, named, strict=True)))
+        capped = auto_total.capped_cells(analysis.measures, named, "__unit", "__bounded")
+        source = capped.with_("__bounded", as_=bounded.from_("__cells")).subquery("__capped")
+        contributions = [exp.column(f"{n}__capped" if m.cap else n) for n, m in zip(named, analysis.measures,
+                                                                                       strict=True)]
+    for j, contribution in enumerate(contributions):
         result = result.select(exp.alias_(exp.Sum(this=contribution), f"__m{j}"), append=True)
-    result = result.from_("__cells")
+    result = result.from_(source)
     if keys:
         result = result.group_by(*keys)
     if analysis.partitions == "public":  # whole groups outside the domain dropped after aggregation

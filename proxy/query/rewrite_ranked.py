@@ -83,8 +83,9 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         ...     Catalog((t,)))))
         SELECT "g" COLLATE "binary" AS __k0, "r" COLLATE "binary" AS __k1, COUNT(*) FILTER(WHERE __row_rank__g = 1) AS __units, COUNT(*) AS __m0 FROM (SELECT * FROM "t" WHERE "r" COLLATE "binary" = 'N' OFFSET 0) AS __kept WHERE __row_rank__g <= 3 AND __group_rank__g <= 2 GROUP BY __k0, __k1
     """
-    if not uses_rank_filter(analysis, row_where):
-        return rewrite_cells(analysis, salt)  # bound after the WHERE, per cell (rewrite_cells.py)
+    if not uses_rank_filter(analysis, row_where) or any(m.cap for m in analysis.measures):
+        # bound after the WHERE, per cell (rewrite_cells.py); an L1 cap scales a unit's cells together there
+        return rewrite_cells(analysis, salt)
     table = analysis.table
     row_keys = _row_level_keys(analysis)
     rank = ranked.row_rank(row_keys[0]) if row_keys else ranked.ROW_RANK
