@@ -39,11 +39,12 @@ from proxy.query.catalog import ColumnSpec
 from proxy.query.measures import Measure, fixed_point
 
 PRIOR_STEP = Fraction(7, 10)  # the base measure's exponent per √2 step above M (about ln 2: (M/C)^2)
+MAX_CAP = 2**62  # the largest candidate cap (grid units)
 SAFETY = "0.999999999999"  # the scaling factor is shrunk by 1e-12: four DOUBLE roundings can never round up
 
 
 def total_limit(analysis: Analysis, spec: ColumnSpec) -> int:
-    """The largest total a unit can reach in grid units: L0 · max_rows · max(|lo|, |hi|) at the limits.
+    """The largest total a unit can reach in grid units: L0 · max_rows · max(|lo|, |hi|) at the limits (<= 2^62).
 
     Example:
         >>> from proxy.query.parse import parse
@@ -55,7 +56,8 @@ def total_limit(analysis: Analysis, spec: ColumnSpec) -> int:
         500
     """
     _, lo, hi = fixed_point(spec)
-    return max(1, analysis.max_groups * analysis.table.max_rows * max(abs(lo), abs(hi)))
+    # at most 2^62: a cap there bounds nothing a BIGINT sum can hold anyway, and every scaled value fits BIGINT
+    return max(1, min(MAX_CAP, analysis.max_groups * analysis.table.max_rows * max(abs(lo), abs(hi))))
 
 
 def cap_grid(limit: int) -> tuple[int, ...]:
