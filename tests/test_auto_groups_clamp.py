@@ -294,7 +294,10 @@ def test_the_bounds_follow_the_data() -> None:
     data += [(999, f"g{i}", "N", "a", 1e9, 10**6) for i in range(12)]
     con.executemany("INSERT INTO src.t VALUES (?, ?, ?, ?, ?, ?)", data)
     con.execute(ranked.build_sql(table, "key"))
-    planned = plan("SELECT g, SUM(x) FROM t GROUP BY g", Catalog((table,)), epsilon=10.0, delta=1e-7,
+    alone = plan("SELECT g, SUM(x) FROM t GROUP BY g", Catalog((table,)), epsilon=10.0, delta=1e-7,
+                 mechanism="laplace", bounding="store", auto_share=0.5)
+    assert alone.auto is not None and [p.bound for p in alone.auto.parts] == ["total"]  # g only adds bias to it
+    planned = plan("SELECT g, COUNT(*), SUM(x) FROM t GROUP BY g", Catalog((table,)), epsilon=10.0, delta=1e-7,
                    mechanism="laplace", bounding="store", auto_share=0.5)
     assert planned.auto is not None and [p.bound for p in planned.auto.parts] == ["max_groups", "total"]
     sql = auto_run.selection_text(planned, _Engine(con))
@@ -304,10 +307,10 @@ def test_the_bounds_follow_the_data() -> None:
     assert (chosen.max_groups, name, chosen.clamps) == (2, "x", ()) and 4.5 <= cap / grid < 4.5 * 1.42, chosen
     at = auto_run.plan_at(planned, chosen)
     assert at.analysis.max_groups == 2
-    assert at.analysis.measures[0] == Measure("sum", "x", *fixed_point(ColumnSpec("x", "DOUBLE", bounds=(-3, 5.5))),
+    assert at.analysis.measures[1] == Measure("sum", "x", *fixed_point(ColumnSpec("x", "DOUBLE", bounds=(-3, 5.5))),
                                               cap=cap)
     assert "__group_rank__g <= 2" in at.sql and "OVER (PARTITION BY __unit) <= " in at.sql
-    assert at.price.noise[0].sensitivity == cap  # min(C, g·k·max|bound|) = C
+    assert at.price.noise[1].sensitivity == cap  # min(C, g·k·max|bound|) = C
     assert [(p["bound"], p["value"]) for p in chosen.report()["parts"]] == [  # type: ignore[index]
         ("max_groups", 2), ("total", cap / grid)]
 

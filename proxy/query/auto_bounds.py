@@ -185,12 +185,19 @@ def needed(analysis: Analysis) -> tuple[tuple[Bound, ColumnSpec | None], ...]:
         [('max_groups', None), ('total', 'x')]
         >>> needed(analyse(parse("SELECT COUNT(*) FROM t"), Catalog((t,))))
         ()
+        >>> [(b, c and c.name) for b, c in needed(analyse(parse("SELECT g, SUM(x) FROM t GROUP BY g"), Catalog((t,))))]
+        [('total', 'x')]
     """
     table = analysis.table
     parts: list[tuple[Bound, ColumnSpec | None]] = []
-    if table.auto_max_rows and not table.one_row_per_unit:
+    # Only capped sums: their sensitivity min(C, g·k·M) is C for any useful k and g, which then only add bias;
+    # the query runs at the limits and the cap gets the whole selection share (docs/privacy.md §10.2).
+    only_capped = bool(analysis.measures) and all(
+        m.kind == "sum" and (spec := table.column(m.column or "")) is not None and capped(spec, table)
+        for m in analysis.measures)
+    if table.auto_max_rows and not table.one_row_per_unit and not only_capped:
         parts.append(("max_rows", None))
-    if table.auto_max_groups and analysis.max_groups > 1:
+    if table.auto_max_groups and analysis.max_groups > 1 and not only_capped:
         parts.append(("max_groups", None))
     for spec in clamped_columns(analysis):
         assert spec.bounds is not None
