@@ -11,6 +11,7 @@ holds for any data; the salt makes the choice a fresh pseudo-random sample each 
     __rows     at most max_rows random rows per (unit, group)                     L∞ bound
                (left out when no measure reads a per-row value: the cell's count is capped at max_rows)
     __cells    one row per (unit, group), at most max_groups random groups per unit   L0 bound
+    __capped   (a SUM with a per-unit L1 cap only) each unit's cells scaled together to total <= C (auto_total.py)
     result     per group: distinct units, then one integer column per measure
 """
 

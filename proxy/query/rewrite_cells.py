@@ -19,6 +19,9 @@ Groups per unit (L0): with one row-level key, the stored group rank `__group_ran
 window over the cells (not the rows) keeps `max_groups` cells per unit, keyed by the per-query salt. Unit-level
 keys hold each unit's canonical value in the store: one cell per unit, nothing to bound.
 
+A SUM with a per-unit L1 cap (auto_total.py, docs/privacy.md §10.2) scales each unit's bounded cell totals
+together, by a window over the unit's cells, before they are added up per group.
+
 Light cells: a cell with at most k rows in the store (`__cell_rows__<key>`, `__unit_rows`, counted before any
 WHERE) is within every bound whatever the WHERE keeps, so its rows are added up directly (in the same scan
 and aggregation, under the unit NULL, which no stored row has), and only the rows of larger cells are

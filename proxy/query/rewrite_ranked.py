@@ -7,7 +7,8 @@
 
 One scan and one aggregation: no window, no sort, any bound without rebuilding. The rule (docs/policy.md,
 `bounding`): the filter is used when the query groups by at most one row-level column and its WHERE reads
-unit-level columns (or the unit) only. Unit-level columns hold each unit's canonical value in the store, so
+unit-level columns (or the unit) only, and no SUM caps each unit's total (auto_total.py: that needs the unit's
+cells, so it is bounded per cell). Unit-level columns hold each unit's canonical value in the store, so
 such a WHERE keeps or drops whole units and commutes with bounding. Unlike rewrite.py, a value outside a
 public domain still takes one of the unit's `max_groups` (the ranks are computed once, for every value):
 more bias for units with such values, never more sensitivity. Any other query (a row-level WHERE, two or
