@@ -116,7 +116,7 @@ def test_the_charge_bounds_every_part_at_every_chosen_bound(query: str) -> None:
                                                                   zip(parts, charged, strict=True))
     assert Fraction(planned.price.epsilon) <= Fraction(0.7)
     recorded = [laplace.epsilon(e.sensitivity, e.scale) for e in _laplace(planned.price.event.query)]
-    columns = sorted({p.column for p in parts if p.column})
+    columns = sorted({p.column for p in parts if p.column and p.bound in ("lower", "upper")})  # capped: never clamped
     pairs = {}
     for c in columns:
         spec = AUTO.column(c)
@@ -136,7 +136,7 @@ def test_the_charge_bounds_every_part_at_every_chosen_bound(query: str) -> None:
             assert spec.sensitivity == g * measure.sensitivity(k) and spec.grid == measure.grid
             assert laplace.epsilon(spec.sensitivity, spec.scale) <= part if spec.sensitivity else True
         checked += 1
-    assert checked > 10
+    assert checked >= 5
 
 
 def test_groups_and_clamps_are_refused_where_the_selection_cannot_serve() -> None:
@@ -157,31 +157,23 @@ ORACLE = [*QUERIES, "SELECT g, SUM(x) FROM t WHERE uid > 1 GROUP BY g", "SELECT 
 @pytest.mark.parametrize("query", ORACLE)
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=rows, removed=st.integers(0, 5), salt=st.integers(0, 2**62), k=st.integers(1, 6), g=st.integers(1, 3),
-       ends=st.tuples(st.integers(0, 65), st.integers(0, 65), st.integers(0, 12), st.integers(0, 12)),
        cap=st.integers(0, 100))
 @example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)], removed=0, salt=1,
-         k=6, g=3, ends=(0, 65, 0, 12), cap=60)
+         k=6, g=3, cap=60)
 @example(data=[(0, g, r, "a", -7.25, -9) for g in "abcd" for r in "NSE" for _ in range(5)], removed=0, salt=1,
-         k=6, g=3, ends=(0, 65, 0, 12), cap=3)
+         k=6, g=3, cap=3)
 def test_every_step_moves_within_its_stated_sensitivity(
-    query: str, data: list[tuple[object, ...]], removed: int, salt: int, k: int, g: int,
-    ends: tuple[int, int, int, int], cap: int,
+    query: str, data: list[tuple[object, ...]], removed: int, salt: int, k: int, g: int, cap: int,
 ) -> None:
     """On D and D minus one unit, with data breaking every declaration (r varies within a unit, values far
     beyond the limits, a unit with 60 rows in 12 cells): each histogram moves by at most its sensitivity in L1
-    (rows: L0 cells; groups: 1 unit; values: m), whether read from the stored ranks or per query, and the
-    query at any chosen (k, g, clamps) moves each measure by at most its sensitivity at those bounds."""
+    (rows: L0 cells; groups: 1 unit; unit totals: 1), whether read from the stored ranks or per query, and the
+    query at any chosen (k, g, C), on the store and per query, moves each measure by at most its sensitivity at
+    those bounds: per group, and over all groups its Δ1 (L0 · per group, or min(C, ·) for a capped sum)."""
     analysis = analyse(parse(query), CATALOG, canonical_units=True)
     chooser = auto.auto_bounds(analysis, 0.1, 0.9)
     smaller = [row for row in data if row[0] != removed]
-    clamps = []
-    for name, (i, j) in (("x", ends[:2]), ("n", ends[2:])):
-        spec = AUTO.column(name)
-        assert spec is not None and spec.bounds is not None
-        grid = auto_clamp.clamp_grid(spec.bounds, spec.kind)
-        a, b = grid[min(i, len(grid) - 1)], grid[min(j, len(grid) - 1)]
-        clamps.append((name, min(a, b), max(a, b)))
-    # every summed auto column is capped (auto_total.py): at a candidate C of its grid (index `cap`), with the clamp
+    # every summed auto column is capped (auto_total.py), never clamped: at a candidate C of its grid (index `cap`)
     caps = []
     for part in chooser.parts:
         if part.bound == "total":
@@ -189,7 +181,7 @@ def test_every_step_moves_within_its_stated_sensitivity(
             assert spec is not None
             grid = auto_total.cap_grid(auto_total.total_limit(analysis, spec))
             caps.append((spec.name, grid[min(cap, len(grid) - 1)]))
-    at = auto.at_bound(analysis, k, min(g, analysis.max_groups), tuple(clamps), tuple(caps))
+    at = auto.at_bound(analysis, k, min(g, analysis.max_groups), (), tuple(caps))
     assert [m.cap for m in at.measures if m.kind == "sum"] == [c for _, c in caps] or not caps
     firsts = _first_parts(chooser)
     selections = [f"SELECT __a, __b, __n FROM ({sql})" for store in (True, False)
@@ -310,7 +302,8 @@ def test_the_bounds_follow_the_data() -> None:
     assert at.analysis.max_groups == 2
     assert at.analysis.measures[1] == Measure("sum", "x", *fixed_point(ColumnSpec("x", "DOUBLE", bounds=(-3, 5.5))),
                                               cap=cap)
-    assert "__group_rank__g <= 2" in at.sql and "OVER (PARTITION BY __unit) <= " in at.sql
+    assert "__group_rank__g <= 2" in at.sql and "WHEN __cap_t1 <= " in at.sql  # the rank filter, rows scaled
+    assert ranked.grid_value("x") in at.sql  # a capped sum keeps the declared clamp: the store's clamped column
     assert at.price.noise[1].sensitivity == cap  # min(C, g·k·max|bound|) = C
     assert [(p["bound"], p["value"]) for p in chosen.report()["parts"]] == [  # type: ignore[index]
         ("max_groups", 2), ("total", cap / grid)]

@@ -346,7 +346,7 @@ def with_targets(chooser: AutoBounds, analysis: Analysis, priced: Price) -> Auto
 
 def at_bound(analysis: Analysis, k: int, g: int | None = None,
              clamps: tuple[tuple[str, float, float], ...] = (), caps: tuple[tuple[str, int], ...] = ()) -> Analysis:
-    """The analysis at max_rows = k, max_groups = g and the chosen clamps (each within its declared limit): what
+    """The analysis at max_rows = k, max_groups = g, the chosen clamps (each within its declared limit) and caps: what
     the release reads. The rewrite reads `for_sql` of it: the store's clamped grid column is at the declared
     limits, so the SQL must see the declared bounds (a sum clamped tighter then reads its measure's per-row clamp).
 
@@ -356,11 +356,15 @@ def at_bound(analysis: Analysis, k: int, g: int | None = None,
         >>> from proxy.query.catalog import Catalog, TableSchema
         >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
         ...     ColumnSpec("x", "INTEGER", bounds=(0, 1000), auto_bounds=True)), max_groups=8, auto_max_groups=True)
-        >>> a = at_bound(analyse(parse("SELECT g, SUM(x) FROM t GROUP BY g"), Catalog((t,))), 1, 3, (("x", 0, 90),))
-        >>> [(m.kind, m.lo, m.hi) for m in a.measures], a.max_groups
-        ([('sum', 0, 90)], 3)
-        >>> a.table.columns[2].bounds, for_sql(a, t).table.columns[2].bounds
-        ((0, 90), (0, 1000))
+        >>> a = at_bound(analyse(parse("SELECT g, SUM(x) FROM t GROUP BY g"), Catalog((t,))), 1, 3, caps=(("x", 90),))
+        >>> [(m.kind, m.lo, m.hi, m.cap) for m in a.measures], a.max_groups
+        ([('sum', 0, 1000, 90)], 3)
+        >>> one = TableSchema("t", "u", t.columns, one_row_per_unit=True)  # clamped, not capped: one row per unit
+        >>> a = at_bound(analyse(parse("SELECT SUM(x) FROM t"), Catalog((one,))), 1, None, (("x", 0, 90),))
+        >>> [(m.kind, m.lo, m.hi) for m in a.measures], a.table.columns[2].bounds
+        ([('sum', 0, 90)], (0, 90))
+        >>> for_sql(a, one).table.columns[2].bounds
+        (0, 1000)
     """
     table = analysis.table
     g = analysis.max_groups if g is None else g
@@ -372,8 +376,9 @@ def at_bound(analysis: Analysis, k: int, g: int | None = None,
         columns = []
         for c in table.columns:
             bounds = chosen.get(c.name.lower())
-            if bounds is not None:
+            if bounds is not None:  # a capped column keeps its declared clamp (the store's grid column is read)
                 assert c.auto_bounds and c.bounds is not None and c.bounds[0] <= bounds[0] <= bounds[1] <= c.bounds[1]
+                assert not capped(c, table), f"column {c.name} is capped, not clamped"
                 c = dataclasses.replace(c, bounds=bounds)
             if c.name.lower() in cap_of:
                 assert c.auto_bounds and cap_of[c.name.lower()] >= 1

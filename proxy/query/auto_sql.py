@@ -54,7 +54,8 @@ def histograms(analysis: Analysis, chooser: auto.AutoBounds, store: bool, target
             spec = analysis.table.column(part.column or "")
             assert spec is not None
             source = table if store else source_table(analysis)
-            out.append(text(auto_total.histogram_sql(analysis, spec, source, auto_total.total_limit(analysis, spec))))
+            limit = auto_total.total_limit(analysis, spec)
+            out.append(text(auto_total.histogram_sql(analysis, spec, source, limit, stored=store)))
         else:
             spec = analysis.table.column(part.column or "")
             assert spec is not None

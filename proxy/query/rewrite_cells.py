@@ -140,11 +140,14 @@ def unranked_keys(analysis: Analysis) -> tuple[str, ...]:
 
 def stored_grid(analysis: Analysis, measure: Measure) -> exp.Expr | None:
     """The store's clamped fixed-point column for `measure`'s value, when it holds one (a column of the table
-    itself with fixed bounds, at the column's own grid); None: clamp per query. An auto-bounds column never
-    reads the stored grid: the store clamped it at the declared limit, and a spec carrying a chosen, tighter
-    clamp would otherwise pass the comparison below while the noise is sized for the tighter clamp."""
+    itself with fixed bounds, at the column's own grid); None: clamp per query. An auto-bounds column whose
+    clamp is chosen never reads the stored grid: the store clamped it at the declared limit, and a spec carrying
+    a chosen, tighter clamp would otherwise pass the comparison below while the noise is sized for the tighter
+    clamp. A capped sum (auto_total.py) is always clamped at the declared limit (auto_bounds.at_bound refuses a
+    clamp on a capped column), so it reads the stored grid."""
     spec = analysis.table.column(measure.column or "")
-    if measure.kind == "values" or measure.expr or spec is None or spec.bounds is None or spec.auto_bounds or (
+    chosen_clamp = spec is not None and spec.auto_bounds and not measure.cap
+    if measure.kind == "values" or measure.expr or spec is None or spec.bounds is None or chosen_clamp or (
             measure.grid, measure.lo, measure.hi) != fixed_point(spec):
         return None
     if analysis.source is not None:

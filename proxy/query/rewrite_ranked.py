@@ -7,8 +7,8 @@
 
 One scan and one aggregation: no window, no sort, any bound without rebuilding. The rule (docs/policy.md,
 `bounding`): the filter is used when the query groups by at most one row-level column and its WHERE reads
-unit-level columns (or the unit) only, and no SUM caps each unit's total (auto_total.py: that needs the unit's
-cells, so it is bounded per cell). Unit-level columns hold each unit's canonical value in the store, so
+unit-level columns (or the unit) only. A SUM capping each unit's total (auto_total.py) scales each kept row by
+its unit's total over its kept rows (a window per unit), then adds them up as any other sum. Unit-level columns hold each unit's canonical value in the store, so
 such a WHERE keeps or drops whole units and commutes with bounding. Unlike rewrite.py, a value outside a
 public domain still takes one of the unit's `max_groups` (the ranks are computed once, for every value):
 more bias for units with such values, never more sensitivity. Any other query (a row-level WHERE, two or
@@ -30,8 +30,9 @@ from typing import Literal
 
 from sqlglot import exp
 
-from proxy.query import ranked, types
+from proxy.query import auto_total, ranked, types
 from proxy.query.analyse import Analysis
+from proxy.query.catalog import ColumnSpec
 from proxy.query.measures import Measure
 from proxy.query.rewrite import UNITS, inputs, row_value
 from proxy.query.rewrite_cells import rewrite_cells, store_source, stored_grid, unranked_keys
@@ -84,9 +85,8 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         ...     Catalog((t,)))))
         SELECT "g" COLLATE "binary" AS __k0, "r" COLLATE "binary" AS __k1, COUNT(*) FILTER(WHERE __row_rank__g = 1) AS __units, COUNT(*) AS __m0 FROM (SELECT * FROM "t" WHERE "r" COLLATE "binary" = 'N' OFFSET 0) AS __kept WHERE __row_rank__g <= 3 AND __group_rank__g <= 2 GROUP BY __k0, __k1
     """
-    if not uses_rank_filter(analysis, row_where) or any(m.cap for m in analysis.measures):
-        # bound after the WHERE, per cell (rewrite_cells.py); an L1 cap scales a unit's cells together there
-        return rewrite_cells(analysis, salt)
+    if not uses_rank_filter(analysis, row_where):
+        return rewrite_cells(analysis, salt)  # bound after the WHERE, per cell (rewrite_cells.py)
     table = analysis.table
     row_keys = _row_level_keys(analysis)
     rank = ranked.row_rank(row_keys[0]) if row_keys else ranked.ROW_RANK
@@ -104,6 +104,9 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         source = exp.Subquery(this=kept, alias=exp.TableAlias(this=exp.to_identifier("__kept")))
     elif analysis.where is not None:
         conditions.append(analysis.where.copy())
+    sources = inputs(analysis.measures)
+    if any(m.cap for m in analysis.measures):
+        source, conditions = _capped_rows(analysis, source, conditions, sources), []
     keys = []
     for i, key in enumerate(analysis.keys):
         spec = table.column(key)
@@ -113,7 +116,6 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
     units = _measure(Measure("units"), None, analysis) if analysis.partitions == "private" else exp.Literal.number(0)
     # Every node below is built here for this query alone: the builders need not copy them (copy=False), which
     # is a third of the small-query planning time (bench/throughput.py).
-    sources = inputs(analysis.measures)
     projections = [*keys, exp.alias_(units, UNITS)]
     projections += [exp.alias_(_measure(measure, sources.get(j), analysis), f"__m{j}")
                     for j, measure in enumerate(analysis.measures)]
@@ -158,6 +160,9 @@ def _measure(measure: Measure, source: int | None, analysis: Analysis) -> exp.Ex
             return exp.Filter(this=exp.Count(this=exp.Star()), expression=exp.Where(
                 this=exp.EQ(this=exp.column(rank), expression=exp.Literal.number(1))))
     assert source is not None
+    if measure.cap:  # the kept row's value scaled by its unit's total (`_capped_rows`)
+        j = analysis.measures.index(measure)
+        return exp.Sum(this=auto_total.scaled(exp.column(f"__cap_v{j}"), exp.column(f"__cap_t{j}"), measure.cap))
     # clamped once when the store was built, else the clamped per-row value (unaliased)
     value = stored_grid(analysis, measure)
     if value is None:
@@ -165,6 +170,34 @@ def _measure(measure: Measure, source: int | None, analysis: Analysis) -> exp.Ex
     if measure.kind == "centred_sum":
         return exp.Sum(this=exp.Sub(this=value, expression=_number(measure.centre)))
     return exp.Sum(this=value)
+
+
+def _capped_rows(analysis: Analysis, source: exp.Expr, conditions: list[exp.Expr], sources: dict[int, int]
+                 ) -> exp.Expr:
+    """The kept rows with, for each capped sum j, the row's clamped value `__cap_v<j>` (0 for NULL) and its unit's
+    total `__cap_t<j>` = Σ|value| over the unit's kept rows (docs/privacy.md §10.2). Scaling each row by
+    min(1, C/T) toward zero keeps the unit's rows, hence its cells, within C in L1: |Σ_cell v'| <= Σ_cell |v'|."""
+    spec = _spec(analysis, analysis.table.privacy_unit)
+    unit = types.column(spec.name, spec.type)
+    rows = exp.select("*")
+    for j, measure in enumerate(analysis.measures):
+        if measure.cap:
+            value = stored_grid(analysis, measure)
+            if value is None:
+                value = row_value(analysis.measures[sources[j]], sources[j]).this
+            value = exp.func("COALESCE", value, exp.Literal.number(0))
+            total = exp.Window(this=exp.Sum(this=exp.Abs(this=value.copy())), partition_by=[unit.copy()])
+            rows = rows.select(exp.alias_(value, f"__cap_v{j}"), exp.alias_(total, f"__cap_t{j}"), append=True)
+    rows = rows.from_(source)
+    if conditions:
+        rows = rows.where(exp.and_(*conditions))
+    return rows.subquery("__capped")
+
+
+def _spec(analysis: Analysis, name: str) -> ColumnSpec:
+    spec = analysis.table.column(name)
+    assert spec is not None
+    return spec
 
 
 def _number(value: int | float) -> exp.Literal:
