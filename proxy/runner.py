@@ -21,6 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from proxy.answer_timing import PacedDeadline
 from proxy.deadline import Deadline
 from proxy.engine import ExecutionTimeout
 
@@ -115,7 +116,7 @@ class QueryRunner:
         """`work(deadline)` on a query thread; raises ExecutionTimeout once the deadline, started by the work
         at admission, passes before the work delivered its answer."""
         loop = asyncio.get_running_loop()
-        deadline = Deadline(timeout_s)
+        deadline = PacedDeadline(timeout_s, loop)  # a padded dataset's outcome waits for its release time
         await self._slots.acquire(analyst)
         try:
             submitted = self._pool.submit(contextvars.copy_context().run, work, deadline)
@@ -123,7 +124,7 @@ class QueryRunner:
             self._slots.release(analyst)
             raise
         submitted.add_done_callback(lambda _: loop.call_soon_threadsafe(self._slots.release, analyst))
-        result = asyncio.wrap_future(submitted, loop=loop)
+        result = deadline.released(submitted)  # proxy/answer_timing.py
         # Wait `remaining()` at a time, so admission needs no wake-up of this loop: before the clock starts
         # that is the whole limit, and the deadline is at least that far off, so a wait never overshoots it.
         while not result.done():
