@@ -25,7 +25,7 @@ Example:
     ...         d.start()  # admission
     ...         d.deliver()  # the answer, ready at once
     ...         return "answer"
-    ...     answer = await deadline.released(pool.submit(work, deadline))
+    ...     answer = await deadline.released(pool.submit(work, deadline), free=lambda: None)
     ...     pool.shutdown()
     ...     return answer, deadline.released_at >= deadline.release_at
     >>> asyncio.run(demo())
@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
+from collections.abc import Callable
 from typing import Literal, TypeVar
 
 from proxy.deadline import Deadline
@@ -84,6 +85,7 @@ class PacedDeadline(Deadline):
         self.released_at: float | None = None  # when the outcome was handed to the handler (tests read it)
         self._work: concurrent.futures.Future[object] | None = None
         self._out: asyncio.Future[object] | None = None
+        self._free: Callable[[], None] | None = None
 
     def pad(self, window: float) -> None:
         """Hold every outcome after the clock starts until its end, `window` seconds after the start."""
@@ -97,11 +99,12 @@ class PacedDeadline(Deadline):
             self.release_at = self._at  # the deadline's own end: a delivered answer is always on time
             self._loop.call_soon_threadsafe(self._wait_for_window)
 
-    def released(self, work: concurrent.futures.Future[T]) -> asyncio.Future[T]:
-        """The outcome of `work` (submitted with this deadline), at its release time. Call on the loop,
-        right after submitting: the callbacks it schedules run only after it returns."""
+    def released(self, work: concurrent.futures.Future[T], free: Callable[[], None]) -> asyncio.Future[T]:
+        """The outcome of `work` (submitted with this deadline), at its release time; `free()` runs once the
+        work ended and its outcome left, so that when the work's slot frees says no more than the answer's
+        time does. Call on the loop, right after submitting: the callbacks it schedules run after it."""
         out: asyncio.Future[T] = self._loop.create_future()
-        self._work, self._out = work, out  # type: ignore[assignment]
+        self._work, self._out, self._free = work, out, free  # type: ignore[assignment]
         work.add_done_callback(lambda _: self._loop.call_soon_threadsafe(self._settle))
         return out
 
@@ -113,29 +116,32 @@ class PacedDeadline(Deadline):
             self._loop.call_later(left, self._wait_for_window)
             return
         work, out = self._work, self._out
-        if out is None or work is None or out.done():
+        if work is None or out is None:
             return
         if work.done():
-            self._hand_over()
-        elif self.expire():  # not delivered in time: a charged timeout, now; the work's own outcome is dropped
+            self._finish()
+        elif self.expire() and not out.done():  # not delivered in time: a charged timeout, now
             self.released_at = time.monotonic()
             out.set_exception(ExecutionTimeout())
-        # else delivered in time and still storing its answer: `_settle` hands it over when done
+        # else delivered in time and still storing its answer; either way `_settle` finishes when the work ends
 
     def _settle(self) -> None:
-        """On the loop, once the work ended: hand its outcome over unless the window still runs."""
-        if self._out is None or self._out.done():
-            return
+        """On the loop, once the work ended: finish, unless the window still runs (`_wait_for_window` will)."""
         if self.release_at is None or time.monotonic() >= self.release_at:
-            self._hand_over()
-        # else `_wait_for_window` hands it over at the release time
+            self._finish()
 
-    def _hand_over(self) -> None:
-        work, out = self._work, self._out
+    def _finish(self) -> None:
+        """The work ended and the window is over: hand its outcome over (unless a timeout or a cancelled
+        request came first) and free its slot. Idempotent."""
+        work, out, free = self._work, self._out, self._free
         assert work is not None and out is not None
-        self.released_at = time.monotonic()
-        error = work.exception()
-        if error is not None:
-            out.set_exception(error)
-        else:
-            out.set_result(work.result())
+        if not out.done():
+            self.released_at = time.monotonic()
+            error = work.exception()
+            if error is not None:
+                out.set_exception(error)
+            else:
+                out.set_result(work.result())
+        if free is not None:
+            self._free = None
+            free()

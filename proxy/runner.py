@@ -123,8 +123,8 @@ class QueryRunner:
         except BaseException:
             self._slots.release(analyst)
             raise
-        submitted.add_done_callback(lambda _: loop.call_soon_threadsafe(self._slots.release, analyst))
-        result = deadline.released(submitted)  # proxy/answer_timing.py
+        # the slot is free once the work ended and, on a padded dataset, its answer left (proxy/answer_timing.py)
+        result = deadline.released(submitted, lambda: self._slots.release(analyst))
         # Wait `remaining()` at a time, so admission needs no wake-up of this loop: before the clock starts
         # that is the whole limit, and the deadline is at least that far off, so a wait never overshoots it.
         while not result.done():

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,6 +107,32 @@ def test_a_repeat_is_padded_like_an_answer(env: Env) -> None:
     assert deadline is not None and deadline.release_at is not None and deadline.released_at is not None
     assert deadline.release_at - before >= WINDOW_MS / 1000
     assert asked.outcome_at is not None and asked.outcome_at >= deadline.released_at >= deadline.release_at
+
+
+def test_the_analysts_next_query_starts_only_after_the_padded_answer_left(env: Env) -> None:
+    """Its slot frees at the release time, not when the work ends: the next query's start says nothing."""
+    analyst = next(a for a in env.policy.analysts if a.name == "analyst")
+    deadlines: list[PacedDeadline] = []
+    started: list[float] = []
+
+    def work(sql: str) -> Callable[[PacedDeadline], Reply]:
+        def run(deadline: PacedDeadline) -> Reply:
+            started.append(time.monotonic())
+            deadlines.append(deadline)
+            return reply(QueryRequest(sql=sql), analyst, env, lambda _: None, lambda answer: b"", deadline)
+        return run
+
+    async def main() -> None:
+        runner = QueryRunner(2)  # an analyst holds at most one of the two slots
+        try:
+            await asyncio.gather(*(runner.run("analyst", work(f"SELECT COUNT(*) AS n{i} FROM visits"), LIMIT_S)
+                                   for i in range(2)))  # type: ignore[arg-type]
+        finally:
+            await asyncio.to_thread(runner.close)
+
+    asyncio.run(main())
+    first = deadlines[0].release_at
+    assert first is not None and started[1] >= first
 
 
 def test_a_refusal_before_admission_is_not_held(env: Env) -> None:
