@@ -13,7 +13,8 @@ budget) read no data and stay immediate.
 Two threads share one `PacedDeadline`: the query thread pads it (`pace`, after planning, before admission)
 and starts its clock at admission, which fixes the release time; the request handler awaits `released()`,
 which holds the work's outcome until that time on the event loop, so a padded answer holds no query thread
-while it waits.
+while it waits. It does hold the analyst's query slot (proxy/runner.py) until it leaves: freed when the work
+ended, the slot would start the analyst's next query at that moment, and time the work.
 
 Example:
     >>> import asyncio, concurrent.futures
