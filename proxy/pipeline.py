@@ -21,7 +21,7 @@ from typing import Literal, get_args
 from accountant.filter import Budget
 from accountant.ledger import Charge, Ledger, StoredRelease
 from mechanisms.sampling import Sampler
-from proxy import auto_run
+from proxy import answer_timing, auto_run
 from proxy.auth import dataset_for
 from proxy.deadline import Deadline
 from proxy.engine import QueryEngine
@@ -153,6 +153,7 @@ def reply(
     if on_planned is not None:
         on_planned(prepared)
     stored = env.ledger.stored_release(analyst.name, prepared.dataset.name, prepared.request_sha256)
+    answer_timing.pace(prepared.dataset.answer_time, prepared.dataset.padded_ms, deadline, stored is not None)
     if stored is not None:
         return Reply(stored.body if rebar is None else rebar(stored.body, prepared), stored.charge_id, repeat=True)
     result = answer(prepared, analyst, env, on_admitted, deadline)

@@ -11,6 +11,7 @@ from typing import cast, get_args
 
 from accountant.filter import BASIC, DEFAULT_SELECTION_SHARE, RULES, Accounting, Budget, Rule, capacity
 from mechanisms.gdp import MIN_BUDGET_EPSILON
+from proxy.answer_timing import AnswerTime
 from proxy.engines.spark_config import EngineName, SparkSource, read_engine, spark_problems
 from proxy.policy_public import read_public_tables
 from proxy.policy_readers import (
@@ -85,6 +86,8 @@ class DatasetPolicy:
     spark: SparkSource | None = None
     auto_bounds_share: float = DEFAULT_AUTO_SHARE  # of a query's ε, spent choosing an auto max_rows
     auto_bounds_quantile: float = DEFAULT_AUTO_QUANTILE  # q of the DP quantile of rows per (unit, group)
+    answer_time: AnswerTime = "immediate"  # "padded": answers leave at a fixed time (proxy/answer_timing.py)
+    padded_ms: int | None = None  # the padded window from admission; None: the query time limit
 
     def __post_init__(self) -> None:
         problems = _dataset_number_problems(self.mechanism, self.epsilon, self.delta, self.max_epsilon)
@@ -102,7 +105,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     before = len(p.items)
     keys = ("path", "mechanism", "epsilon", "delta", "max_epsilon", "accounting", "selection_delta_share",
             "budget", "cell_accounting", "max_release_cells", "tables", "public_tables", "bounding", "engine",
-            "spark", "auto_bounds_share", "auto_bounds_quantile", *READING_KEYS)
+            "spark", "auto_bounds_share", "auto_bounds_quantile", "answer_time", "padded_ms", *READING_KEYS)
     _check_keys(raw, loc, keys, p)
     engine, spark = read_engine(raw, loc, base, p.add)
     file = _str(raw, "path", loc, p) if engine != "spark" else None
@@ -143,6 +146,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     auto_q = _float(raw, "auto_bounds_quantile", loc, p, default=DEFAULT_AUTO_QUANTILE)
     if auto_q is not None and not 0.5 <= auto_q < 1:
         p.add(f"{loc}.auto_bounds_quantile", f"must be a number in [0.5, 1), got {auto_q!r}")
+    answer_time, padded_ms = _answer_time(raw, loc, p)
     bounding = _str(raw, "bounding", loc, p, default="per_query" if engine == "spark" else "store")  # no store on Spark
     if bounding is not None and bounding not in get_args(Bounding):
         p.add(f"{loc}.bounding", f"must be one of {', '.join(get_args(Bounding))}, got {bounding!r}")
@@ -156,7 +160,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
         return None
     assert epsilon is not None and delta is not None and max_epsilon is not None and cell_accounting is not None
     assert max_release_cells is not None and reading is not None
-    if auto_share is None or auto_q is None:
+    if auto_share is None or auto_q is None or answer_time is None:
         return None
     # a table may be qualified with one of the dataset's schemas, and with its name or its file's (DuckDB's
     # name for the database): `demo.main.visits`
@@ -170,8 +174,29 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     return DatasetPolicy(
         name, path, catalog, cast(Mechanism, mechanism), epsilon, delta, max_epsilon, accounting, total,
         cell_accounting, max_release_cells, reading.dialect, cast(Bounding, bounding), engine, spark,
-        auto_bounds_share=auto_share, auto_bounds_quantile=auto_q,
+        auto_bounds_share=auto_share, auto_bounds_quantile=auto_q, answer_time=answer_time, padded_ms=padded_ms,
     )
+
+
+MAX_PADDED_MS = 3_600_000  # an hour: the longest query time limit (proxy/settings.py)
+
+
+def _answer_time(raw: _Raw, loc: str, p: _Problems) -> tuple[AnswerTime | None, int | None]:
+    """`answer_time` and `padded_ms` (docs/policy.md); (None, None) after reporting a problem."""
+    answer_time = _str(raw, "answer_time", loc, p, default="immediate")
+    if answer_time is not None and answer_time not in get_args(AnswerTime):
+        p.add(f"{loc}.answer_time", f"must be one of {', '.join(get_args(AnswerTime))}, got {answer_time!r}")
+        return None, None
+    if "padded_ms" not in raw:
+        return cast(AnswerTime | None, answer_time), None
+    padded_ms = _int(raw, "padded_ms", loc, p)
+    if padded_ms is not None and not 1 <= padded_ms <= MAX_PADDED_MS:
+        p.add(f"{loc}.padded_ms", f"must be an integer in [1, {MAX_PADDED_MS}] (milliseconds), got {padded_ms}")
+        return None, None
+    if answer_time != "padded":
+        p.add(f"{loc}.padded_ms", 'applies only with answer_time = "padded"')
+        return None, None
+    return (None, None) if padded_ms is None else ("padded", padded_ms)
 
 
 def _accounting(raw: _Raw, loc: str, p: _Problems) -> Accounting | None:

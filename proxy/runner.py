@@ -21,6 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from proxy.answer_timing import PacedDeadline
 from proxy.deadline import Deadline
 from proxy.engine import ExecutionTimeout
 
@@ -115,15 +116,15 @@ class QueryRunner:
         """`work(deadline)` on a query thread; raises ExecutionTimeout once the deadline, started by the work
         at admission, passes before the work delivered its answer."""
         loop = asyncio.get_running_loop()
-        deadline = Deadline(timeout_s)
+        deadline = PacedDeadline(timeout_s, loop)  # a padded dataset's outcome waits for its release time
         await self._slots.acquire(analyst)
         try:
             submitted = self._pool.submit(contextvars.copy_context().run, work, deadline)
         except BaseException:
             self._slots.release(analyst)
             raise
-        submitted.add_done_callback(lambda _: loop.call_soon_threadsafe(self._slots.release, analyst))
-        result = asyncio.wrap_future(submitted, loop=loop)
+        # the slot is free once the work ended and, on a padded dataset, its answer left (proxy/answer_timing.py)
+        result = deadline.released(submitted, lambda: self._slots.release(analyst))
         # Wait `remaining()` at a time, so admission needs no wake-up of this loop: before the clock starts
         # that is the whole limit, and the deadline is at least that far off, so a wait never overshoots it.
         while not result.done():
