@@ -15,6 +15,7 @@ from accountant.ledger import Charge
 from proxy import auth, auto_run, budget_detail, output_formats, repeat_bars
 from proxy.answer_view import charge_out, partitions_out
 from proxy.answer_view import noise as noise_out
+from proxy.audit_trail import answered
 from proxy.budget_view import budget_now, budget_out, given, json_value, refusal, scope_out
 from proxy.budget_view import stored as history
 from proxy.deadline import Deadline
@@ -121,9 +122,11 @@ async def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: 
     def work(deadline: Deadline) -> Reply:
         return reply(body, analyst, env, admitted, lambda answer: _render(answer, env), deadline,
                      rebar=lambda stored, prepared: repeat_bars.at_confidence(stored, prepared, noise_out),
-                     on_planned=planned)
+                     on_planned=planned,
+                     audited=lambda answer: answered(answer.charge, request.state.normalized_sql))
 
     result: Reply = await _run(request, analyst, work, env)
+    request.state.audited = not result.repeat  # its entry committed with the release: AuditTrail skips it
     headers = {"X-DP-Repeat": str(result.repeat).lower(), "X-DP-Charge-Id": result.charge_id}
     wanted = output_formats.negotiated(request.headers.get("accept"))  # CSV or Arrow from the same JSON answer
     if wanted == output_formats.CSV:
