@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from accountant.cells import CellScope, Ledgered
+from accountant.chain import AuditRecord
 from accountant.events import Event
 from accountant.filter import BASIC, Accounting, Budget, Entry, Rule, Spend
 
@@ -132,8 +133,10 @@ class Ledger(Protocol):
         """The release first answered to this analyst for this exact request, if any."""
         ...
 
-    def store_release(self, release: StoredRelease) -> None:
-        """Keep a release so that an identical request gets the same answer at no charge (first one wins)."""
+    def store_release(self, release: StoredRelease, audit: AuditRecord | None = None) -> None:
+        """Keep a release so that an identical request gets the same answer at no charge (first one wins);
+        with `audit`, append that audit entry (the answer's `answered`) in the same durable transaction, so
+        the answer needs no second commit before it is sent (proxy/audit_trail.py)."""
         ...
 
     def close(self) -> None:

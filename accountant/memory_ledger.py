@@ -114,9 +114,11 @@ class MemoryLedger(_Admitting):
         with self._lock:
             return self._releases.get((analyst, dataset, request_sha256))
 
-    def store_release(self, release: StoredRelease) -> None:
+    def store_release(self, release: StoredRelease, audit: AuditRecord | None = None) -> None:
         with self._lock:
             self._releases.setdefault((release.analyst, release.dataset, release.request_sha256), release)
+            if audit is not None:
+                self.admissions.append(audit)
 
     def close(self) -> None:
         pass

@@ -326,13 +326,24 @@ class PostgresLedger(_Admitting):
             ).fetchone()
         return None if row is None else StoredRelease(analyst, dataset, request_sha256, row[0], bytes(row[1]))
 
-    def store_release(self, release: StoredRelease) -> None:
-        with self._pool.connection() as conn:
+    def store_release(self, release: StoredRelease, audit: AuditRecord | None = None) -> None:
+        """Keep `release` for repeats; with `audit`, append that entry to the chain in the same transaction
+        (a refused entry is raised after the release commits, as SqliteLedger.store_release)."""
+        refused: Exception | None = None
+        with self._pool.connection() as conn, conn.transaction():
             conn.execute(
                 "INSERT INTO releases (analyst, dataset, request_sha256, charge_id, body)"
                 " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
                 (release.analyst, release.dataset, release.request_sha256, release.charge_id, release.body),
             )
+            if audit is not None:
+                try:
+                    with conn.transaction():  # a savepoint: a refused entry leaves the release to commit
+                        append(conn, audit, self._clock().astimezone(UTC), postgres=True)  # last: brief head lock
+                except Exception as err:
+                    refused = err
+        if refused is not None:
+            raise refused  # after the release committed: the answer is withheld, a repeat returns it
 
     def close(self) -> None:
         self._pool.close()

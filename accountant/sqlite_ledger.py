@@ -219,21 +219,39 @@ class SqliteLedger(_Admitting):
             ).fetchone()
         return None if row is None else StoredRelease(analyst, dataset, request_sha256, row[0], bytes(row[1]))
 
-    def store_release(self, release: StoredRelease) -> None:
-        """Keep `release` for repeats. Committed without its own fsync (synchronous = NORMAL, for this one
+    def store_release(self, release: StoredRelease, audit: AuditRecord | None = None) -> None:
+        """Keep `release` for repeats; with `audit` (the answer's `answered` entry), append that entry to the
+        chain in the same transaction, committed FULL: the answer may leave as soon as this returns. If the
+        chain refuses the entry, the release still commits (the charge paid for it: a repeat returns it) and
+        the refusal is raised, so the answer is withheld.
+
+        Without `audit` the release commits without its own fsync (synchronous = NORMAL, for this one
         write): in WAL mode a process crash cannot lose it, and the next FULL commit on this file makes it
         durable too, since one fsync of the WAL covers every frame before it. The server releases no answer
-        before the audit trail's entry for it commits FULL on this same file (proxy/audit_trail.py), so a
+        before its audit entry commits FULL on this same file (here, or proxy/audit_trail.py), so a
         release an analyst has seen is durable; one lost to a power cut was never sent, and asking again is
         charged afresh, as for a request never answered."""
+        row = (release.analyst, release.dataset, release.request_sha256, release.charge_id, release.body)
+        insert = ("INSERT OR IGNORE INTO releases (analyst, dataset, request_sha256, charge_id, body)"
+                  " VALUES (?, ?, ?, ?, ?)")
+        if audit is not None:  # one transaction, one fsync, for the release and its entry
+            refused: Exception | None = None
+            with self._write():
+                self._conn.execute(insert, row)
+                self._conn.execute("SAVEPOINT answered")
+                try:
+                    append(self._conn, audit, self._clock().astimezone(UTC), postgres=False)
+                except Exception as err:  # the chain refused it: keep the release (a repeat returns it) and say so
+                    self._conn.execute("ROLLBACK TO answered")
+                    refused = err
+                self._conn.execute("RELEASE answered")
+            if refused is not None:
+                raise refused
+            return
         with self._lock, self._writer:
             self._conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                self._conn.execute(
-                    "INSERT OR IGNORE INTO releases (analyst, dataset, request_sha256, charge_id, body)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (release.analyst, release.dataset, release.request_sha256, release.charge_id, release.body),
-                )
+                self._conn.execute(insert, row)
             finally:
                 self._conn.execute("PRAGMA synchronous = FULL")  # every charge commits with its own fsync
 

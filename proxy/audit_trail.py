@@ -8,7 +8,12 @@ the stored release (and is audited as a repeat). The audit log is `app.state.aud
 
 Two kinds of entry describe a charged request. The charge's `admitted` entry is written by `Ledger.admit`
 in the transaction that commits the charge, so a crash at any moment leaves no charge without its entry.
-The outcome (`answered`, `failed` with its code, e.g. `timeout`) follows here, with the same charge id.
+The outcome follows with the same charge id: a new answer's `answered` entry (`answered` here) is committed
+by the pipeline with the answer's stored release, in one durable transaction of the ledger's store
+(`Ledger.store_release(release, audit)`), before the answer leaves the query thread, and the route marks the
+request `audited`; so an answer costs one commit after its charge, not two, and no extra thread hop. Every
+other outcome (`failed` with its code, e.g. `timeout`; `repeat`; `rejected`) is appended here, as is a
+failure after an answer was stored (a second entry for that charge: the answer was not sent).
 
 What is recorded is what the route parsed, never a re-read of the raw body: the route leaves the
 `QueryRequest` it validated in `request.state.query`, and the pipeline's admit leaves the `Charge` in
@@ -88,6 +93,10 @@ class AuditTrail:
         except Exception:
             await self._append(scope, held, raised=True)
             raise
+        if _already_audited(scope, held):  # the pipeline committed its `answered` entry with the release
+            for message in held.messages:
+                await send(message)
+            return
         if not await self._append(scope, held, raised=False):
             charged = bool(scope.get("state", {}).get("charged", False))
             body = errors.error_body(500, "internal", "internal error", {}, charged)
@@ -114,6 +123,35 @@ class AuditTrail:
             log.exception("the audit log refused an entry; the response is withheld")
             return False
         return True
+
+
+def answered(charge: Charge, sql: str) -> AuditRecord:
+    """The `answered` entry of a new answer paid for by `charge`, whose planned SQL is `sql` (the text the
+    charge's hash is of; raises otherwise, before anything is stored or sent).
+
+    Example:
+        >>> from datetime import UTC, datetime
+        >>> from accountant.events import LaplaceEvent
+        >>> c = Charge("c1", "ana", "demo", datetime(2026, 1, 1, tzinfo=UTC), sql_sha256("SELECT 1"),
+        ...            LaplaceEvent(1, 10.0), 0.1, 0.0, "basic")
+        >>> answered(c, "SELECT 1").decision, answered(c, "SELECT 1").charge_id
+        ('answered', 'c1')
+    """
+    if sql_sha256(sql) != charge.sql_sha256:
+        raise ValueError(f"the SQL to record is not the SQL charge {charge.id} paid for")
+    return AuditRecord(analyst=charge.analyst, dataset=charge.dataset, sql=sql, decision="answered",
+                       charge_id=charge.id, epsilon=charge.epsilon, delta=charge.delta)
+
+
+def _already_audited(scope: Scope, held: Held) -> bool:
+    """The route marked this response's new answer as audited (its `answered` entry is committed) and the
+    response is that answer: a success, not a repeat, naming the charge."""
+    state: Mapping[str, Any] = scope.get("state", {})
+    charge: Charge | None = state.get("charge")
+    if not state.get("audited") or charge is None or held.status >= 400:
+        return False
+    headers = held.headers
+    return headers.get("x-dp-repeat") == "false" and headers.get("x-dp-charge-id") == charge.id
 
 
 def audit_record(

@@ -18,8 +18,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 
 from proxy import logs
+from proxy.budget_view import budget_now  # the one computation of a budget: GET /v1/budget's
 from proxy.pipeline import STAGES, Env, Stage
-from proxy.routes import budget_now  # the one computation of a budget: GET /v1/budget's
 from proxy.schemas import BudgetOut
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from accountant.chain import AuditRecord
 from accountant.filter import Budget
 from accountant.ledger import Charge, Ledger, StoredRelease
 from mechanisms.sampling import Sampler
@@ -142,11 +143,14 @@ def reply(
     deadline: Deadline | None = None,
     rebar: Callable[[bytes, Prepared], bytes] | None = None,
     on_planned: Callable[[Prepared], None] | None = None,
+    audited: Callable[[Answer], AuditRecord] | None = None,
 ) -> Reply:
     """The answer to `req`: the stored release of an identical earlier request (its error bars by `rebar` at
     this request's confidence, proxy/repeat_bars.py), else a new charged one, delivered within `deadline`
     (default: `query_timeout_s` from admission). `on_planned` sees the plan before anything else happens (the
-    audit trail records its normalised SQL instead of parsing it again)."""
+    audit trail records its normalised SQL instead of parsing it again). `audited(answer)` is the answer's
+    `answered` audit entry, committed with its stored release in one durable transaction (proxy/audit_trail.py
+    then has nothing left to write before the answer leaves)."""
     deadline = deadline or Deadline(env.settings.query_timeout_s)
     with env.timed("plan"):
         prepared = prepare(req, analyst, env.policy, env.sampler.salt())
@@ -160,7 +164,8 @@ def reply(
     body = render(result)
     deadline.deliver()  # from here on the answer is released; if too late, a charged timeout instead
     env.ledger.store_release(
-        StoredRelease(analyst.name, prepared.dataset.name, prepared.request_sha256, result.charge.id, body)
+        StoredRelease(analyst.name, prepared.dataset.name, prepared.request_sha256, result.charge.id, body),
+        None if audited is None else audited(result),
     )
     return Reply(body, result.charge.id, repeat=False)
 

@@ -3,53 +3,37 @@
 from __future__ import annotations
 
 import datetime as dt
-import functools
 from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from pydantic import AfterValidator
 
-from accountant import loss, report
-from accountant.cells import CellScope, Ledgered, ledgered
-from accountant.errors import UnsupportedEvent
-from accountant.events import Event, to_json
-from accountant.filter import Accounting, Budget, Entry, Rule, Usage
+from accountant.events import to_json
+from accountant.filter import Entry
 from accountant.ledger import Charge
 from proxy import auth, auto_run, budget_detail, output_formats, repeat_bars
+from proxy.answer_view import charge_out, partitions_out
+from proxy.answer_view import noise as noise_out
+from proxy.audit_trail import answered
+from proxy.budget_view import budget_now, budget_out, given, json_value, refusal, scope_out
+from proxy.budget_view import stored as history
 from proxy.deadline import Deadline
 from proxy.decimal_json import DecimalJSONRoute
 from proxy.pipeline import Answer, Env, Prepared, Reply, prepare, reply
-from proxy.policy import AnalystPolicy, DatasetPolicy
-from proxy.query.analyse import Analysis
-from proxy.query.error_bars import error_bar
-from proxy.query.expr import Agg
-from proxy.query.hidden_groups import hidden_groups
-from proxy.query.price import Price
-from proxy.query.scope import cell_space
+from proxy.policy import AnalystPolicy
 from proxy.schemas import (
-    AccountOut,
     BoundsOut,
-    BudgetOut,
     BudgetsResponse,
-    CellOut,
-    CellSpaceOut,
-    ChargeOut,
     ColumnOut,
-    CostOut,
     DatasetOut,
     DatasetsResponse,
     ErrorResponse,
     LedgerEntry,
     LedgerResponse,
-    NoiseOut,
-    PartitionsOut,
     PreviewResponse,
     QueryRequest,
     QueryResponse,
-    ReportedOut,
-    ScopeOut,
-    SharedBudgetOut,
     TableOut,
 )
 
@@ -75,7 +59,7 @@ router = APIRouter(
 )
 
 
-def get_env(request: Request) -> Env:
+async def get_env(request: Request) -> Env:  # async: cheap, so no thread-pool hop per request
     env: Env = request.app.state.env
     return env
 
@@ -83,7 +67,7 @@ def get_env(request: Request) -> Env:
 EnvDep = Annotated[Env, Depends(get_env)]
 
 
-def get_analyst(env: EnvDep, authorization: Annotated[str | None, Header()] = None) -> AnalystPolicy:
+async def get_analyst(env: EnvDep, authorization: Annotated[str | None, Header()] = None) -> AnalystPolicy:
     return auth.authenticate(authorization, env.policy)
 
 
@@ -137,10 +121,12 @@ async def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: 
 
     def work(deadline: Deadline) -> Reply:
         return reply(body, analyst, env, admitted, lambda answer: _render(answer, env), deadline,
-                     rebar=lambda stored, prepared: repeat_bars.at_confidence(stored, prepared, _noise),
-                     on_planned=planned)
+                     rebar=lambda stored, prepared: repeat_bars.at_confidence(stored, prepared, noise_out),
+                     on_planned=planned,
+                     audited=lambda answer: answered(answer.charge, request.state.normalized_sql))
 
     result: Reply = await _run(request, analyst, work, env)
+    request.state.audited = not result.repeat  # its entry committed with the release: AuditTrail skips it
     headers = {"X-DP-Repeat": str(result.repeat).lower(), "X-DP-Charge-Id": result.charge_id}
     wanted = output_formats.negotiated(request.headers.get("accept"))  # CSV or Arrow from the same JSON answer
     if wanted == output_formats.CSV:
@@ -156,11 +142,11 @@ def _render(result: Answer, env: Env) -> bytes:
     return QueryResponse(
         dataset=prepared.dataset.name,
         columns=list(result.release.columns),
-        rows=[[_json_value(v) for v in row] for row in result.release.rows],
-        charge=_charge(prepared.plan.price, result.charge.id, prepared.dataset, prepared.plan.scope),
+        rows=[[json_value(v) for v in row] for row in result.release.rows],
+        charge=charge_out(prepared.plan.price, result.charge.id, prepared.dataset, prepared.plan.scope),
         budget=budget_now(env, result.charge.analyst, prepared.dataset, prepared.budget),
-        noise=_noise(prepared.plan.analysis, prepared.plan.price, prepared.confidence),
-        partitions=_partitions(prepared),
+        noise=noise_out(prepared.plan.analysis, prepared.plan.price, prepared.confidence),
+        partitions=partitions_out(prepared),
         bounds=None if result.bounds is None else BoundsOut(**result.bounds.report()),
     ).model_dump_json(exclude=None if result.bounds is not None else {"bounds"}).encode()  # only on auto tables
 
@@ -179,9 +165,9 @@ def _preview(body: QueryRequest, analyst: AnalystPolicy, env: Env) -> PreviewRes
     prepared = prepare(body, analyst, env.policy, env.sampler.salt())
     price, dataset = prepared.plan.price, prepared.dataset
     shared = dataset.budget is not None
-    before, before_all = _stored(env, dataset.name, analyst.name), _stored(env, dataset.name, None) if shared else None
+    before, before_all = history(env, dataset.name, analyst.name), history(env, dataset.name, None) if shared else None
     entry = Entry(price.event, price.epsilon, price.delta, prepared.plan.scope)
-    refused = _refusal(before, before_all, entry, prepared.budget, dataset)
+    refused = refusal(before, before_all, entry, prepared.budget, dataset)
     # after: the history with this charge, which exists nowhere yet, summed afresh
     mine = env.ledger.entries(dataset=dataset.name, analyst=analyst.name)
     everyone = env.ledger.entries(dataset=dataset.name) if shared else ()
@@ -189,14 +175,14 @@ def _preview(body: QueryRequest, analyst: AnalystPolicy, env: Env) -> PreviewRes
         dataset=dataset.name,
         sql=prepared.plan.sql,
         columns=[o.name for o in prepared.plan.analysis.outputs],
-        charge=_charge(price, None, dataset, prepared.plan.scope),
-        budget=_budget(dataset, prepared.budget, before, before_all),
-        budget_after=_budget(dataset, prepared.budget, _given((*mine, entry)),
-                             _given((*everyone, entry)) if shared else None),
+        charge=charge_out(price, None, dataset, prepared.plan.scope),
+        budget=budget_out(dataset, prepared.budget, before, before_all),
+        budget_after=budget_out(dataset, prepared.budget, given((*mine, entry)),
+                             given((*everyone, entry)) if shared else None),
         admissible=refused is None,
         refusal=None if refused is None else str(refused),
-        noise=_noise(prepared.plan.analysis, price, body.confidence),
-        partitions=_partitions(prepared),
+        noise=noise_out(prepared.plan.analysis, price, body.confidence),
+        partitions=partitions_out(prepared),
         bounds=_bounds_preview(prepared),
     )
 
@@ -250,7 +236,7 @@ def ledger(
             LedgerEntry(
                 id=c.id, analyst=c.analyst, dataset=c.dataset, at=c.at.isoformat(), sql_sha256=c.sql_sha256,
                 epsilon=c.epsilon, delta=c.delta, composition=c.composition, events=to_json(c.event),
-                scope=None if c.scope is None else _scope_out(c.scope, env.policy.dataset(c.dataset)),
+                scope=None if c.scope is None else scope_out(c.scope, env.policy.dataset(c.dataset)),
             )
             for c in charges
         ],
@@ -271,7 +257,7 @@ def datasets(analyst: AnalystDep, env: EnvDep) -> DatasetsResponse:
                     ColumnOut(
                         name=c.name, type=c.type, bounds=c.bounds, unit_level=c.unit_level,
                         groupable=c.groupable,
-                        public_domain=None if c.public_domain is None else [_json_value(v) for v in c.public_domain],
+                        public_domain=None if c.public_domain is None else [json_value(v) for v in c.public_domain],
                     )
                     for c in t.columns
                 ],
@@ -282,217 +268,4 @@ def datasets(analyst: AnalystDep, env: EnvDep) -> DatasetsResponse:
                               max_epsilon=d.max_epsilon, tables=tables))
     return DatasetsResponse(datasets=out)
 
-
-def _charge(price: Price, charge_id: str | None, dataset: DatasetPolicy, scope: CellScope | None) -> ChargeOut:
-    return ChargeOut(
-        id=charge_id, epsilon=price.epsilon, delta=price.delta, mechanism=price.mechanism,
-        composition=price.composition, events=to_json(price.event), accounting=dataset.accounting.rule,
-        costs=_costs(price), scope=None if scope is None else _scope_out(scope, dataset),
-    )
-
-
-_LISTED_CELLS = 100
-
-
-def _describer(key: tuple[str, str], dataset: DatasetPolicy | None) -> Callable[[int], dict[str, object]] | None:
-    """`CellSpace.describe` for the space `key` names, if the policy in force still has that space."""
-    table = None if dataset is None else dataset.catalog.table(key[0])
-    space = None if table is None else cell_space(table)
-    return space.describe if space is not None and space.fingerprint == key[1] else None
-
-
-def _scope_out(scope: CellScope, dataset: DatasetPolicy | None) -> ScopeOut:
-    describe = _describer(scope.key, dataset)
-    cells = scope.indices()
-    listed = [] if describe is None else [_cell(describe(int(i))) for i in cells[:_LISTED_CELLS]]
-    return ScopeOut(table=scope.table, cells=int(cells.size), of=scope.size, listed=listed,
-                    truncated=len(listed) < cells.size, bitmap=scope.to_json()["cells"], space=scope.space)
-
-
-def _cell(coordinates: dict[str, object]) -> dict[str, Any]:
-    return {column: _json_value(value) for column, value in coordinates.items()}
-
-
-def _costs(price: Price) -> list[CostOut]:
-    """The charge under basic composition, zCDP and (without Gaussian noise) GDP."""
-    try:
-        return list(_costs_of(price.event, price.epsilon, price.delta))
-    except TypeError:  # an event built with a list somewhere is not hashable: computed as it is
-        return list(_costs_of.__wrapped__(price.event, price.epsilon, price.delta))
-
-
-@functools.lru_cache(maxsize=1024)  # a pure function of an immutable event: most answers repeat a few shapes
-def _costs_of(event: Event, epsilon: float, delta: float) -> tuple[CostOut, ...]:
-    basic = CostOut(accounting="basic", epsilon=epsilon, delta=delta)
-    rho, selection = loss.approximate_rho(event)
-    zcdp = CostOut(accounting="zcdp", rho=rho, delta=selection)
-    try:
-        mu, selection = loss.approximate_mu(event)
-    except UnsupportedEvent:  # the discrete Gaussian has no proven μ-GDP bound
-        return basic, zcdp
-    return basic, zcdp, CostOut(accounting="gdp", mu=mu, delta=selection)
-
-
-View = Callable[[Rule], Ledgered]  # a history's per-cell sums under a rule (raises UnsupportedEvent)
-
-
-def _stored(env: Env, dataset: str, analyst: str | None) -> View:
-    """The history in the ledger, read through the admit's memo (only what is new since is read), once per
-    rule: one budget's figures ask for the same rule several times."""
-    return functools.cache(lambda rule: env.ledger.tallied(dataset=dataset, analyst=analyst, rule=rule))
-
-
-def _given(entries: tuple[Entry, ...]) -> View:
-    """A history given as entries (e.g. with a charge that is only being previewed)."""
-    return functools.cache(lambda rule: ledgered(entries, rule))
-
-
-def budget_now(env: Env, analyst: str, dataset: DatasetPolicy, allowed: Budget) -> BudgetOut:
-    everyone = _stored(env, dataset.name, None) if dataset.budget is not None else None
-    return _budget(dataset, allowed, _stored(env, dataset.name, analyst), everyone)
-
-
-def _refusal(
-    mine: View, everyone: View | None, entry: Entry, allowed: Budget, dataset: DatasetPolicy
-) -> Exception | None:
-    """What `Ledger.admit` would raise for `entry` now (the same pure check), or None if it would admit."""
-    rule = dataset.accounting.rule
-    try:
-        used = mine(rule).bound(entry.scope)
-        refused = report.refusal(used, entry, allowed, dataset.accounting)
-        if refused is None and everyone is not None and dataset.budget is not None:
-            used = everyone(rule).bound(entry.scope)
-            refused = report.refusal(used, entry, dataset.budget, dataset.accounting, scope="dataset")
-    except UnsupportedEvent as err:  # the history itself holds an event the rule cannot account for
-        return err
-    return refused
-
-
-def _accounts(history: View, allowed: Budget, accounting: Accounting) -> list[AccountOut]:
-    """The worst-off unit's history (the maximum over cells) under basic composition and under the rule in
-    force (if another)."""
-    out = []
-    for rule in dict.fromkeys(("basic", accounting.rule)):
-        try:
-            used = history(rule).bound()
-        except UnsupportedEvent:
-            continue  # e.g. a discrete Gaussian charged before the dataset moved to gdp: nothing is admitted
-        out.append(_account(used, allowed, Accounting(rule, accounting.selection_share)))
-    return out
-
-
-def _account(used: Usage, allowed: Budget, accounting: Accounting) -> AccountOut:
-    a = report.account(used, allowed, accounting)
-    return AccountOut(
-        accounting=a.rule, epsilon_spent=a.epsilon_spent, delta_spent=a.delta_spent,
-        epsilon_remaining=a.epsilon_remaining, delta_remaining=a.delta_remaining, spent=a.spent,
-        capacity=a.capacity, selection_delta_spent=a.selection_delta_spent,
-        selection_delta_capacity=a.selection_delta_capacity,
-    )
-
-
-_HEAVIEST_CELLS = 20
-
-
-def _cells(dataset: DatasetPolicy, allowed: Budget, view: View) -> list[CellSpaceOut]:
-    """Per cell of every space a charge is scoped to, under the rule in force: the most-charged cells."""
-    accounting = dataset.accounting
-    try:
-        history = view(accounting.rule)
-    except UnsupportedEvent:
-        return []
-    out = []
-    for space in history.spaces:
-        describe = _describer(space.key, dataset)
-        heaviest = [
-            CellOut(cell=_cell(describe(i)) if describe is not None else {"#": i},
-                    account=_account(Usage(accounting.rule, *space.cell(i)), allowed, accounting))
-            for i in space.heaviest(_HEAVIEST_CELLS)
-        ]
-        elsewhere = _account(Usage(accounting.rule, *space.base), allowed, accounting)
-        out.append(CellSpaceOut(table=space.key[0], cells=space.size, heaviest=heaviest, elsewhere=elsewhere))
-    return out
-
-
-def _budget(dataset: DatasetPolicy, allowed: Budget, mine: View, everyone: View | None) -> BudgetOut:
-    """A budget and its history: basic Σε/Σδ spent, and what the rule in force leaves (ε at the budget's δ)."""
-    accounting = dataset.accounting
-    accounts = _accounts(mine, allowed, accounting)
-    basic = accounts[0]
-    in_force = next((a for a in accounts if a.accounting == accounting.rule), None)
-    reported = None
-    if allowed.delta > 0:
-        epsilon, rule = report.tightest(lambda rule: mine(rule).bound(), allowed.delta)
-        if epsilon < float("inf"):
-            reported = ReportedOut(epsilon=epsilon, delta=allowed.delta, accounting=rule)
-    shared = None
-    if dataset.budget is not None and everyone is not None:
-        totals = _accounts(everyone, dataset.budget, accounting)
-        total_in_force = next((a for a in totals if a.accounting == accounting.rule), None)
-        shared = SharedBudgetOut(
-            epsilon=dataset.budget.epsilon, delta=dataset.budget.delta, accounts=totals,
-            epsilon_remaining=0.0 if total_in_force is None else total_in_force.epsilon_remaining,
-            delta_remaining=0.0 if total_in_force is None else total_in_force.delta_remaining,
-        )
-    return BudgetOut(
-        dataset=dataset.name, epsilon=allowed.epsilon, delta=allowed.delta,
-        epsilon_spent=basic.epsilon_spent, delta_spent=basic.delta_spent,
-        epsilon_remaining=0.0 if in_force is None else in_force.epsilon_remaining,
-        delta_remaining=0.0 if in_force is None else in_force.delta_remaining,
-        accounting=accounting.rule, accounts=accounts, reported=reported, shared=shared,
-        cells=_cells(dataset, allowed, mine),
-    )
-
-
-def _noise(analysis: Analysis, price: Price, confidence: float | None = None) -> list[NoiseOut]:
-    """Noise per released aggregate column, in the column's own units, with its error bar at `confidence`
-    (proxy/query/error_bars.py). Derived columns (AVG, VAR, arithmetic) have no single scale: their scale and
-    ci95 are null."""
-    out = []
-    level = 0.95 if confidence is None else float(confidence)
-    for output in analysis.outputs:
-        if isinstance(output.expr, Agg):
-            aggregate = analysis.aggregates[output.expr.index]
-            bar = error_bar(analysis, price, output.expr.index, level)
-            bars = {"confidence": level, "ci": bar.ci, "ci_times_count": bar.ci_times_count,
-                    "rank_error": bar.rank_error}
-            if aggregate.kind == "quantile":
-                out.append(NoiseOut(column=output.name, mechanism="exponential", scale=None, ci95=None, **bars))
-                continue
-            if aggregate.kind not in ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp"):
-                measure = analysis.measures.index(_first_measure(analysis, output.expr.index))
-                spec = next(n for n in price.noise if n.measure == measure)
-                out.append(NoiseOut(column=output.name, mechanism=spec.mechanism,
-                                    scale=spec.scale / spec.grid, ci95=spec.ci95 / spec.grid, **bars))
-                continue
-            out.append(NoiseOut(column=output.name, mechanism=price.mechanism, scale=None, ci95=None, **bars))
-            continue
-        if _uses_aggregate(output.expr):
-            out.append(NoiseOut(column=output.name, mechanism=price.mechanism, scale=None, ci95=None))
-    return out
-
-
-def _first_measure(analysis: Analysis, index: int) -> Any:
-    from proxy.query.measures import measures_of
-
-    return measures_of(analysis.aggregates[index], analysis.table)[0]
-
-
-def _uses_aggregate(expr: Any) -> bool:
-    if isinstance(expr, Agg):
-        return True
-    return any(_uses_aggregate(a) for a in getattr(expr, "args", ()))
-
-
-def _partitions(prepared: Prepared) -> PartitionsOut:
-    selection = prepared.plan.price.selection
-    threshold = None if selection is None else selection.threshold
-    return PartitionsOut(kind=prepared.plan.analysis.partitions, threshold=threshold,
-                         note=hidden_groups(prepared.plan.analysis, threshold))
-
-
-def _json_value(value: object) -> object:
-    if isinstance(value, dt.date | dt.datetime):
-        return value.isoformat()
-    return value
 

@@ -596,17 +596,25 @@ def test_audit_route_is_for_admins_and_filters(wired: Wired, demo: DemoFiles) ->
 
 def test_an_answer_is_withheld_when_the_audit_log_fails(wired: Wired, demo: DemoFiles, tmp_path: Path) -> None:
     client = wired.client
-    wired.app.state.audit.close()  # every append now raises
-    failed = _post(client, demo.analyst_key, {"sql": COUNT, "epsilon": 0.25})
-    assert failed.status_code == 500
-    assert {k: failed.json()[k] for k in ("code", "charged")} == {"code": "internal", "charged": True}
+    # the chain refuses the answer's `answered` entry (committed by the pipeline with its stored release)
+    with contextlib.closing(sqlite3.connect(tmp_path / "ledger.sqlite", isolation_level=None)) as db:
+        db.execute("CREATE TRIGGER no_answers BEFORE INSERT ON audit_log WHEN NEW.decision = 'answered'"
+                   " BEGIN SELECT RAISE(ABORT, 'refused'); END")
+        failed = _post(client, demo.analyst_key, {"sql": COUNT, "epsilon": 0.25})
+        assert failed.status_code == 500
+        assert {k: failed.json()[k] for k in ("code", "charged")} == {"code": "internal", "charged": True}
+        db.execute("DROP TRIGGER no_answers")
+    again = _post(client, demo.analyst_key, {"sql": COUNT, "epsilon": 0.25})  # paid for: not lost
+    assert again.status_code == 200 and again.headers["x-dp-repeat"] == "true"
+    # the admitted entry was written by the admit (with the charge); the withheld answer's was refused
+    assert [e.decision for e in wired.audit.entries()] == ["repeat", "failed", "admitted"]
+    wired.app.state.audit.close()  # the middleware's own appends (repeats, failures) now raise: withheld too
     working = SqliteAudit(tmp_path / "ledger.sqlite")
-    wired.app.state.audit = working
     try:
-        again = _post(client, demo.analyst_key, {"sql": COUNT, "epsilon": 0.25})  # paid for: not lost
-        assert again.status_code == 200 and again.headers["x-dp-repeat"] == "true"
-        # the admitted entry was written by the admit (with the charge); the withheld answer's was refused
-        assert [e.decision for e in working.entries()] == ["repeat", "admitted"]
+        withheld = _post(client, demo.analyst_key, {"sql": COUNT, "epsilon": 0.25})
+        assert withheld.status_code == 500 and withheld.json()["charged"] is False
+        wired.app.state.audit = working
+        assert [e.decision for e in working.entries()] == ["repeat", "failed", "admitted"]
     finally:
         working.close()
 

@@ -1,0 +1,158 @@
+"""Where one small query's fixed cost goes (issue #12): CPU and wall per answer, stage by stage, in process.
+
+Runs the request path of `POST /v1/query` without HTTP, on the demo (bounding store), for `--count` distinct
+`SELECT plan, COUNT(*) AS n<i> FROM users GROUP BY plan`, each stage timed on its own with
+`time.process_time` (the whole process: DuckDB's threads and SQLite's fsync included) and `perf_counter`:
+
+    prepare         parse, analyse, price, rewrite (proxy.pipeline.prepare)
+    stored_release  the repeat lookup
+    refresh         the bounding store's freshness check
+    admit           the ledger's check-and-insert with its `admitted` audit entry (one FULL commit)
+    engine          the engine's run of the rewritten SQL
+    release         noise (the OpenDP sampler) and the released rows
+    render          the JSON answer, of which `budget` is the budget shown in it
+    store+audit     the stored release with its `answered` audit entry (one FULL commit)
+
+and plain DuckDB on the same query in the same run. The HTTP layer's share is what bench/throughput.py's
+server CPU per answer adds to the total here. On a loaded machine CPU times inflate less than wall times;
+the load before and after is printed.
+
+    python bench/request_cost.py --rows 1000000 --users 50000 --count 300
+
+Example (one row of the report):
+    >>> row("admit", 0.0009, 0.0021, 10)
+    'admit               cpu   0.090 ms   wall   0.210 ms'
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import duckdb  # noqa: E402
+from query_latency import build_bounding_store, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
+
+from accountant.ledger import StoredRelease  # noqa: E402
+from proxy import pipeline, routes  # noqa: E402
+from proxy.app import build_env  # noqa: E402
+from proxy.audit_trail import answered  # noqa: E402
+from proxy.budget_view import budget_now  # noqa: E402
+from proxy.query.release import release  # noqa: E402
+from proxy.schemas import QueryRequest  # noqa: E402
+from proxy.settings import Settings  # noqa: E402
+
+SQL = "SELECT plan, COUNT(*) AS n{i} FROM users GROUP BY plan"
+T = TypeVar("T")
+
+
+def row(stage: str, cpu_s: float, wall_s: float, count: int) -> str:
+    """One stage's mean CPU and wall ms per answer."""
+    return f"{stage:18s}  cpu {1000 * cpu_s / count:7.3f} ms   wall {1000 * wall_s / count:7.3f} ms"
+
+
+class Stages:
+    """Sums of CPU and wall seconds per stage."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, list[float]] = {}
+
+    def __call__(self, stage: str, work: Callable[[], T]) -> T:
+        cpu, wall = time.process_time(), time.perf_counter()
+        result = work()
+        sums = self.sums.setdefault(stage, [0.0, 0.0])
+        sums[0] += time.process_time() - cpu
+        sums[1] += time.perf_counter() - wall
+        return result
+
+
+def one(env: pipeline.Env, analyst: Any, i: int, timed: Stages) -> None:
+    """The request path of one distinct query, stage by stage, as proxy/pipeline.py runs it."""
+    prepared = timed("prepare", lambda: pipeline.prepare(QueryRequest(sql=SQL.format(i=i)), analyst, env.policy,
+                                                         env.sampler.salt()))
+    dataset, plan = prepared.dataset, prepared.plan
+    timed("stored_release", lambda: env.ledger.stored_release(analyst.name, dataset.name, prepared.request_sha256))
+    engine = env.engine(dataset.name)
+    sql = pipeline.engine_sql(plan, engine)
+    timed("refresh", engine.refresh)
+    price = plan.price
+    charge = timed("admit", lambda: env.ledger.admit(
+        analyst=analyst.name, dataset=dataset.name, sql_sha256=plan.sql_sha256, event=price.event,
+        epsilon=price.epsilon, delta=price.delta, composition=price.composition, budget=prepared.budget,
+        accounting=dataset.accounting, dataset_budget=dataset.budget, scope=plan.scope, sql=plan.normalized_sql))
+    rows = timed("engine", lambda: engine.run(sql, env.settings.query_timeout_s))
+    released = timed("release", lambda: release(rows.rows, plan.analysis, price, env.sampler))
+    result = pipeline.Answer(prepared, charge, released, None)
+    body = timed("render", lambda: routes._render(result, env))
+    timed("  of which budget", lambda: budget_now(env, analyst.name, dataset, prepared.budget))
+    stored = StoredRelease(analyst.name, dataset.name, prepared.request_sha256, charge.id, body)
+    timed("store+audit", lambda: env.ledger.store_release(stored, answered(charge, plan.normalized_sql)))
+
+
+def plain(db: Path, settings: Settings, count: int) -> tuple[float, float]:
+    conn = duckdb.connect(str(db), read_only=True, config={"threads": settings.threads,
+                                                          "memory_limit": settings.memory_limit})
+    try:
+        for _ in range(20):
+            conn.execute(SQL.format(i=0)).fetchall()
+        cpu, wall = time.process_time(), time.perf_counter()
+        for _ in range(count):
+            conn.execute(SQL.format(i=0)).fetchall()
+        return time.process_time() - cpu, time.perf_counter() - wall
+    finally:
+        conn.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--users", type=int, default=50_000)
+    parser.add_argument("--count", type=int, default=300, help="distinct queries timed (after 20 untimed)")
+    parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "data-1m")
+    args = parser.parse_args(argv)
+    directory = args.dir.resolve()
+    meta, _ = ensure_dataset(directory, rows=args.rows, users=args.users)
+    policy = directory / "policy.toml"
+    set_bounding(policy, "store")
+    settings = Settings(policy=policy, ledger=str(fresh_ledger(directory)))
+    build_bounding_store(settings)
+    load_before = os.getloadavg()[0]
+    plain_cpu, plain_wall = plain(directory / "demo.duckdb", settings, args.count)
+    env = build_env(settings)
+    try:
+        analyst = next(a for a in env.policy.analysts if a.name == "analyst")
+        warm, timed = Stages(), Stages()
+        for i in range(20):
+            one(env, analyst, 10**6 + i, warm)
+        for i in range(args.count):
+            one(env, analyst, i, timed)
+    finally:
+        pipeline_close(env)
+    print(f"dataset {meta['rows']:,} visits, {meta['users']:,} users; {args.count} distinct queries; "
+          f"load {load_before:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(row("plain DuckDB", plain_cpu, plain_wall, args.count))
+    total_cpu = total_wall = 0.0
+    for stage, (cpu, wall) in timed.sums.items():
+        print(row(stage, cpu, wall, args.count))
+        if not stage.startswith(" "):
+            total_cpu, total_wall = total_cpu + cpu, total_wall + wall
+    print(row("total", total_cpu, total_wall, args.count))
+    return 0
+
+
+def pipeline_close(env: pipeline.Env) -> None:
+    env.ledger.close()
+    for _, engine in env.engines:
+        engine.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
