@@ -28,9 +28,12 @@ Where this improves on Amin et al. and Google's/Tumult's bounds: the quantiles a
 truncates under the query's own WHERE and keys (cells, groups, the query's values), read from the bounding
 store in one engine call with no second pass over the source, and every bound's cost is in one charge.
 
-Only Laplace noise: a pure ε is a function of Δ/b alone, which is what makes the event exact for any bound;
-the discrete Gaussian's proven μ is not (docs/privacy.md §8), so Gaussian queries that need an automatic
-bound are refused free, as are shapes other than counts, sums and averages of plain columns over one table.
+Laplace noise: a pure ε is a function of Δ/b alone, which is what makes the event exact for any bound.
+Discrete Gaussian noise (auto_gauss.py): the charged GaussianEvent at the limits bounds, under every rule,
+the σ chosen at the bounds (ρ is a function of Δ/σ; the proven μ is searched upward).
+Shapes the selection cannot read (a JOIN, a computed key, a quantile, a spread, FILTER or an expression in an
+aggregate) and a given `noise_multiplier` are answered at the declared limits, which are valid bounds: no
+selection runs or is charged, and the response's `bounds` says so (`chosen` false, `note` why).
 
 Example:
     >>> split_epsilon(1.0, 0.25)
@@ -47,9 +50,11 @@ from typing import Literal
 
 from accountant import loss
 from accountant.events import AutoBoundsEvent, ExponentialEvent
-from mechanisms import laplace
-from mechanisms.rounding import down
+from mechanisms import gaussian, laplace
+from mechanisms.rounding import down, sqrt_up
+from proxy.query import auto_quantile
 from proxy.query.analyse import Analysis
+from proxy.query.auto_gauss import sigma_at
 from proxy.query.auto_rows import (  # re-exported: the max_rows histogram and choice (auto_rows.py)
     bound_grid,
     choose_bound,
@@ -58,9 +63,9 @@ from proxy.query.auto_rows import (  # re-exported: the max_rows histogram and c
     store_selection_sql,
 )
 from proxy.query.catalog import ColumnSpec, TableSchema
-from proxy.query.errors import QueryError
 from proxy.query.measures import measures_for
 from proxy.query.price import Price
+from proxy.query.quantile_noise import QuantileSpec
 
 __all__ = ["bound_grid", "choose_bound", "selection_sql", "selection_text", "store_selection_sql"]
 
@@ -70,13 +75,9 @@ DEFAULT_AUTO_LIMIT = 1000
 DEFAULT_GROUPS_LIMIT = 100
 
 Bound = Literal["max_rows", "max_groups", "lower", "upper"]
-CLAMPED = ("sum", "centred_sum")  # the measures whose sensitivity reads a column's clamp bounds
-
-
-class AutoBoundsUnsupported(QueryError):
-    """A query needing an automatic bound that the bound selection cannot serve (refused free)."""
-
-    code = "auto_bounds_unsupported"
+# the measures that read a column's clamp: a sum's sensitivity, and a quantile's grid (auto_quantile.py: 1001
+# points over the declared limit would be too coarse for any value far below it)
+CLAMPED = ("sum", "centred_sum", "histogram")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,7 @@ class AutoBounds:
     """The bound selection of one query: everything fixed before admission (the bounds are not)."""
 
     parts: tuple[AutoPart, ...]
+    note: str | None = None  # no parts: why the query runs at the declared limits instead (limits_reason)
 
     def part(self, bound: Bound, column: str | None = None) -> AutoPart | None:
         return next((p for p in self.parts if p.bound == bound and p.column == column), None)
@@ -136,6 +138,7 @@ class ChosenBounds:
     max_rows: int  # the bound used (rows per unit and group): chosen, or the table's fixed one
     max_groups: int  # the groups per unit used
     clamps: tuple[tuple[str, float, float], ...] = ()  # (column, lower, upper) chosen
+    note: str | None = None  # set when nothing was chosen: the query ran at the declared limits, and why
 
     def value(self, bound: Bound, column: str | None = None) -> float | None:
         return next((p.value for p in self.parts if p.bound == bound and p.column == column), None)
@@ -144,6 +147,7 @@ class ChosenBounds:
         """The response's `bounds` (proxy/schemas.py BoundsOut)."""
         rows = next((p for p in self.parts if p.bound == "max_rows"), None)
         return {"max_rows": None if rows is not None and rows.value is None else self.max_rows,
+                "chosen": self.note is None, "note": self.note,
                 "max_rows_limit": int(rows.limit) if rows else self.max_rows,
                 "epsilon": math.fsum(p.epsilon for p in self.parts),
                 "quantile": self.parts[0].q if self.parts else 0.0,
@@ -204,29 +208,32 @@ def uses_auto(analysis: Analysis) -> bool:
     return bool(needed(analysis))
 
 
-def check_supported(analysis: Analysis, mechanism: str, noise_multiplier: float | None, plain: bool) -> None:
-    """Refuse, free, what the selection cannot serve: Gaussian noise, a given noise, and any shape but plain
-    counts, sums and averages over one table (`plain`: proxy.query.ranks_serve)."""
-    table = analysis.table.name
-    what = ", ".join(b if c is None else f"{c.name}'s {b} clamp bound" for b, c in needed(analysis))
-    declared = " and ".join(dict.fromkeys(f'{b} = "auto"' if c is None else f'{c.name}\'s bounds = "auto"'
-                                          for b, c in needed(analysis)))
-    hint = (f"; or declare fixed bounds on table {table} instead of {declared} (\"auto\" chooses them per query "
-            "for counts, sums and averages of columns under Laplace noise)")
-    if mechanism != "laplace":
-        raise AutoBoundsUnsupported(
-            f"this query on table {table} chooses its {what} per query, which needs Laplace noise (its charge "
-            f"must not depend on the bound chosen); send mechanism \"laplace\"{hint}", construct="mechanism",
-            table=table)
+def limits_reason(analysis: Analysis, noise_multiplier: float | None, plain: bool) -> str | None:
+    """Why the query cannot choose its bounds and runs at the declared limits instead (None: it chooses them).
+    Private either way: the limits are valid bounds, and no selection runs or is charged. `plain`: the query
+    is counts, sums, averages and quantiles of columns over the table alone (proxy.query.ranks_serve,
+    auto_quantile.serves), what the selection histograms read.
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"),), max_rows=50, auto_max_rows=True)
+        >>> a = analyse(parse("SELECT COUNT(*) FROM t"), Catalog((t,)))
+        >>> limits_reason(a, None, True) is None, limits_reason(a, 2.0, True)[:38]
+        (True, 'a given noise_multiplier is calibrated')
+    """
+    limits = ", ".join(f"{b} {int(analysis.table.max_rows) if b == 'max_rows' else analysis.max_groups}"
+                       if c is None else f"{c.name} in [{c.bounds[0]:g}, {c.bounds[1]:g}]"  # type: ignore[index]
+                       for b, c in needed(analysis))
     if noise_multiplier is not None:
-        raise AutoBoundsUnsupported(
-            f"this query on table {table} chooses its {what} per query from a share of epsilon: send epsilon, not "
-            f"noise_multiplier{hint}", construct="noise_multiplier", table=table)
+        return (f"a given noise_multiplier is calibrated to the declared limits ({limits}); send epsilon to have "
+                "the bounds chosen per query")
     if not plain:
-        raise AutoBoundsUnsupported(
-            f"this query on table {table} would choose its {what} per query, which serves only COUNT, SUM and "
-            f"AVG of columns over the table alone (no JOIN, computed key, quantile, spread, FILTER or expression "
-            f"in an aggregate){hint}", construct="aggregate", table=table)
+        return (f"bounds are chosen per query only for COUNT, SUM, AVG and quantiles of columns over the table "
+                f"alone (no JOIN, computed key, spread, FILTER, expression in an aggregate, or three quantiles of "
+                f"one column): this query ran at the declared limits ({limits})")
+    return None
 
 
 def auto_bounds(analysis: Analysis, selection_epsilon: float, q: float) -> AutoBounds:
@@ -273,6 +280,8 @@ def auto_price(query: Price, auto: AutoBounds, conversion: loss.Conversion = "zc
         >>> p.epsilon, p.event.selection, p.event.more
         (1.0, ExponentialEvent(sensitivity=1.0, scale=8.0), (ExponentialEvent(sensitivity=1.0, scale=8.0),))
     """
+    if not auto.parts:  # at the declared limits (limits_reason): nothing is selected, nothing more is charged
+        return query
     first, *more = (p.selection for p in auto.parts)
     event = AutoBoundsEvent(first, query.event, tuple(more))
     epsilon, delta = loss.epsilon_delta(event, query.gaussian_delta, conversion)
@@ -299,14 +308,23 @@ def price_at(priced: Price, analysis: Analysis, k: int) -> Price:
         if not spec.sensitivity:
             noise.append(spec)
             continue
-        part = laplace.epsilon(spec.sensitivity, spec.scale)
         measure = analysis.measures[spec.measure]
+        if spec.mechanism == "gaussian":  # Δ2 = √(g·s(k)²) <= the limit's; σ by auto_gauss.sigma_at
+            delta2 = sqrt_up(analysis.max_groups * Fraction(measure.sensitivity(k)) ** 2)
+            sigma = sigma_at(delta2, spec.sensitivity, spec.scale) if delta2 else 1.0
+            noise.append(dataclasses.replace(spec, sensitivity=delta2, scale=sigma, grid=measure.grid,
+                                             ci95=gaussian.ci_halfwidth(sigma)))
+            continue
+        part = laplace.epsilon(spec.sensitivity, spec.scale)
         sensitivity = analysis.max_groups * measure.sensitivity(k)
         scale = laplace.scale_for(sensitivity, part) if sensitivity else 1.0
         assert math.isfinite(scale) and laplace.epsilon(sensitivity, scale) <= part if sensitivity else True
         noise.append(dataclasses.replace(spec, sensitivity=sensitivity, scale=scale, grid=measure.grid,
                                          ci95=laplace.ci_halfwidth(scale)))
-    return dataclasses.replace(priced, noise=tuple(noise))
+    quantiles = tuple(auto_quantile.at_bound(q, k, analysis.measures[q.measure].points)
+                      if isinstance(q, QuantileSpec) else q for q in priced.quantiles)
+    assert all(isinstance(q, QuantileSpec) for q in quantiles)  # joint quantiles run at the limits
+    return dataclasses.replace(priced, noise=tuple(noise), quantiles=quantiles)
 
 
 def at_bound(analysis: Analysis, k: int, g: int | None = None,

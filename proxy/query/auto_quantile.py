@@ -1,0 +1,65 @@
+"""Quantiles (MEDIAN, QUANTILE_CONT, MIN, MAX …) under automatic bounds (docs/privacy.md §10.7).
+
+A quantile's exponential mechanism scores each grid point by its rank distance d_i to q·n; one unit with at
+most s rows in a group moves every d_i by at most Δ(q, s) = max(q, 1 − q)·s (mechanisms/dp_quantile.py), so
+its per-group ε is 2Δ(q, s)/T. The query is charged at the limits (s = K, G groups: ExponentialEvent(2Δ(q, K)·G,
+T_L)); at the chosen max_rows k <= K and max_groups g <= G the temperature is rescaled to
+T_k = 2Δ(q, k)/ε_L rounded up, ε_L = 2Δ(q, K)/T_L, so each group's ε is at most ε_L and the g groups a unit
+reaches compose to at most the charged ε. On a column with `bounds = "auto"` the grid is the chosen clamp
+[L, U] (auto_clamp.py), not the declared limit: Δ does not depend on the grid, which is a function of the
+privately chosen bound, and 1001 points over [0, 100000] could not resolve a median of 20. Several quantiles
+of one column are released jointly (quantile_noise.JointSpec): that shape runs at the declared limits.
+
+Example:
+    >>> from fractions import Fraction
+    >>> from accountant.events import ExponentialEvent
+    >>> at_limit = QuantileSpec(0, 0, Fraction(1, 2), 1000, 100.0, ExponentialEvent(8000, 100.0), 0.0)
+    >>> spec = at_bound(at_limit, 10, 40)
+    >>> spec.max_rows, spec.scale, spec.epsilon <= at_limit.epsilon, spec.event == at_limit.event
+    (10, 1.0, True, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from fractions import Fraction
+
+from mechanisms import dp_quantile
+from mechanisms.rounding import up
+from proxy.query.analyse import Analysis
+from proxy.query.quantile_noise import JOINT_AT_LEAST, QuantileSpec
+
+
+def serves(analysis: Analysis) -> bool:
+    """Whether the bound selection serves this query: one table, plain columns (no FILTER, expression or spread)
+    and each column's quantiles released one by one (fewer than JOINT_AT_LEAST distinct q per column).
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("x", "DOUBLE", bounds=(0, 9))))
+        >>> [serves(analyse(parse(q), Catalog((t,)))) for q in ("SELECT MEDIAN(x), COUNT(*) FROM t",
+        ...     "SELECT MIN(x), MEDIAN(x), MAX(x) FROM t", "SELECT MEDIAN(x), VARIANCE(x) FROM t")]
+        [True, False, False]
+    """
+    if analysis.source is not None or analysis.computed:
+        return False
+    if any(m.kind == "centred_squares" or m.where or m.expr for m in analysis.measures):
+        return False
+    per_column = Counter((a.column or "").lower() for a in {(a.column, a.q): a for a in analysis.aggregates
+                                                           if a.kind == "quantile"}.values())
+    return all(n < JOINT_AT_LEAST for n in per_column.values())
+
+
+def at_bound(spec: QuantileSpec, k: int, points: int) -> QuantileSpec:
+    """`spec` (at the limit's max_rows) at max_rows k <= spec.max_rows: the same per-group ε at most, the same
+    charged event."""
+    assert 1 <= k <= spec.max_rows
+    two_delta = 2 * dp_quantile.score_sensitivity(spec.q, k)
+    scale = up(two_delta / spec.epsilon)
+    per_group = two_delta / Fraction(scale)
+    assert per_group <= spec.epsilon
+    bound = dp_quantile.rank_error(spec.q, float(per_group), k, max(points, 1), 0.05)
+    return dataclasses.replace(spec, max_rows=k, scale=scale, rank_error95=bound)

@@ -1,0 +1,183 @@
+"""Automatic bounds beyond Laplace counts and sums (docs/privacy.md §10.6–§10.8): discrete Gaussian noise at the
+chosen bounds, quantiles at the chosen bounds (the neighbouring-dataset oracle over the query at k, g), and the
+shapes answered at the declared limits (no selection, no refusal)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from accountant import loss
+from accountant.events import AutoBoundsEvent, GaussianEvent
+from mechanisms import discrete_gaussian, dp_quantile, gaussian
+from proxy import auto_run
+from proxy.query import auto_bounds as auto
+from proxy.query import plan
+from proxy.query.auto_gauss import sigma_at
+from proxy.query.catalog import Catalog
+from proxy.query.quantile_noise import counts
+from tests import oracle_db
+from tests.test_auto_groups_clamp import AUTO, CATALOG
+from tests.test_quantile_oracle import _log_ratio, _run
+from tests.test_quantile_oracle import rows as quantile_rows
+
+
+def _gaussians(event: object) -> list[GaussianEvent]:
+    match event:
+        case AutoBoundsEvent():
+            return _gaussians(event.query)
+        case GaussianEvent():
+            return [event]
+        case _ if hasattr(event, "events"):
+            return [e for child in event.events for e in _gaussians(child)]  # type: ignore[attr-defined]
+        case _:
+            return []
+
+
+GAUSSIAN_QUERIES = [
+    "SELECT COUNT(*) FROM t",
+    "SELECT g, COUNT(*), SUM(n) FROM t GROUP BY g",
+    "SELECT p, g, COUNT(*), AVG(n) FROM t GROUP BY p, g",
+]
+
+
+@pytest.mark.parametrize("query", GAUSSIAN_QUERIES)
+@pytest.mark.parametrize("conversion", ["zcdp", "gdp"])
+def test_gaussian_noise_at_every_chosen_bound_costs_no_more_than_its_charged_event(query: str, conversion: str) -> None:
+    """Charged at the limits; at every (k, g, clamp) the σ run has ρ and proven μ at most the charged event's,
+    so every rule (basic, zcdp, gdp, the PLD report) reads the event as a bound of what ran."""
+    planned = plan(query, CATALOG, epsilon=0.8, delta=1e-6, mechanism="gaussian", bounding="store",
+                   conversion=conversion)  # type: ignore[arg-type]
+    assert planned.auto is not None and planned.auto.parts and isinstance(planned.price.event, AutoBoundsEvent)
+    assert planned.price.epsilon <= 0.8
+    assert loss.epsilon_delta(planned.price.event, planned.price.gaussian_delta, conversion)[0] == planned.price.epsilon
+    charged = _gaussians(planned.price.event)
+    assert len(charged) == len(planned.price.noise)
+    clamps = [(), (("n", 0.0, 1.0),), (("n", 0.0, 10.0),)] if "n)" in query else [()]
+    groups = (1, 3) if planned.analysis.max_groups > 1 else (1,)
+    for k, g, clamp in itertools.product((1, 2, 5, 6), groups, clamps):
+        analysis = auto.at_bound(planned.analysis, k, g, clamp)
+        priced = auto.price_at(planned.price, analysis, k)  # what auto_run.plan_at runs, without the SQL
+        assert priced.event == planned.price.event and priced.epsilon == planned.price.epsilon
+        for spec, event in zip(priced.noise, charged, strict=True):
+            measure = analysis.measures[spec.measure]
+            assert spec.mechanism == "gaussian" and spec.sensitivity ** 2 >= g * measure.sensitivity(k) ** 2
+            assert spec.sensitivity <= event.sensitivity
+            assert gaussian.rho(spec.sensitivity, spec.scale) <= gaussian.rho(event.sensitivity, event.sigma)
+            assert discrete_gaussian.mu(spec.sensitivity, spec.scale) <= discrete_gaussian.mu(event.sensitivity,
+                                                                                               event.sigma)
+
+
+def test_scaling_sigma_with_the_sensitivity_alone_would_break_the_gdp_charge() -> None:
+    """The broken variant σ_k = σ_L·Δ_k/Δ_L keeps ρ but not the discrete Gaussian's proven μ (μ_Z(σ, 1)·σ falls
+    as σ grows): sigma_at searches σ upward instead."""
+    naive = 2000.0 * 1 / 1000
+    assert discrete_gaussian.mu(1, naive) > discrete_gaussian.mu(1000, 2000.0)
+    assert discrete_gaussian.mu(1, sigma_at(1, 1000, 2000.0)) <= discrete_gaussian.mu(1000, 2000.0)
+    assert sigma_at(1, 1000, 2000.0) > naive
+
+
+# --- quantiles at the chosen bounds ---------------------------------------------------------------------------
+
+QUANTILE_QUERIES = [
+    "SELECT MEDIAN(x) FROM t",
+    "SELECT g, MEDIAN(x), COUNT(*) FROM t GROUP BY g",
+    "SELECT r, QUANTILE_CONT(n, 0.9), MAX(x) FROM t GROUP BY r",
+]
+
+
+@pytest.mark.parametrize("query", QUANTILE_QUERIES)
+@settings(max_examples=oracle_db.examples(6), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=quantile_rows, removed=st.integers(0, 5), salt=st.integers(0, 2**62), k=st.integers(1, 6),
+       g=st.integers(1, 3))
+@example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)], removed=0, salt=1,
+         k=6, g=3)
+@example(data=[(0, "a", "N", "a", 5.5, 10)] * 9 + [(1, "a", "N", "a", -3.0, 0)] * 9, removed=1, salt=2, k=2, g=1)
+def test_quantiles_at_the_chosen_bounds_move_within_the_charge(
+    query: str, data: list[tuple[object, ...]], removed: int, salt: int, k: int, g: int
+) -> None:
+    """The query at (k, g), on D and D minus one unit with data that breaks every declaration: at most k rows
+    leave each group, in at most g groups, each score moves by at most Δ(q, k), and the exact output
+    distributions over all groups move by at most the charged ε of the quantiles' events."""
+    planned = plan(query, CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace", salt=salt)
+    assert planned.auto is not None and planned.auto.parts and planned.price.quantiles
+    g = min(g, planned.analysis.max_groups)
+    at = auto_run.plan_at(planned, auto.ChosenBounds((), k, g))
+    n_keys = len(at.analysis.keys)
+    big = _run(at.sql, data, n_keys)
+    small = _run(at.sql, [row for row in data if row[0] != removed], n_keys)
+    charged = math.fsum(s.event.sensitivity / s.event.scale for s in planned.price.quantiles)
+    total_loss = 0.0
+    for spec in at.price.quantiles:
+        assert spec.max_rows == k and spec.epsilon <= planned.price.quantiles[at.price.quantiles.index(spec)].epsilon
+        measure = at.analysis.measures[spec.measure]
+        changed = 0
+        for cell in set(big) | set(small):
+            h_big = counts(big[cell][1 + spec.measure] if cell in big else None, measure.points)
+            h_small = counts(small[cell][1 + spec.measure] if cell in small else None, measure.points)
+            removed_rows = sum(h_big) - sum(h_small)
+            assert all(a >= b for a, b in zip(h_big, h_small, strict=True)) and removed_rows <= k
+            changed += removed_rows > 0
+            moves = [abs(a - b) for a, b in zip(dp_quantile.rank_distances(h_big, spec.q),
+                                                dp_quantile.rank_distances(h_small, spec.q), strict=True)]
+            assert max(moves) <= dp_quantile.score_sensitivity(spec.q, k)
+            if removed_rows:
+                p = dp_quantile.output_distribution(h_big, spec.q, spec.epsilon, k)
+                r = dp_quantile.output_distribution(h_small, spec.q, spec.epsilon, k)
+                total_loss += _log_ratio(p, r)
+        assert changed <= g
+    assert total_loss <= charged * (1 + 1e-9)
+
+
+def test_a_quantile_query_charges_its_selection_and_its_quantiles_at_the_limits() -> None:
+    planned = plan("SELECT g, MEDIAN(x) FROM t GROUP BY g", CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace")
+    assert planned.auto is not None
+    # the median's grid is x's chosen clamp
+    assert [(p.bound, p.column) for p in planned.auto.parts] == [("max_rows", None), ("max_groups", None),
+                                                                  ("lower", "x"), ("upper", "x")]
+    (median,) = planned.price.quantiles
+    # 0.9 for the query, half of it for the median (g has no public domain: the other half selects groups),
+    # over L0 = 3 groups: per group 0.15 = 2·Δ(1/2, 6)/T, T = 40
+    assert (median.max_rows, median.scale, median.event.sensitivity) == (6, pytest.approx(40, rel=1e-14), 18.0)
+    assert planned.price.epsilon == pytest.approx(1.0, rel=1e-12)
+    at = auto_run.plan_at(planned, auto.ChosenBounds((), 2, 1))
+    (spec,) = at.price.quantiles
+    assert (spec.max_rows, spec.scale, spec.event) == (2, pytest.approx(40 / 3, rel=1e-14), median.event)
+
+
+# --- shapes answered at the declared limits ---------------------------------------------------------------------
+
+AT_LIMITS = [
+    ("SELECT COUNT(*) FROM t", 3.0, "noise_multiplier"),
+    ("SELECT g, VARIANCE(x) FROM t GROUP BY g", None, "spread"),
+    ("SELECT SUM(x + n) FROM t", None, "expression"),
+    ("SELECT COUNT(*) FILTER (WHERE n > 2) FROM t", None, "FILTER"),
+    ("SELECT MIN(x), MEDIAN(x), MAX(x) FROM t", None, "three quantiles"),
+]
+
+
+@pytest.mark.parametrize(("query", "multiplier", "words"), AT_LIMITS)
+def test_what_the_selection_cannot_read_runs_at_the_declared_limits(
+    query: str, multiplier: float | None, words: str
+) -> None:
+    """Not refused: answered as a fixed-bounds table at its limits (valid bounds), with no selection in the
+    charge, and the report says so."""
+    planned = plan(query, CATALOG, epsilon=0.5, delta=1e-7, mechanism="laplace", noise_multiplier=multiplier,
+                   bounding="store")
+    fixed = Catalog((AUTO.__class__(AUTO.name, AUTO.privacy_unit, tuple(
+        c.__class__(c.name, c.type, c.bounds, c.unit_level, c.public_domain, c.groupable) for c in AUTO.columns),
+        max_groups=AUTO.max_groups, max_rows=AUTO.max_rows),))
+    at_limits = plan(query, fixed, epsilon=0.5, delta=1e-7, mechanism="laplace", noise_multiplier=multiplier,
+                     bounding="store")
+    assert planned.auto is not None and planned.auto.parts == () and words in (planned.auto.note or "")
+    assert planned.price == at_limits.price and planned.sql == at_limits.sql
+    assert not isinstance(planned.price.event, AutoBoundsEvent)
+    report = auto_run.preview(planned.auto, planned.analysis).report()
+    assert report["chosen"] is False and report["parts"] == [] and report["epsilon"] == 0.0
+    assert report["max_rows"] == AUTO.max_rows and report["note"] == planned.auto.note
+    assert auto_run.plan_at(planned, 2) is planned  # a repeat's bars: the plan at the limits itself
