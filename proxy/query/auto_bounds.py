@@ -264,7 +264,8 @@ def auto_bounds(analysis: Analysis, selection_epsilon: float, q: float) -> AutoB
             assert spec is not None and spec.bounds is not None
             limit, sensitivity = spec.bounds[0 if bound == "lower" else 1], VALUES_PER_UNIT
         scale = laplace.scale_for(sensitivity, each)
-        parts.append(AutoPart(bound, None if spec is None else spec.name, limit, q, sensitivity,
+        drawn = q if spec is None else auto_quantile.clamp_q(analysis, spec.name, bound == "upper", q)
+        parts.append(AutoPart(bound, None if spec is None else spec.name, limit, drawn, sensitivity,
                               ExponentialEvent(float(sensitivity), scale)))
     return AutoBounds(tuple(parts))
 

@@ -63,3 +63,27 @@ def at_bound(spec: QuantileSpec, k: int, points: int) -> QuantileSpec:
     assert per_group <= spec.epsilon
     bound = dp_quantile.rank_error(spec.q, float(per_group), k, max(points, 1), 0.05)
     return dataclasses.replace(spec, max_rows=k, scale=scale, rank_error95=bound)
+
+
+def clamp_q(analysis: Analysis, column: str, upper: bool, q: float) -> float:
+    """The quantile a clamp bound of `column` draws (the lower bound draws 1 − this, auto_run.draw): `q` where
+    the column is summed; where it is only ranked, halfway from its quantiles to the end, so the clamp keeps
+    every quantile asked (MEDIAN: the upper bound at the 0.75-quantile) while the grid stays fine. A function
+    of the query alone, fixed before any data is read.
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("x", "DOUBLE", bounds=(-9, 9))))
+        >>> a = analyse(parse("SELECT MEDIAN(x), QUANTILE_CONT(x, 0.9) FROM t"), Catalog((t,)))
+        >>> clamp_q(a, "x", True, 0.99), clamp_q(a, "x", False, 0.99)
+        (0.95, 0.75)
+    """
+    name = column.lower()
+    if any((m.column or "").lower() == name and m.kind != "histogram" for m in analysis.measures):
+        return q
+    asked = [a.q for a in analysis.aggregates if a.kind == "quantile" and (a.column or "").lower() == name]
+    assert asked and all(x is not None for x in asked)
+    return float((1 + max(asked)) / 2) if upper else float(1 - min(asked) / 2)  # type: ignore[type-var, operator]
+
