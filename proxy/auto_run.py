@@ -26,6 +26,7 @@ from proxy.query import auto_bounds as auto
 from proxy.query.analyse import Analysis
 from proxy.query.auto_sql import histograms, slots
 from proxy.query.render import DUCKDB
+from proxy.query.rewrite_ranked import rewrite_ranked
 from proxy.store import StoreEngine
 
 
@@ -115,6 +116,10 @@ def plan_at(planned: QueryPlan, chosen: auto.ChosenBounds | int) -> QueryPlan:
     else:
         analysis = auto.at_bound(planned.analysis, chosen.max_rows, chosen.max_groups, chosen.clamps)
     assert all(math.isfinite(lo) and math.isfinite(hi) for _, lo, hi in getattr(chosen, "clamps", ()))
-    tree, sql = bounded_sql(auto.for_sql(analysis, planned.analysis.table), planned.salt, planned.bounding)
+    bounded = auto.for_sql(analysis, planned.analysis.table)
+    if planned.bounding == "store" and planned.tree is None:  # the store's rank filter served it at the limits
+        tree, sql = None, rewrite_ranked(bounded, planned.salt)  # (a join needs the catalog to tell: it did)
+    else:
+        tree, sql = bounded_sql(bounded, planned.salt, planned.bounding)
     return dataclasses.replace(planned, analysis=analysis, sql=sql, tree=tree,
                                price=auto.price_at(planned.price, analysis, analysis.table.max_rows))

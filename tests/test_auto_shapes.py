@@ -1,12 +1,14 @@
 """Automatic bounds beyond Laplace counts and sums (docs/privacy.md §10.6–§10.8): discrete Gaussian noise at the
-chosen bounds, quantiles at the chosen bounds (the neighbouring-dataset oracle over the query at k, g), and the
-shapes answered at the declared limits (no selection, no refusal)."""
+chosen bounds, quantiles at the chosen bounds, joins and computed keys (the neighbouring-dataset oracle over
+the selection and the query at k, g), and the shapes answered at the declared limits (no selection, no
+refusal)."""
 
 from __future__ import annotations
 
 import itertools
 import math
 
+import duckdb
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -16,14 +18,17 @@ from accountant.events import AutoBoundsEvent, GaussianEvent
 from mechanisms import discrete_gaussian, dp_quantile, gaussian
 from proxy import auto_run
 from proxy.query import auto_bounds as auto
-from proxy.query import plan
+from proxy.query import plan, ranked
 from proxy.query.auto_gauss import sigma_at
-from proxy.query.catalog import Catalog
+from proxy.query.auto_sql import histograms
+from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.quantile_noise import counts
+from proxy.query.render import DUCKDB
 from tests import oracle_db
-from tests.test_auto_groups_clamp import AUTO, CATALOG
+from tests.test_auto_groups_clamp import AUTO, CATALOG, _distances, _first_parts
 from tests.test_quantile_oracle import _log_ratio, _run
 from tests.test_quantile_oracle import rows as quantile_rows
+from tests.test_sensitivity import rows
 
 
 def _gaussians(event: object) -> list[GaussianEvent]:
@@ -181,3 +186,75 @@ def test_what_the_selection_cannot_read_runs_at_the_declared_limits(
     assert report["chosen"] is False and report["parts"] == [] and report["epsilon"] == 0.0
     assert report["max_rows"] == AUTO.max_rows and report["note"] == planned.auto.note
     assert auto_run.plan_at(planned, 2) is planned  # a repeat's bars: the plan at the limits itself
+
+
+# --- joins and computed keys: the oracle over every selection and the query at the chosen bounds ---------------
+
+W = TableSchema("w", "uid", (ColumnSpec("uid", "BIGINT"), ColumnSpec("q", "VARCHAR", unit_level=True, groupable=True)),
+                one_row_per_unit=True)
+JOINED = Catalog((AUTO, W))
+JOIN_QUERIES = [
+    "SELECT q, COUNT(*), SUM(x) FROM t JOIN w USING (uid) GROUP BY q",
+    "SELECT g, COUNT(*), AVG(n) FROM t JOIN w USING (uid) WHERE q = 'A' GROUP BY g",
+    "SELECT CASE WHEN n > 3 THEN 'hi' ELSE 'lo' END AS m, COUNT(*), SUM(x) FROM t GROUP BY m",
+    "SELECT q, MEDIAN(x) FROM t JOIN w USING (uid) WHERE n > 1 GROUP BY q",
+]
+
+
+def _joined_store(sqls: list[str], data: list[tuple[object, ...]], units: list[tuple[object, ...]]
+                  ) -> list[list[tuple[object, ...]]]:
+    con = duckdb.connect()
+    con.execute("ATTACH ':memory:' AS src")
+    con.execute("CREATE TABLE src.t (uid BIGINT, g VARCHAR, r VARCHAR, p VARCHAR, x DOUBLE, n INTEGER)")
+    con.execute("CREATE TABLE src.w (uid BIGINT, q VARCHAR)")
+    if data:
+        con.executemany("INSERT INTO src.t VALUES (?, ?, ?, ?, ?, ?)", data)
+    if units:
+        con.executemany("INSERT INTO src.w VALUES (?, ?)", units)
+    con.execute(ranked.build_sql(AUTO, "key"))
+    con.execute(ranked.build_sql(W, "key"))
+    try:
+        return [con.execute(sql).fetchall() for sql in sqls]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("query", JOIN_QUERIES)
+@settings(max_examples=oracle_db.examples(5), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=rows, labels=st.lists(st.sampled_from(["A", "B", None]), min_size=6, max_size=6),
+       removed=st.integers(0, 5), salt=st.integers(0, 2**62), k=st.integers(1, 6), g=st.integers(1, 3))
+@example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)],
+         labels=["A"] * 6, removed=0, salt=1, k=6, g=3)
+def test_joins_and_computed_keys_move_every_step_within_its_sensitivity(
+    query: str, data: list[tuple[object, ...]], labels: list[str | None], removed: int, salt: int, k: int, g: int
+) -> None:
+    """The selection reads the query's own virtual table (the join over the store, the computed key): on D and
+    D minus one unit (its rows in t and its row in w), with t's data breaking every declaration (w is one row
+    per unit, which the store build checks), each histogram moves by at most its sensitivity, per query and
+    from the stored ranks; and the query at (k, g) by at most its sensitivity there."""
+    units = [(u, label) for u, label in enumerate(labels)]
+    planned = plan(query, JOINED, epsilon=1.0, delta=1e-6, mechanism="laplace", salt=salt, bounding="store")
+    assert planned.auto is not None and planned.auto.parts, query
+    analysis, chooser = planned.analysis, planned.auto
+    selections = [f"SELECT __a, __b, __n FROM ({sql})" for store in (True, False)
+                  for sql in histograms(analysis, chooser, store, DUCKDB)]
+    at = auto_run.plan_at(planned, auto.ChosenBounds((), k, min(g, analysis.max_groups)))
+    smaller = ([r for r in data if r[0] != removed], [u for u in units if u[0] != removed])
+    (*big, before), (*small, after) = (_joined_store([*selections, at.sql], *d) for d in ((data, units), smaller))
+    firsts = _first_parts(chooser)
+    for i, (b, s) in enumerate(zip(big, small, strict=True)):
+        part, _ = firsts[i % len(firsts)]
+        for distance, sensitivity in _distances(part, b, s):
+            assert distance <= sensitivity, (query, part.bound, i)
+    if at.price.quantiles:
+        return  # the quantile's histograms: test_quantiles_at_the_chosen_bounds_move_within_the_charge
+    n_keys = len(analysis.keys)
+    keyed = [{tuple(r[:n_keys]): tuple(int(v or 0) for v in r[n_keys:]) for r in res}  # type: ignore[call-overload]
+             for res in (before, after)]
+    zero = (0,) * (1 + len(at.analysis.measures))
+    for column, measure in enumerate(at.analysis.measures, start=1):
+        per_group = measure.sensitivity(k)
+        moves = [abs(keyed[0].get(c, zero)[column] - keyed[1].get(c, zero)[column])
+                 for c in set(keyed[0]) | set(keyed[1])]
+        assert all(m <= per_group for m in moves) and sum(moves) <= at.analysis.max_groups * per_group, query

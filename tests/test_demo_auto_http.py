@@ -1,5 +1,6 @@
 """The demo as shipped (proxy/demo.py: visits with every bound "auto") over HTTP: the README's example, a
-Gaussian count, a median, and a join that runs at the declared limits; each one charge, nothing refused."""
+Gaussian count, a median, a join, and a spread that runs at the declared limits; each one charge, nothing
+refused."""
 
 from __future__ import annotations
 
@@ -82,12 +83,20 @@ def test_a_median_chooses_rows_groups_and_its_grid(client: httpx.Client) -> None
     assert all(0 <= row[1] <= upper for row in answer["rows"] if row[1] is not None)  # type: ignore[index, union-attr]
 
 
-def test_a_join_runs_at_the_declared_limits_and_says_so(client: httpx.Client) -> None:
+def test_a_join_chooses_its_bound_from_the_joined_rows(client: httpx.Client) -> None:
     answer = _ask(client, "/v1/query", sql="SELECT plan, COUNT(*) FROM visits JOIN users USING (user_id) "
-                  "GROUP BY plan", epsilon=0.5)
+                  "WHERE plan <> 'free' GROUP BY plan", epsilon=0.5)
+    bounds = answer["bounds"]
+    assert isinstance(bounds, dict) and [p["bound"] for p in bounds["parts"]] == ["max_rows"]  # plan: unit-level
+    assert answer["charge"]["events"]["kind"] == "auto_bounds"  # type: ignore[index]
+
+
+def test_a_spread_runs_at_the_declared_limits_and_says_so(client: httpx.Client) -> None:
+    answer = _ask(client, "/v1/query", sql="SELECT region, STDDEV(duration_s) FROM visits GROUP BY region",
+                  epsilon=0.5)
     bounds = answer["bounds"]
     assert isinstance(bounds, dict)
     assert (bounds["chosen"], bounds["parts"], bounds["epsilon"], bounds["max_rows"]) == (False, [], 0.0, 1000)
-    assert "declared limits (max_rows 1000)" in bounds["note"]
-    (noise,) = answer["noise"]  # type: ignore[misc]
-    assert noise["scale"] == pytest.approx(1000 / 0.5, rel=1e-12)  # plan is unit-level: one group, Δ = 1000
+    assert "declared limits (max_rows 1000, duration_s in [0, 86400])" in bounds["note"]
+    assert answer["charge"]["events"]["kind"] != "auto_bounds"  # type: ignore[index]
+    assert answer["charge"]["epsilon"] == pytest.approx(0.5, rel=1e-12)  # type: ignore[index]

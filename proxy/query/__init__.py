@@ -156,7 +156,7 @@ def plan(
     if auto.uses_auto(analysis):
         # the selection reads one table's stored counts: no join (no catalog here) and no computed key; any
         # other shape runs at the declared limits (valid bounds), with no selection
-        serves = (ranks_serve(analysis) and not analysis.computed) or quantiles_serve(analysis)
+        serves = quantiles_serve(analysis)  # counts, sums, averages and quantiles, joins and computed keys too
         limits = auto.limits_reason(analysis, noise_multiplier, serves)
         if limits is None:
             selection_epsilon, epsilon = auto.split_epsilon(epsilon, auto_share)

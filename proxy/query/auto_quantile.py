@@ -32,8 +32,10 @@ from proxy.query.quantile_noise import JOINT_AT_LEAST, QuantileSpec
 
 
 def serves(analysis: Analysis) -> bool:
-    """Whether the bound selection serves this query: one table, plain columns (no FILTER, expression or spread)
-    and each column's quantiles released one by one (fewer than JOINT_AT_LEAST distinct q per column).
+    """Whether the bound selection serves this query: plain columns (no FILTER, expression or spread), and each
+    column's quantiles released one by one (fewer than JOINT_AT_LEAST distinct q per column). Joins and computed
+    keys are served: the selection reads the query's own virtual table (auto_sql.py), whose every row is one
+    unit's (joins are on the unit, docs/privacy.md §10.8).
 
     Example:
         >>> from proxy.query.parse import parse
@@ -44,8 +46,6 @@ def serves(analysis: Analysis) -> bool:
         ...     "SELECT MIN(x), MEDIAN(x), MAX(x) FROM t", "SELECT MEDIAN(x), VARIANCE(x) FROM t")]
         [True, False, False]
     """
-    if analysis.source is not None or analysis.computed:
-        return False
     if any(m.kind == "centred_squares" or m.where or m.expr for m in analysis.measures):
         return False
     per_column = Counter((a.column or "").lower() for a in {(a.column, a.q): a for a in analysis.aggregates
