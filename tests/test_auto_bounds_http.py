@@ -99,7 +99,8 @@ def test_the_ledger_stores_the_auto_event(client: httpx.Client, demo: DemoFiles,
     ({"sql": "SELECT MEDIAN(amount) FROM visits"}, ["max_rows"], None),
     ({"sql": "SELECT COUNT(*) FROM visits", "noise_multiplier": 4}, [], "noise_multiplier"),
     ({"sql": "SELECT plan, COUNT(*) FROM visits JOIN users USING (user_id) GROUP BY plan"}, ["max_rows"], None),
-    ({"sql": "SELECT region, STDDEV(duration_s) FROM visits GROUP BY region"}, [], "no spread"),
+    ({"sql": "SELECT region, STDDEV(duration_s) FROM visits GROUP BY region"}, ["max_rows"], None),
+    ({"sql": "SELECT region, SUM(amount * 2) FROM visits GROUP BY region"}, [], "not of expressions"),
 ])
 def test_gaussian_and_quantiles_choose_and_other_shapes_run_at_the_limits(
     client: httpx.Client, body: dict[str, object], chosen: list[str], words: str | None

@@ -15,16 +15,17 @@ from hypothesis import strategies as st
 
 from accountant import loss
 from accountant.events import AutoBoundsEvent, GaussianEvent
-from mechanisms import discrete_gaussian, dp_quantile, gaussian
+from mechanisms import discrete_gaussian, dp_quantile, gaussian, laplace
 from proxy import auto_run
 from proxy.query import auto_bounds as auto
-from proxy.query import plan, ranked
+from proxy.query import auto_clamp, plan, ranked
 from proxy.query.auto_gauss import sigma_at
 from proxy.query.auto_sql import histograms
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.quantile_noise import counts
 from proxy.query.render import DUCKDB
 from tests import oracle_db
+from tests.test_auto_bounds import _laplace
 from tests.test_auto_groups_clamp import AUTO, CATALOG, _distances, _first_parts
 from tests.test_quantile_oracle import _log_ratio, _run
 from tests.test_quantile_oracle import rows as quantile_rows
@@ -159,10 +160,9 @@ def test_a_quantile_query_charges_its_selection_and_its_quantiles_at_the_limits(
 
 AT_LIMITS = [
     ("SELECT COUNT(*) FROM t", 3.0, "noise_multiplier"),
-    ("SELECT g, VARIANCE(x) FROM t GROUP BY g", None, "spread"),
-    ("SELECT SUM(x + n) FROM t", None, "expression"),
-    ("SELECT COUNT(*) FILTER (WHERE n > 2) FROM t", None, "FILTER"),
-    ("SELECT MIN(x), MEDIAN(x), MAX(x) FROM t", None, "three quantiles"),
+    ("SELECT SUM(x + n) FROM t", None, "not of expressions"),
+    ("SELECT g, AVG(x * 2), COUNT(*) FILTER (WHERE n > 2) FROM t GROUP BY g", None, "not of expressions"),
+    ("SELECT MIN(x), MEDIAN(x), MAX(x) FROM t", None, "two quantiles"),
 ]
 
 
@@ -198,6 +198,9 @@ JOIN_QUERIES = [
     "SELECT g, COUNT(*), AVG(n) FROM t JOIN w USING (uid) WHERE q = 'A' GROUP BY g",
     "SELECT CASE WHEN n > 3 THEN 'hi' ELSE 'lo' END AS m, COUNT(*), SUM(x) FROM t GROUP BY m",
     "SELECT q, MEDIAN(x) FROM t JOIN w USING (uid) WHERE n > 1 GROUP BY q",
+    "SELECT g, VARIANCE(x), COUNT(*) FROM t GROUP BY g",  # spreads and FILTER (§10.9 no more)
+    "SELECT r, SUM(x) FILTER (WHERE n > 2), COUNT_IF(n > 5) FROM t GROUP BY r",
+    "SELECT q, STDDEV(n) FROM t JOIN w USING (uid) GROUP BY q",
 ]
 
 
@@ -223,23 +226,31 @@ def _joined_store(sqls: list[str], data: list[tuple[object, ...]], units: list[t
 @settings(max_examples=oracle_db.examples(5), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=rows, labels=st.lists(st.sampled_from(["A", "B", None]), min_size=6, max_size=6),
-       removed=st.integers(0, 5), salt=st.integers(0, 2**62), k=st.integers(1, 6), g=st.integers(1, 3))
+       removed=st.integers(0, 5), salt=st.integers(0, 2**62), k=st.integers(1, 6), g=st.integers(1, 3),
+       ends=st.tuples(st.integers(0, 65), st.integers(0, 65), st.integers(0, 12), st.integers(0, 12)))
 @example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)],
-         labels=["A"] * 6, removed=0, salt=1, k=6, g=3)
-def test_joins_and_computed_keys_move_every_step_within_its_sensitivity(
-    query: str, data: list[tuple[object, ...]], labels: list[str | None], removed: int, salt: int, k: int, g: int
+         labels=["A"] * 6, removed=0, salt=1, k=6, g=3, ends=(0, 65, 0, 12))
+def test_joins_computed_keys_spreads_and_filters_move_every_step_within_its_sensitivity(
+    query: str, data: list[tuple[object, ...]], labels: list[str | None], removed: int, salt: int, k: int, g: int,
+    ends: tuple[int, int, int, int],
 ) -> None:
     """The selection reads the query's own virtual table (the join over the store, the computed key): on D and
     D minus one unit (its rows in t and its row in w), with t's data breaking every declaration (w is one row
     per unit, which the store build checks), each histogram moves by at most its sensitivity, per query and
-    from the stored ranks; and the query at (k, g) by at most its sensitivity there."""
+    from the stored ranks; and the query at (k, g, clamps) by at most its sensitivity there."""
     units = [(u, label) for u, label in enumerate(labels)]
     planned = plan(query, JOINED, epsilon=1.0, delta=1e-6, mechanism="laplace", salt=salt, bounding="store")
     assert planned.auto is not None and planned.auto.parts, query
     analysis, chooser = planned.analysis, planned.auto
     selections = [f"SELECT __a, __b, __n FROM ({sql})" for store in (True, False)
                   for sql in histograms(analysis, chooser, store, DUCKDB)]
-    at = auto_run.plan_at(planned, auto.ChosenBounds((), k, min(g, analysis.max_groups)))
+    clamps = []
+    for name, (i, j) in (("x", ends[:2]), ("n", ends[2:])):
+        if chooser.part("upper", name) is not None:  # the columns whose clamp the query chooses
+            grid = auto_clamp.clamp_grid(AUTO.column(name).bounds, AUTO.column(name).kind)  # type: ignore[union-attr, arg-type]
+            a, b = grid[min(i, len(grid) - 1)], grid[min(j, len(grid) - 1)]
+            clamps.append((name, min(a, b), max(a, b)))
+    at = auto_run.plan_at(planned, auto.ChosenBounds((), k, min(g, analysis.max_groups), tuple(clamps)))
     smaller = ([r for r in data if r[0] != removed], [u for u in units if u[0] != removed])
     (*big, before), (*small, after) = (_joined_store([*selections, at.sql], *d) for d in ((data, units), smaller))
     firsts = _first_parts(chooser)
@@ -258,3 +269,25 @@ def test_joins_and_computed_keys_move_every_step_within_its_sensitivity(
         moves = [abs(keyed[0].get(c, zero)[column] - keyed[1].get(c, zero)[column])
                  for c in set(keyed[0]) | set(keyed[1])]
         assert all(m <= per_group for m in moves) and sum(moves) <= at.analysis.max_groups * per_group, query
+
+
+@pytest.mark.parametrize("query", ["SELECT g, VARIANCE(x), STDDEV(n) FROM t GROUP BY g",
+                                   "SELECT r, SUM(x) FILTER (WHERE n > 2), COUNT_IF(n > 5), AVG(n) FROM t GROUP BY r"])
+def test_spreads_and_filters_cost_no_more_than_charged_at_every_chosen_bound(query: str) -> None:
+    """Every Laplace part at every (k, g, clamps) of a grid has pure ε at most its recorded part (each measure's
+    sensitivity, the centred squares' included, is monotone in every bound)."""
+    planned = plan(query, CATALOG, epsilon=0.7, delta=1e-7, mechanism="laplace", bounding="store")
+    assert planned.auto is not None and planned.auto.parts and isinstance(planned.price.event, AutoBoundsEvent)
+    recorded = [laplace.epsilon(e.sensitivity, e.scale) for e in _laplace(planned.price.event.query)]
+    columns = [c for c in ("x", "n") if planned.auto.part("upper", c) is not None]
+    ends = {c: auto_clamp.clamp_grid(AUTO.column(c).bounds, AUTO.column(c).kind)  # type: ignore[union-attr, arg-type]
+            for c in columns}
+    clamp_choices = [tuple((c, ends[c][i], ends[c][j]) for c in columns) for i, j in ((0, -1), (0, 1), (2, -3))]
+    groups = (1, 3) if planned.analysis.max_groups > 1 else (1,)
+    for k, g, clamps in itertools.product((1, 4, 6), groups, clamp_choices):
+        at = auto.at_bound(planned.analysis, k, g, clamps)
+        priced = auto.price_at(planned.price, at, k)
+        assert priced.event == planned.price.event and len(priced.noise) == len(recorded)
+        for spec, part in zip(priced.noise, recorded, strict=True):
+            assert spec.sensitivity == g * at.measures[spec.measure].sensitivity(k)
+            assert laplace.epsilon(spec.sensitivity, spec.scale) <= part if spec.sensitivity else True

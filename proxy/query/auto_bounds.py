@@ -31,9 +31,9 @@ store in one engine call with no second pass over the source, and every bound's 
 Laplace noise: a pure ε is a function of Δ/b alone, which is what makes the event exact for any bound.
 Discrete Gaussian noise (auto_gauss.py): the charged GaussianEvent at the limits bounds, under every rule,
 the σ chosen at the bounds (ρ is a function of Δ/σ; the proven μ is searched upward).
-Quantiles (auto_quantile.py), joins and computed keys (the selection reads the query's own virtual table,
-auto_sql.py) choose their bounds too. Shapes the selection does not serve (a spread, FILTER, an expression in
-an aggregate, three quantiles of one column) and a given `noise_multiplier` are answered at the declared
+Quantiles (auto_quantile.py), spreads, FILTER, joins and computed keys (the selection reads the query's own
+virtual table, auto_sql.py) choose their bounds too. Shapes the selection does not serve (an expression in an
+aggregate, three quantiles of one column) and a given `noise_multiplier` are answered at the declared
 limits, which are valid bounds: no selection runs or is charged, and the response's `bounds` says so
 (`chosen` false, `note` why).
 
@@ -213,8 +213,8 @@ def uses_auto(analysis: Analysis) -> bool:
 def limits_reason(analysis: Analysis, noise_multiplier: float | None, plain: bool) -> str | None:
     """Why the query cannot choose its bounds and runs at the declared limits instead (None: it chooses them).
     Private either way: the limits are valid bounds, and no selection runs or is charged. `plain`: the query
-    is counts, sums, averages and quantiles of columns, over a table, a join or computed keys
-    (auto_quantile.serves), what the selection histograms read.
+    aggregates of columns (no expression inside, at most two quantiles of one column), over a table, a join
+    or computed keys (auto_quantile.serves), what the selection histograms read.
 
     Example:
         >>> from proxy.query.parse import parse
@@ -232,9 +232,8 @@ def limits_reason(analysis: Analysis, noise_multiplier: float | None, plain: boo
         return (f"a given noise_multiplier is calibrated to the declared limits ({limits}); send epsilon to have "
                 "the bounds chosen per query")
     if not plain:
-        return (f"bounds are chosen per query only for COUNT, SUM, AVG and quantiles of columns (no spread, "
-                f"FILTER, expression in an aggregate, or three quantiles of one column): this query ran at the "
-                f"declared limits ({limits})")
+        return (f"bounds are chosen per query for aggregates of columns, not of expressions, and for at most "
+                f"two quantiles of one column: this query ran at the declared limits ({limits})")
     return None
 
 

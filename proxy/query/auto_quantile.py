@@ -32,10 +32,11 @@ from proxy.query.quantile_noise import JOINT_AT_LEAST, QuantileSpec
 
 
 def serves(analysis: Analysis) -> bool:
-    """Whether the bound selection serves this query: plain columns (no FILTER, expression or spread), and each
-    column's quantiles released one by one (fewer than JOINT_AT_LEAST distinct q per column). Joins and computed
-    keys are served: the selection reads the query's own virtual table (auto_sql.py), whose every row is one
-    unit's (joins are on the unit, docs/privacy.md §10.8).
+    """Whether the bound selection serves this query: aggregates of columns (not of expressions, whose range
+    is fixed by interval arithmetic at the declared bounds), each column's quantiles released one by one (fewer
+    than JOINT_AT_LEAST distinct q per column). Spreads and FILTER are served (every measure's sensitivity is
+    monotone in every bound), and so are joins and computed keys: the selection reads the query's own virtual
+    table (auto_sql.py), whose every row is one unit's (joins are on the unit, docs/privacy.md §10.8).
 
     Example:
         >>> from proxy.query.parse import parse
@@ -43,10 +44,11 @@ def serves(analysis: Analysis) -> bool:
         >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
         >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("x", "DOUBLE", bounds=(0, 9))))
         >>> [serves(analyse(parse(q), Catalog((t,)))) for q in ("SELECT MEDIAN(x), COUNT(*) FROM t",
-        ...     "SELECT MIN(x), MEDIAN(x), MAX(x) FROM t", "SELECT MEDIAN(x), VARIANCE(x) FROM t")]
-        [True, False, False]
+        ...     "SELECT MIN(x), MEDIAN(x), MAX(x) FROM t", "SELECT MEDIAN(x), VARIANCE(x) FROM t",
+        ...     "SELECT SUM(x * 2) FROM t")]
+        [True, False, True, False]
     """
-    if any(m.kind == "centred_squares" or m.where or m.expr for m in analysis.measures):
+    if any(m.expr for m in analysis.measures):
         return False
     per_column = Counter((a.column or "").lower() for a in {(a.column, a.q): a for a in analysis.aggregates
                                                            if a.kind == "quantile"}.values())
