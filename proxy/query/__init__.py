@@ -154,10 +154,9 @@ def plan(
     scope = analysis.scope.charged() if cells else None
     chooser = None
     if auto.uses_auto(analysis):
-        # the selection reads one table's stored counts: no join (no catalog here) and no computed key; any
-        # other shape runs at the declared limits (valid bounds), with no selection
-        serves = quantiles_serve(analysis)  # counts, sums, averages and quantiles, joins and computed keys too
-        limits = auto.limits_reason(analysis, noise_multiplier, serves)
+        # the selection reads the query's own table, join or computed keys (auto_sql.py); an expression inside an
+        # aggregate, joint quantiles or a given noise run at the declared limits (valid bounds), with no selection
+        limits = auto.limits_reason(analysis, noise_multiplier, quantiles_serve(analysis))
         if limits is None:
             selection_epsilon, epsilon = auto.split_epsilon(epsilon, auto_share)
             chooser = auto.auto_bounds(analysis, selection_epsilon, auto_quantile)

@@ -212,8 +212,8 @@ def uses_auto(analysis: Analysis) -> bool:
 
 def limits_reason(analysis: Analysis, noise_multiplier: float | None, plain: bool) -> str | None:
     """Why the query cannot choose its bounds and runs at the declared limits instead (None: it chooses them).
-    Private either way: the limits are valid bounds, and no selection runs or is charged. `plain`: the query
-    aggregates of columns (no expression inside, at most two quantiles of one column), over a table, a join
+    Private either way: the limits are valid bounds, and no selection runs or is charged. `plain`: whether the
+    query aggregates columns (no expression inside, at most two quantiles of one column), over a table, a join
     or computed keys (auto_quantile.serves), what the selection histograms read.
 
     Example:
