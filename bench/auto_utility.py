@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import itertools
+import re
 import statistics
 import sys
 import time
@@ -58,9 +59,21 @@ FIXED_AMOUNT = 'amount = { type = "DOUBLE", bounds = [0.0, 500.0] }'
 VARIANTS = ("fixed", "rows", "auto")
 
 
+def demo_fixed(text: str) -> str:
+    """The generated demo policy (visits on "auto" since the demo went auto, proxy/demo.py) with the fixed bounds
+    it had before: the `fixed` variant, and what the others edit (tests/conftest.py `fixed_bounds` does the same)."""
+    for pattern, line in ((r'^max_groups = "auto"\nmax_groups_limit = \d+$', "max_groups = 4"),
+                          (r'^max_rows = "auto"\nmax_rows_limit = \d+$', "max_rows = 20"),
+                          (r'bounds = "auto", bounds_limit = \[0\.0, 100000\.0\]', "bounds = [0.0, 500.0]"),
+                          (r'bounds = "auto", bounds_limit = \[0, 86400\]', "bounds = [0, 3600]")):
+        text, found = re.subn(pattern, line, text, flags=re.MULTILINE)
+        assert found <= 1, "the demo policy changed shape"
+    return text
+
+
 def policy_variant(source: Path, variant: str) -> Path:
-    """The demo policy with visits' bounds fixed (as generated), max_rows "auto", or every bound "auto"."""
-    text = source.read_text()
+    """The demo policy with visits' bounds fixed (as generated before), max_rows "auto", or every bound "auto"."""
+    text = demo_fixed(source.read_text())
     if variant in ("rows", "auto"):
         assert text.count("max_rows = 20\n") == 1 and text.count("max_groups = 4\n") == 1, "the demo policy changed"
         text = text.replace("max_rows = 20\n", 'max_rows = "auto"\nmax_rows_limit = 1000\n')

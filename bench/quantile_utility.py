@@ -29,11 +29,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for path in (ROOT, ROOT / "bench"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
 import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
+from auto_utility import demo_fixed  # noqa: E402
 
 from mechanisms.sampling import SecureSampler  # noqa: E402
 from proxy.demo import build_demo  # noqa: E402
@@ -133,7 +135,11 @@ def main() -> None:
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     files = build_demo(args.dir, users=args.users, rows=args.rows)
-    catalog = load_policy(files.policy).dataset("demo").catalog  # type: ignore[union-attr]
+    # the mechanism at issue #15's fixed bounds (amount in [0, 500], 20 rows per user), as the plain SQL clamps:
+    # the demo's own policy chooses its bounds per query ("auto"), which plan() + release() alone would not run
+    fixed = files.policy.with_name("policy-fixed.toml")
+    fixed.write_text(demo_fixed(files.policy.read_text()))
+    catalog = load_policy(fixed).dataset("demo").catalog  # type: ignore[union-attr]
     con = duckdb.connect(str(files.database), read_only=True)
     print(f"demo: {args.users} users, {args.rows} rows; ε = {args.epsilon} per query; {args.answers} answers")
     print(f"{'query':8} {'within 5%':>9} {'median rel':>10} {'p95 rel':>8} {'DP p50':>8} {'p90':>8} {'p99':>8} "

@@ -28,12 +28,15 @@ from proxy.query.analyse import Analysis
 from proxy.query.auto_sql import histograms, slots
 from proxy.query.measures import fixed_point
 from proxy.query.render import DUCKDB
+from proxy.query.rewrite_ranked import rewrite_ranked
 from proxy.store import StoreEngine
 
 
 def selection_text(planned: QueryPlan, engine: QueryEngine | StoreEngine) -> str:
     """Every histogram in one query, tagged by `__part`; rendered before the charge, so a refusal is free."""
     assert planned.auto is not None
+    if not planned.auto.parts:  # at the declared limits (auto_bounds.limits_reason): nothing to read
+        return ""
     parts = histograms(planned.analysis, planned.auto, planned.bounding == "store", getattr(engine, "target", DUCKDB))
     return " UNION ALL ".join(f"SELECT {i} AS __part, __a, __b, __n FROM ({sql}) AS __p{i}"
                               for i, sql in enumerate(parts))
@@ -45,6 +48,8 @@ def choose(
     """Run the selection (`sql`: `selection_text`) and draw every bound."""
     chooser = planned.auto
     assert chooser is not None
+    if not chooser.parts:
+        return preview(chooser, planned.analysis)
     rows = engine.run(sql, timeout_s).rows
     return draw(planned.analysis, chooser, rows, sampler)
 
@@ -105,21 +110,28 @@ def draw(analysis: Analysis, chooser: auto.AutoBounds, rows: Sequence[Sequence[o
 
 
 def preview(chooser: auto.AutoBounds, analysis: Analysis) -> auto.ChosenBounds:
-    """The bounds a preview reports: their limits and costs; the bounds themselves need the data."""
+    """The bounds a preview reports: their limits and costs; the bounds themselves need the data. At the
+    declared limits (no parts), what the query runs at: the limits, and why."""
     parts = tuple(auto.ChosenBound(p.bound, p.column, None, p.limit,
                                    laplace.epsilon(p.selection.sensitivity, p.selection.scale), p.q)
                   for p in chooser.parts)
-    return auto.ChosenBounds(parts, analysis.table.max_rows, analysis.max_groups)
+    return auto.ChosenBounds(parts, analysis.table.max_rows, analysis.max_groups, note=chooser.note)
 
 
 def plan_at(planned: QueryPlan, chosen: auto.ChosenBounds | int) -> QueryPlan:
     """The plan at the chosen bounds (or at max_rows = k): its SQL bounds at them and its noise is calibrated to
-    them, at the same charge."""
+    them, at the same charge. A plan at the declared limits is its own answer."""
+    if planned.auto is not None and not planned.auto.parts:
+        return planned
     if isinstance(chosen, int):
         analysis = auto.at_bound(planned.analysis, chosen)
     else:
         analysis = auto.at_bound(planned.analysis, chosen.max_rows, chosen.max_groups, chosen.clamps, chosen.caps)
     assert all(math.isfinite(lo) and math.isfinite(hi) for _, lo, hi in getattr(chosen, "clamps", ()))
-    tree, sql = bounded_sql(auto.for_sql(analysis, planned.analysis.table), planned.salt, planned.bounding)
+    bounded = auto.for_sql(analysis, planned.analysis.table)
+    if planned.bounding == "store" and planned.tree is None:  # the store's rank filter served it at the limits
+        tree, sql = None, rewrite_ranked(bounded, planned.salt)  # (a join needs the catalog to tell: it did)
+    else:
+        tree, sql = bounded_sql(bounded, planned.salt, planned.bounding)
     return dataclasses.replace(planned, analysis=analysis, sql=sql, tree=tree,
                                price=auto.price_at(planned.price, analysis, analysis.table.max_rows))

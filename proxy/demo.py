@@ -146,11 +146,14 @@ delta = 1e-8         # default δ per query (partition selection)
 max_epsilon = 1.0    # largest ε one query may ask for
 bounding = "store"   # bound by filtering ranks precomputed once (built by `serve` when missing)
 
-# One row per visit; a user may have hundreds, so contributions are bounded per query.
+# One row per visit; a user may have hundreds, so contributions are bounded per query. "auto": each query
+# chooses its own bounds within these limits, privately, from a tenth of its epsilon (auto_bounds_share).
 [datasets.demo.tables.visits]
 privacy_unit = "user_id"
-max_groups = 4
-max_rows = 20
+max_groups = "auto"
+max_groups_limit = {len(CATEGORIES)}
+max_rows = "auto"
+max_rows_limit = 1000
 
 [datasets.demo.tables.visits.columns]
 user_id = {{ type = "BIGINT" }}
@@ -158,8 +161,8 @@ region = {{ type = "VARCHAR", unit_level = true, groupable = true, public_domain
 age = {{ type = "INTEGER", unit_level = true, groupable = true, bounds = [18, 90] }}
 day = {{ type = "DATE", groupable = true }}
 category = {{ type = "VARCHAR", groupable = true, public_domain = {categories} }}
-amount = {{ type = "DOUBLE", bounds = [0.0, 500.0] }}
-duration_s = {{ type = "INTEGER", bounds = [0, 3600] }}
+amount = {{ type = "DOUBLE", bounds = "auto", bounds_limit = [0.0, 100000.0] }}
+duration_s = {{ type = "INTEGER", bounds = "auto", bounds_limit = [0, 86400] }}
 
 # One row per user.
 [datasets.demo.tables.users]

@@ -32,7 +32,6 @@ STATUS: dict[str, int] = {
     "policy": 400,
     "invalid_parameter": 400,
     "empty_scope": 400,
-    "auto_bounds_unsupported": 400,
     "budget_exceeded": 403,
     "payload_too_large": 413,
     "not_found": 404,

@@ -278,7 +278,9 @@ class BoundsOut(BaseModel):
 
     max_rows: int | None = Field(description="the bound used (rows per unit and group); null in a preview, "
                                              "where it is not chosen yet (choosing it reads the data)")
-    chosen: Literal[True] = True
+    chosen: bool = Field(True, description="false when the query ran at the declared limits (see note)")
+    note: str | None = Field(None, description="why nothing was chosen: the query's shape or a given "
+                                               "noise_multiplier; it ran at the declared limits, free of selection")
     max_rows_limit: int = Field(description="the largest bound the selection may choose (the policy's limit)")
     epsilon: float = Field(description="the share of the query's epsilon all selections spent (part of the charge)")
     quantile: float = Field(description="the quantile of rows per (unit, group) the selection estimates")

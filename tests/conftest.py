@@ -155,13 +155,36 @@ def spend(client: httpx.Client, dataset: str = "demo") -> dict[str, Any]:
     return cast(dict[str, Any], entry)
 
 
+# The demo's visits choose their bounds per query ("auto", proxy/demo.py). Tests about other features assert
+# exact noise and charges at fixed bounds: they run the demo with the fixed bounds it had before (max_rows 20,
+# max_groups 4, amount in [0, 500], duration_s in [0, 3600]); tests/test_demo_auto_http.py runs it as shipped.
+FIXED_BOUNDS: tuple[tuple[str, str, int], ...] = (
+    (r'^max_groups = "auto"\nmax_groups_limit = \d+$', "max_groups = 4", 1),
+    (r'^max_rows = "auto"\nmax_rows_limit = \d+$', "max_rows = 20", 1),
+    (r'bounds = "auto", bounds_limit = \[0\.0, 100000\.0\]', "bounds = [0.0, 500.0]", 1),
+    (r'bounds = "auto", bounds_limit = \[0, 86400\]', "bounds = [0, 3600]", 1),
+)
+
+
+def fixed_bounds(text: str) -> str:
+    """The demo policy `text` with the visits table's former fixed bounds instead of "auto"."""
+    for pattern, line, expected in FIXED_BOUNDS:
+        text, found = re.subn(pattern, line, text, flags=re.MULTILINE)
+        assert found == expected, f"the demo policy changed shape: {pattern} matched {found} times"
+    return text
+
+
 def policy_copy(
-    demo: DemoFiles, directory: Path, *, epsilon: float | None = None, delta: float | None = None
+    demo: DemoFiles, directory: Path, *, epsilon: float | None = None, delta: float | None = None,
+    auto: bool = False,
 ) -> Path:
     """A copy of the demo policy in `directory` with its own (empty) ledger there, reading the demo's
-    DuckDB by absolute path; `epsilon`/`delta` replace every analyst's budget on the demo dataset."""
+    DuckDB by absolute path; `epsilon`/`delta` replace every analyst's budget on the demo dataset. The visits
+    table has fixed bounds (`fixed_bounds`) unless `auto`: then it is the demo's policy as shipped."""
     directory.mkdir(parents=True, exist_ok=True)
     text = demo.policy.read_text(encoding="utf-8")
+    if not auto:
+        text = fixed_bounds(text)
     edits: list[tuple[str, str, int]] = [
         (r"^ledger = .*$", f"ledger = {json.dumps(str(directory / 'ledger.sqlite'))}", 1),
         (r"^path = .*$", f"path = {json.dumps(str(demo.database.resolve()))}", 1),

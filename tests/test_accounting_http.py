@@ -13,7 +13,7 @@ import pytest
 
 from proxy.__main__ import main
 from proxy.demo import DemoFiles
-from tests.conftest import Server, policy_copy
+from tests.conftest import Server, fixed_bounds, policy_copy
 
 
 @pytest.fixture
@@ -126,7 +126,9 @@ def test_the_dataset_budget_binds_all_analysts_together(
 
 
 def test_recommend_prints_the_numbers_and_a_rule(demo: DemoFiles, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["recommend", "--policy", str(demo.policy), "--dataset", "demo", "--budget", "1", "1e-6"]) == 0
+    policy = demo.policy.with_name("policy-fixed-bounds.toml")  # the figures below are at fixed bounds (20 rows)
+    policy.write_text(fixed_bounds(demo.policy.read_text(encoding="utf-8")), encoding="utf-8")
+    assert main(["recommend", "--policy", str(policy), "--dataset", "demo", "--budget", "1", "1e-6"]) == 0
     out = capsys.readouterr().out
     rules = ("basic ", "zcdp ", "gdp ")
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip().startswith(rules)}
@@ -134,7 +136,7 @@ def test_recommend_prints_the_numbers_and_a_rule(demo: DemoFiles, capsys: pytest
     # ε = 0.1 COUNT(*): ten fit under basic since 0.1 is charged as at most 1/10 (it was nine as a float)
     assert rows["basic"][-2] == "10" and rows["zcdp"][-2] == "4" and rows["gdp"][-2] == "3"
     assert 'recommended: accounting = "basic"' in out
-    assert main(["recommend", "--policy", str(demo.policy), "--dataset", "demo", "--budget", "1", "1e-6",
+    assert main(["recommend", "--policy", str(policy), "--dataset", "demo", "--budget", "1", "1e-6",
                  "--mechanism", "gaussian", "--epsilon", "0.05", "--delta", "1e-9"]) == 0
     out = capsys.readouterr().out
     # σ ≈ 130·Δ2 here, above 256 grid units: charged at the large-σ bound (docs/privacy.md §8.7), gdp beats zcdp

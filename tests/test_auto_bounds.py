@@ -146,20 +146,23 @@ def _laplace(event: object) -> list[LaplaceEvent]:
             return []
 
 
-@pytest.mark.parametrize(("query", "mechanism", "multiplier", "construct"), [
-    ("SELECT COUNT(*) FROM t", "gaussian", None, "mechanism"),
-    ("SELECT COUNT(*) FROM t", "laplace", 3.0, "noise_multiplier"),
-    ("SELECT MEDIAN(x) FROM t", "laplace", None, "aggregate"),
-    ("SELECT SUM(x + n) FROM t", "laplace", None, "aggregate"),
+@pytest.mark.parametrize(("query", "mechanism", "multiplier", "chosen"), [
+    ("SELECT COUNT(*) FROM t", "gaussian", None, True),  # σ at the chosen bound: proxy/query/auto_gauss.py
+    ("SELECT COUNT(*) FROM t", "laplace", 3.0, False),
+    ("SELECT MEDIAN(x) FROM t", "laplace", None, True),  # proxy/query/auto_quantile.py
+    ("SELECT SUM(x + n) FROM t", "laplace", None, False),
 ])
-def test_what_the_selection_cannot_serve_is_refused_before_any_charge(
-    query: str, mechanism: str, multiplier: float | None, construct: str
+def test_what_the_selection_cannot_serve_runs_at_the_limits_and_the_rest_chooses(
+    query: str, mechanism: str, multiplier: float | None, chosen: bool
 ) -> None:
-    with pytest.raises(auto.AutoBoundsUnsupported) as refused:
-        plan(query, CATALOG, epsilon=0.5, delta=1e-7, mechanism=mechanism,  # type: ignore[arg-type]
-             noise_multiplier=multiplier, bounding="store")
-    assert refused.value.code == "auto_bounds_unsupported" and refused.value.detail["construct"] == construct
-    assert 'max_rows = "auto"' in refused.value.message
+    planned = plan(query, CATALOG, epsilon=0.5, delta=1e-7, mechanism=mechanism,  # type: ignore[arg-type]
+                   noise_multiplier=multiplier, bounding="store")
+    assert planned.auto is not None
+    assert bool(planned.auto.parts) is chosen and (planned.auto.note is None) is chosen
+    assert isinstance(planned.price.event, AutoBoundsEvent) is chosen
+    if not chosen:
+        assert planned.analysis.table.max_rows == AUTO.max_rows  # at the declared limit
+        assert "declared limits (max_rows 6" in (planned.auto.note or "")
 
 
 # --- the oracle over the whole two-step release ---------------------------------------------------------------

@@ -54,7 +54,7 @@ def test_an_auto_query_is_charged_once_and_reports_its_bound(client: httpx.Clien
     preview = client.post("/v1/query/preview", json={"dataset": "demo", "sql": sql, "epsilon": 0.5})
     assert preview.status_code == 200, preview.text
     planned = preview.json()
-    assert planned["bounds"] == {"max_rows": None, "chosen": True, "max_rows_limit": LIMIT,
+    assert planned["bounds"] == {"max_rows": None, "chosen": True, "note": None, "max_rows_limit": LIMIT,
                                  "epsilon": pytest.approx(0.1, rel=1e-12), "quantile": 0.99,
                                  "parts": [{"bound": "max_rows", "column": None, "value": None, "limit": LIMIT,
                                             "epsilon": pytest.approx(0.1, rel=1e-12), "q": 0.99}]}
@@ -94,22 +94,31 @@ def test_the_ledger_stores_the_auto_event(client: httpx.Client, demo: DemoFiles,
     assert selection.sensitivity == 4.0  # max_groups cells per unit (day is a row-level key)
 
 
-@pytest.mark.parametrize(("body", "construct"), [
-    ({"sql": "SELECT COUNT(*) FROM visits", "mechanism": "gaussian", "delta": 1e-7}, "mechanism"),
-    ({"sql": "SELECT COUNT(*) FROM visits", "noise_multiplier": 4}, "noise_multiplier"),
-    ({"sql": "SELECT MEDIAN(amount) FROM visits"}, "aggregate"),
-    ({"sql": "SELECT plan, COUNT(*) FROM visits JOIN users USING (user_id) GROUP BY plan"}, "aggregate"),
+@pytest.mark.parametrize(("body", "chosen", "words"), [
+    ({"sql": "SELECT COUNT(*) FROM visits", "mechanism": "gaussian", "delta": 1e-7}, ["max_rows"], None),
+    ({"sql": "SELECT MEDIAN(amount) FROM visits"}, ["max_rows"], None),
+    ({"sql": "SELECT COUNT(*) FROM visits", "noise_multiplier": 4}, [], "noise_multiplier"),
+    ({"sql": "SELECT plan, COUNT(*) FROM visits JOIN users USING (user_id) GROUP BY plan"}, ["max_rows"], None),
+    ({"sql": "SELECT region, STDDEV(duration_s) FROM visits GROUP BY region"}, ["max_rows"], None),
+    ({"sql": "SELECT region, SUM(amount * 2) FROM visits GROUP BY region"}, [], "not of expressions"),
 ])
-def test_unsupported_auto_queries_are_refused_free(
-    client: httpx.Client, body: dict[str, object], construct: str
+def test_gaussian_and_quantiles_choose_and_other_shapes_run_at_the_limits(
+    client: httpx.Client, body: dict[str, object], chosen: list[str], words: str | None
 ) -> None:
+    """Nothing is refused: what the selection cannot read runs at the declared limits, free of selection."""
     before = _spent(client)
     response = client.post("/v1/query", json={"dataset": "demo", **body})
-    assert response.status_code in (400, 422), response.text
-    error = response.json()
-    assert error["code"] == "auto_bounds_unsupported" and error["detail"]["construct"] == construct
-    assert "visits" in error["error"] and "laplace" in error["error"].lower() and error["charged"] is False
-    assert _spent(client) == before
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    bounds = answer["bounds"]
+    assert [p["bound"] for p in bounds["parts"]] == chosen and bounds["chosen"] is bool(chosen)
+    assert (bounds["note"] is None) is (words is None) and (words is None or words in bounds["note"])
+    if not chosen:
+        assert (bounds["max_rows"], bounds["epsilon"]) == (LIMIT, 0.0)  # the declared limit, nothing selected
+        assert answer["charge"]["events"]["kind"] != "auto_bounds"
+    else:
+        assert answer["charge"]["events"]["kind"] == "auto_bounds" and 1 <= bounds["max_rows"] <= LIMIT
+    assert math.isclose(_spent(client), before + answer["charge"]["epsilon"], rel_tol=1e-12)
 
 
 def test_fixed_tables_beside_an_auto_one_report_no_bounds(client: httpx.Client) -> None:

@@ -50,7 +50,11 @@ def test_policy_loads_and_matches_the_database(demo: DemoFiles, engine: Engine) 
     assert dataset is not None and dataset.path == demo.database.resolve()
     visits, users = dataset.catalog.table("visits"), dataset.catalog.table("users")
     assert visits is not None and users is not None
-    assert (visits.privacy_unit, visits.max_groups, visits.max_rows) == ("user_id", 4, 20)
+    # visits chooses its bounds per query, within these limits (docs/privacy.md §10)
+    assert (visits.privacy_unit, visits.max_groups, visits.max_rows) == ("user_id", len(CATEGORIES), 1000)
+    assert (visits.auto_max_groups, visits.auto_max_rows) == (True, True)
+    assert [(c.name, c.bounds) for c in visits.columns if c.auto_bounds] == [("amount", (0.0, 100000.0)),
+                                                                             ("duration_s", (0.0, 86400.0))]
     assert (users.max_groups, users.max_rows) == (1, 1)
     region = visits.column("region")
     assert region is not None and region.unit_level and region.public_domain == REGIONS

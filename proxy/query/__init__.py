@@ -13,6 +13,7 @@ from accountant.cells import CellScope
 from accountant.loss import Conversion
 from proxy.query import auto_bounds as auto
 from proxy.query.analyse import Analysis, analyse
+from proxy.query.auto_quantile import serves as quantiles_serve
 from proxy.query.catalog import Catalog, Mechanism
 from proxy.query.errors import EmptyScope, UnsupportedQuery
 from proxy.query.flatten import flatten
@@ -153,10 +154,14 @@ def plan(
     scope = analysis.scope.charged() if cells else None
     chooser = None
     if auto.uses_auto(analysis):
-        # the selection reads one table's stored counts: no join (no catalog here) and no computed key
-        auto.check_supported(analysis, mechanism, noise_multiplier, ranks_serve(analysis) and not analysis.computed)
-        selection_epsilon, epsilon = auto.split_epsilon(epsilon, auto_share)
-        chooser = auto.auto_bounds(analysis, selection_epsilon, auto_quantile)
+        # the selection reads the query's own table, join or computed keys (auto_sql.py); an expression inside an
+        # aggregate, joint quantiles or a given noise run at the declared limits (valid bounds), with no selection
+        limits = auto.limits_reason(analysis, noise_multiplier, quantiles_serve(analysis))
+        if limits is None:
+            selection_epsilon, epsilon = auto.split_epsilon(epsilon, auto_share)
+            chooser = auto.auto_bounds(analysis, selection_epsilon, auto_quantile)
+        else:
+            chooser = auto.AutoBounds((), limits)
     if noise_multiplier is None:
         priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism, conversion=conversion)
         if chooser is not None:

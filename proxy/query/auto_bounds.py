@@ -28,9 +28,14 @@ Where this improves on Amin et al. and Google's/Tumult's bounds: the quantiles a
 truncates under the query's own WHERE and keys (cells, groups, the query's values), read from the bounding
 store in one engine call with no second pass over the source, and every bound's cost is in one charge.
 
-Only Laplace noise: a pure ε is a function of Δ/b alone, which is what makes the event exact for any bound;
-the discrete Gaussian's proven μ is not (docs/privacy.md §8), so Gaussian queries that need an automatic
-bound are refused free, as are shapes other than counts, sums and averages of plain columns over one table.
+Laplace noise: a pure ε is a function of Δ/b alone, which is what makes the event exact for any bound.
+Discrete Gaussian noise (auto_gauss.py): the charged GaussianEvent at the limits bounds, under every rule,
+the σ chosen at the bounds (ρ is a function of Δ/σ; the proven μ is searched upward).
+Quantiles (auto_quantile.py), spreads, FILTER, joins and computed keys (the selection reads the query's own
+virtual table, auto_sql.py) choose their bounds too. Shapes the selection does not serve (an expression in an
+aggregate, three quantiles of one column) and a given `noise_multiplier` are answered at the declared
+limits, which are valid bounds: no selection runs or is charged, and the response's `bounds` says so
+(`chosen` false, `note` why).
 
 Example:
     >>> split_epsilon(1.0, 0.25)
@@ -47,9 +52,11 @@ from typing import Literal
 
 from accountant import loss
 from accountant.events import AutoBoundsEvent, ExponentialEvent
-from mechanisms import laplace
-from mechanisms.rounding import down
+from mechanisms import gaussian, laplace
+from mechanisms.rounding import down, sqrt_up
+from proxy.query import auto_quantile
 from proxy.query.analyse import Analysis
+from proxy.query.auto_gauss import sigma_at
 from proxy.query.auto_rows import (  # re-exported: the max_rows histogram and choice (auto_rows.py)
     bound_grid,
     choose_bound,
@@ -58,9 +65,9 @@ from proxy.query.auto_rows import (  # re-exported: the max_rows histogram and c
     store_selection_sql,
 )
 from proxy.query.catalog import ColumnSpec, TableSchema
-from proxy.query.errors import QueryError
 from proxy.query.measures import capped, measures_for
 from proxy.query.price import Price
+from proxy.query.quantile_noise import QuantileSpec
 
 __all__ = ["bound_grid", "choose_bound", "selection_sql", "selection_text", "store_selection_sql"]
 
@@ -70,13 +77,9 @@ DEFAULT_AUTO_LIMIT = 1000
 DEFAULT_GROUPS_LIMIT = 100
 
 Bound = Literal["max_rows", "max_groups", "lower", "upper", "total"]
-CLAMPED = ("sum", "centred_sum")  # the measures whose sensitivity reads a column's clamp bounds
-
-
-class AutoBoundsUnsupported(QueryError):
-    """A query needing an automatic bound that the bound selection cannot serve (refused free)."""
-
-    code = "auto_bounds_unsupported"
+# the measures that read a column's clamp: a sum's sensitivity, and a quantile's grid (auto_quantile.py: 1001
+# points over the declared limit would be too coarse for any value far below it)
+CLAMPED = ("sum", "centred_sum", "histogram")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,7 @@ class AutoBounds:
     """The bound selection of one query: everything fixed before admission (the bounds are not)."""
 
     parts: tuple[AutoPart, ...]
+    note: str | None = None  # no parts: why the query runs at the declared limits instead (limits_reason)
 
     def part(self, bound: Bound, column: str | None = None) -> AutoPart | None:
         return next((p for p in self.parts if p.bound == bound and p.column == column), None)
@@ -137,6 +141,7 @@ class ChosenBounds:
     max_groups: int  # the groups per unit used
     clamps: tuple[tuple[str, float, float], ...] = ()  # (column, lower, upper) chosen
     caps: tuple[tuple[str, int], ...] = ()  # (column, C in grid units) chosen: each unit's L1 cap (auto_total.py)
+    note: str | None = None  # set when nothing was chosen: the query ran at the declared limits, and why
 
     def value(self, bound: Bound, column: str | None = None) -> float | None:
         return next((p.value for p in self.parts if p.bound == bound and p.column == column), None)
@@ -145,6 +150,7 @@ class ChosenBounds:
         """The response's `bounds` (proxy/schemas.py BoundsOut)."""
         rows = next((p for p in self.parts if p.bound == "max_rows"), None)
         return {"max_rows": None if rows is not None and rows.value is None else self.max_rows,
+                "chosen": self.note is None, "note": self.note,
                 "max_rows_limit": int(rows.limit) if rows else self.max_rows,
                 "epsilon": math.fsum(p.epsilon for p in self.parts),
                 "quantile": self.parts[0].q if self.parts else 0.0,
@@ -201,9 +207,11 @@ def needed(analysis: Analysis) -> tuple[tuple[Bound, ColumnSpec | None], ...]:
         parts.append(("max_groups", None))
     for spec in clamped_columns(analysis):
         assert spec.bounds is not None
-        if capped(spec, table):  # a per-unit L1 cap instead of a clamp (auto_total.py, docs/privacy.md §10.2)
+        kinds = {m.kind for m in analysis.measures if (m.column or "").lower() == spec.name.lower()}
+        if capped(spec, table) and "sum" in kinds:  # a per-unit L1 cap, not a clamp (auto_total.py, §10.2)
             parts.append(("total", spec))
-            continue
+            if not kinds & {"centred_sum", "histogram"}:
+                continue  # quantiles and spreads of the same column still choose its clamp (at_bound)
         if spec.bounds[0] != 0:
             parts.append(("lower", spec))
         parts.append(("upper", spec))
@@ -215,30 +223,31 @@ def uses_auto(analysis: Analysis) -> bool:
     return bool(needed(analysis))
 
 
-def check_supported(analysis: Analysis, mechanism: str, noise_multiplier: float | None, plain: bool) -> None:
-    """Refuse, free, what the selection cannot serve: Gaussian noise, a given noise, and any shape but plain
-    counts, sums and averages over one table (`plain`: proxy.query.ranks_serve)."""
-    table = analysis.table.name
-    what = ", ".join(b if c is None else f"{c.name}'s per-unit total cap" if b == "total" else
-                     f"{c.name}'s {b} clamp bound" for b, c in needed(analysis))
-    declared = " and ".join(dict.fromkeys(f'{b} = "auto"' if c is None else f'{c.name}\'s bounds = "auto"'
-                                          for b, c in needed(analysis)))
-    hint = (f"; or declare fixed bounds on table {table} instead of {declared} (\"auto\" chooses them per query "
-            "for counts, sums and averages of columns under Laplace noise)")
-    if mechanism != "laplace":
-        raise AutoBoundsUnsupported(
-            f"this query on table {table} chooses its {what} per query, which needs Laplace noise (its charge "
-            f"must not depend on the bound chosen); send mechanism \"laplace\"{hint}", construct="mechanism",
-            table=table)
+def limits_reason(analysis: Analysis, noise_multiplier: float | None, plain: bool) -> str | None:
+    """Why the query cannot choose its bounds and runs at the declared limits instead (None: it chooses them).
+    Private either way: the limits are valid bounds, and no selection runs or is charged. `plain`: whether the
+    query aggregates columns (no expression inside, at most two quantiles of one column), over a table, a join
+    or computed keys (auto_quantile.serves), what the selection histograms read.
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"),), max_rows=50, auto_max_rows=True)
+        >>> a = analyse(parse("SELECT COUNT(*) FROM t"), Catalog((t,)))
+        >>> limits_reason(a, None, True) is None, limits_reason(a, 2.0, True)[:38]
+        (True, 'a given noise_multiplier is calibrated')
+    """
+    limits = ", ".join(f"{b} {int(analysis.table.max_rows) if b == 'max_rows' else analysis.max_groups}"
+                       if c is None else f"{c.name} in [{c.bounds[0]:g}, {c.bounds[1]:g}]"  # type: ignore[index]
+                       for b, c in needed(analysis))
     if noise_multiplier is not None:
-        raise AutoBoundsUnsupported(
-            f"this query on table {table} chooses its {what} per query from a share of epsilon: send epsilon, not "
-            f"noise_multiplier{hint}", construct="noise_multiplier", table=table)
+        return (f"a given noise_multiplier is calibrated to the declared limits ({limits}); send epsilon to have "
+                "the bounds chosen per query")
     if not plain:
-        raise AutoBoundsUnsupported(
-            f"this query on table {table} would choose its {what} per query, which serves only COUNT, SUM and "
-            f"AVG of columns over the table alone (no JOIN, computed key, quantile, spread, FILTER or expression "
-            f"in an aggregate){hint}", construct="aggregate", table=table)
+        return (f"bounds are chosen per query for aggregates of columns, not of expressions, and for at most "
+                f"two quantiles of one column: this query ran at the declared limits ({limits})")
+    return None
 
 
 def auto_bounds(analysis: Analysis, selection_epsilon: float, q: float) -> AutoBounds:
@@ -274,7 +283,8 @@ def auto_bounds(analysis: Analysis, selection_epsilon: float, q: float) -> AutoB
             assert spec is not None and spec.bounds is not None
             limit, sensitivity = spec.bounds[0 if bound == "lower" else 1], VALUES_PER_UNIT
         scale = laplace.scale_for(sensitivity, each)
-        parts.append(AutoPart(bound, None if spec is None else spec.name, limit, q, sensitivity,
+        drawn = q if spec is None else auto_quantile.clamp_q(analysis, spec.name, bound == "upper", q)
+        parts.append(AutoPart(bound, None if spec is None else spec.name, limit, drawn, sensitivity,
                               ExponentialEvent(float(sensitivity), scale)))
     return AutoBounds(tuple(parts))
 
@@ -290,6 +300,8 @@ def auto_price(query: Price, auto: AutoBounds, conversion: loss.Conversion = "zc
         >>> p.epsilon, p.event.selection, p.event.more
         (1.0, ExponentialEvent(sensitivity=1.0, scale=8.0), (ExponentialEvent(sensitivity=1.0, scale=8.0),))
     """
+    if not auto.parts:  # at the declared limits (limits_reason): nothing is selected, nothing more is charged
+        return query
     first, *more = (p.selection for p in auto.parts)
     event = AutoBoundsEvent(first, query.event, tuple(more))
     epsilon, delta = loss.epsilon_delta(event, query.gaussian_delta, conversion)
@@ -316,14 +328,25 @@ def price_at(priced: Price, analysis: Analysis, k: int) -> Price:
         if not spec.sensitivity:
             noise.append(spec)
             continue
-        part = laplace.epsilon(spec.sensitivity, spec.scale)
         measure = analysis.measures[spec.measure]
+        if spec.mechanism == "gaussian":  # Δ2 = √(g·s(k)²) <= the limit's; σ by auto_gauss.sigma_at
+            delta2 = sqrt_up(analysis.max_groups * Fraction(measure.sensitivity(k)) ** 2)
+            if measure.cap:  # a capped unit's L2 is at most its L1 <= C (privacy.md §10.2)
+                delta2 = min(delta2, Fraction(measure.cap))
+            sigma = sigma_at(delta2, spec.sensitivity, spec.scale) if delta2 else 1.0
+            noise.append(dataclasses.replace(spec, sensitivity=delta2, scale=sigma, grid=measure.grid,
+                                             ci95=gaussian.ci_halfwidth(sigma)))
+            continue
+        part = laplace.epsilon(spec.sensitivity, spec.scale)
         sensitivity = measure.release_l1(analysis.max_groups, k)
         scale = laplace.scale_for(sensitivity, part) if sensitivity else 1.0
         assert math.isfinite(scale) and laplace.epsilon(sensitivity, scale) <= part if sensitivity else True
         noise.append(dataclasses.replace(spec, sensitivity=sensitivity, scale=scale, grid=measure.grid,
                                          ci95=laplace.ci_halfwidth(scale)))
-    return dataclasses.replace(priced, noise=tuple(noise))
+    quantiles = tuple(auto_quantile.at_bound(q, k, analysis.measures[q.measure].points)
+                      if isinstance(q, QuantileSpec) else q for q in priced.quantiles)
+    assert all(isinstance(q, QuantileSpec) for q in quantiles)  # joint quantiles run at the limits
+    return dataclasses.replace(priced, noise=tuple(noise), quantiles=quantiles)
 
 
 def with_targets(chooser: AutoBounds, analysis: Analysis, priced: Price) -> AutoBounds:
@@ -341,7 +364,7 @@ def with_targets(chooser: AutoBounds, analysis: Analysis, priced: Price) -> Auto
             epsilon = laplace.epsilon(spec.sensitivity, spec.scale)
             part = dataclasses.replace(part, q=float(auto_total.target_above(groups, epsilon)))
         parts.append(part)
-    return AutoBounds(tuple(parts))
+    return dataclasses.replace(chooser, parts=tuple(parts))
 
 
 def at_bound(analysis: Analysis, k: int, g: int | None = None,
@@ -373,19 +396,23 @@ def at_bound(analysis: Analysis, k: int, g: int | None = None,
     cap_of = {name.lower(): cap for name, cap in caps}
     measures = analysis.measures
     if chosen or cap_of:
-        columns = []
+        columns, capped_only = [], []
         for c in table.columns:
             bounds = chosen.get(c.name.lower())
-            if bounds is not None:  # a capped column keeps its declared clamp (the store's grid column is read)
-                assert c.auto_bounds and c.bounds is not None and c.bounds[0] <= bounds[0] <= bounds[1] <= c.bounds[1]
-                assert not capped(c, table), f"column {c.name} is capped, not clamped"
-                c = dataclasses.replace(c, bounds=bounds)
             if c.name.lower() in cap_of:
                 assert c.auto_bounds and cap_of[c.name.lower()] >= 1
                 c = dataclasses.replace(c, total_cap=cap_of[c.name.lower()])
+            capped_only.append(c)
+            if bounds is not None:
+                assert c.auto_bounds and c.bounds is not None and c.bounds[0] <= bounds[0] <= bounds[1] <= c.bounds[1]
+                c = dataclasses.replace(c, bounds=bounds)
             columns.append(c)
         table = dataclasses.replace(table, columns=tuple(columns))
-        measures = measures_for(analysis.aggregates, table)
+        # A capped sum keeps the declared clamp even when the query's quantiles or spreads of the same column chose
+        # a tighter one: the cap, not the clamp, bounds it (the rewrite clamps each measure at its own lo, hi).
+        at_limit = measures_for(analysis.aggregates, dataclasses.replace(table, columns=tuple(capped_only)))
+        measures = tuple(d if d.cap else m for m, d in zip(measures_for(analysis.aggregates, table), at_limit,
+                                                            strict=True))
         assert [m.kind for m in measures] == [m.kind for m in analysis.measures]
     bounded = dataclasses.replace(table, max_rows=k, max_groups=g if analysis.max_groups > 1 else table.max_groups)
     return dataclasses.replace(analysis, table=bounded, max_groups=g, measures=measures)

@@ -91,9 +91,10 @@ def groups_sql(analysis: Analysis, source: exp.Expr) -> exp.Select:
             .from_(units.subquery("__units")).group_by(exp.column("__a")))
 
 
-def store_groups_sql(analysis: Analysis) -> exp.Select:
+def store_groups_sql(analysis: Analysis, source: exp.Expr | None = None) -> exp.Select:
     """(c, AT_LEAST, units): the units with at least c groups, read from the stored group ranks (the query's rank
     filter serves it: one row-level key, a WHERE on unit-level columns, which keeps or drops whole units).
+    `source`: what the store path reads (rewrite_cells.store_source: a join's or computed keys' virtual table).
 
     Example:
         >>> from proxy.query.parse import parse
@@ -121,8 +122,8 @@ def store_groups_sql(analysis: Analysis) -> exp.Select:
         conditions.append(analysis.where.copy())
     return (exp.select(exp.alias_(exp.column(ranked.group_rank(key)), "__a"),
                        exp.alias_(exp.Literal.number(AT_LEAST), "__b"), exp.alias_(exp.Count(this=exp.Star()), "__n"))
-            .from_(exp.table_(analysis.table.name, quoted=True)).where(exp.and_(*conditions))
-            .group_by(exp.column("__a")))
+            .from_(source.copy() if source is not None else exp.table_(analysis.table.name, quoted=True))
+            .where(exp.and_(*conditions)).group_by(exp.column("__a")))
 
 
 def histogram(rows: Sequence[Sequence[object]], limit: int) -> list[int]:

@@ -22,7 +22,8 @@ from mechanisms.sampling import Sampler
 from proxy.query import ranked, types
 from proxy.query.analyse import Analysis
 from proxy.query.render import Target, render
-from proxy.query.rewrite import source_table
+from proxy.query.rewrite import source_table, with_computed
+from proxy.query.rewrite_cells import store_source
 from proxy.query.rewrite_ranked import uses_rank_filter
 
 
@@ -110,7 +111,7 @@ def bound_grid(limit: int) -> tuple[int, ...]:
     return (*grid, limit)
 
 
-def store_selection_sql(analysis: Analysis, ranks: bool = False) -> exp.Select:
+def store_selection_sql(analysis: Analysis, ranks: bool = False, source: exp.Expr | None = None) -> exp.Select:
     """The histogram read from the counts the bounding store holds (proxy/query/ranked.py), for a query the
     store's rank filter serves (at most one row-level key, a WHERE on unit-level columns): one filtered scan,
     no GROUP BY per unit. A cell is a unit's rank-1 row of a group (of the unit, with no row-level key) among
@@ -144,18 +145,19 @@ def store_selection_sql(analysis: Analysis, ranks: bool = False) -> exp.Select:
     if analysis.where is not None:
         conditions.append(analysis.where.copy())
     capped = exp.Least(this=rows, expressions=[exp.Literal.number(table.max_rows)])
-    return _histogram(capped, ranks, rank).from_(exp.table_(table.name, quoted=True)).where(exp.and_(*conditions))
+    read = source.copy() if source is not None else exp.table_(table.name, quoted=True)  # a join: store_source
+    return _histogram(capped, ranks, rank).from_(read).where(exp.and_(*conditions))
 
 
 def selection_text(analysis: Analysis, store: bool, target: Target, ranks: bool = False) -> str:
     """The histogram query as the engine reads it: over the bounding store (its stored counts where the rank
     filter serves the query, else its table), or over the source as the per-query rewrite reads it, rendered
-    for `target` (render.py checks it for Spark)."""
+    for `target` (render.py checks it for Spark); a join's or computed keys' virtual table as the query reads it."""
     if store and uses_rank_filter(analysis):
-        return store_selection_sql(analysis, ranks).sql(dialect="duckdb")
+        return store_selection_sql(analysis, ranks, store_source(analysis)).sql(dialect="duckdb")
     if store:
-        return selection_sql(analysis, exp.table_(analysis.table.name, quoted=True), ranks).sql(dialect="duckdb")
-    return render(selection_sql(analysis, source_table(analysis), ranks), target)
+        return selection_sql(analysis, store_source(analysis), ranks).sql(dialect="duckdb")
+    return render(selection_sql(analysis, with_computed(analysis, source_table(analysis)), ranks), target)
 
 
 def choose_bound(

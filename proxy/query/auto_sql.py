@@ -9,7 +9,8 @@ from proxy.query import auto_bounds as auto
 from proxy.query import auto_clamp, auto_groups, auto_total
 from proxy.query.analyse import Analysis
 from proxy.query.render import Target, render
-from proxy.query.rewrite import source_table
+from proxy.query.rewrite import source_table, with_computed
+from proxy.query.rewrite_cells import store_source
 from proxy.query.rewrite_ranked import uses_rank_filter
 
 
@@ -32,7 +33,8 @@ def histograms(analysis: Analysis, chooser: auto.AutoBounds, store: bool, target
     """One histogram query per selection (a clamp's lower and upper bound share one), each returning
     (__a, __b, __n): over the bounding store (its stored ranks where its rank filter serves the query, else its
     table), or over the source as the per-query rewrite reads it, rendered for `target`."""
-    table = exp.table_(analysis.table.name, quoted=True)
+    # what the query reads: the store's table, or a join's or computed keys' virtual table (over the store)
+    source = store_source(analysis) if store else with_computed(analysis, source_table(analysis))
     served = store and uses_rank_filter(analysis)
 
     def text(tree: exp.Select) -> str:
@@ -47,18 +49,17 @@ def histograms(analysis: Analysis, chooser: auto.AutoBounds, store: bool, target
             rows = auto.selection_text(analysis, store, target, ranks)
             out.append(f"SELECT __c AS __a, {'__r' if ranks else 0} AS __b, __cells AS __n FROM ({rows}) AS __rows")
         elif part.bound == "max_groups":
-            source = table if store else source_table(analysis)
-            out.append(text(auto_groups.store_groups_sql(analysis) if served else
+            out.append(text(auto_groups.store_groups_sql(analysis, source) if served else
                             auto_groups.groups_sql(analysis, source)))
         elif part.bound == "total":  # each unit's total under the WHERE, every row (auto_total.py)
             spec = analysis.table.column(part.column or "")
             assert spec is not None
-            source = table if store else source_table(analysis)
             limit = auto_total.total_limit(analysis, spec)
-            out.append(text(auto_total.histogram_sql(analysis, spec, source, limit, stored=store)))
+            # the store's column clamped at the limit, except in a join's virtual table (clamped per query there)
+            stored = store and analysis.source is None
+            out.append(text(auto_total.histogram_sql(analysis, spec, source, limit, stored=stored)))
         else:
             spec = analysis.table.column(part.column or "")
             assert spec is not None
-            source = table if store else source_table(analysis)
             out.append(text(auto_clamp.clamp_sql(analysis, spec, 0, source, store, served)))
     return tuple(out)

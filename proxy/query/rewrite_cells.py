@@ -143,8 +143,8 @@ def stored_grid(analysis: Analysis, measure: Measure) -> exp.Expr | None:
     itself with fixed bounds, at the column's own grid); None: clamp per query. An auto-bounds column whose
     clamp is chosen never reads the stored grid: the store clamped it at the declared limit, and a spec carrying
     a chosen, tighter clamp would otherwise pass the comparison below while the noise is sized for the tighter
-    clamp. A capped sum (auto_total.py) is always clamped at the declared limit (auto_bounds.at_bound refuses a
-    clamp on a capped column), so it reads the stored grid."""
+    clamp. A capped sum (auto_total.py) is always clamped at the declared limit (auto_bounds.at_bound keeps it
+    there even when the query chose a clamp for the column's quantiles), so it reads the stored grid."""
     spec = analysis.table.column(measure.column or "")
     chosen_clamp = spec is not None and spec.auto_bounds and not measure.cap
     if measure.kind == "values" or measure.expr or spec is None or spec.bounds is None or chosen_clamp or (
