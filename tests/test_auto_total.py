@@ -143,3 +143,24 @@ def test_a_release_without_the_scaling_fails_the_check_the_capped_one_passes(que
             else:
                 with pytest.raises(AssertionError):
                     assert_release_within(_keyed(before, n_keys), _keyed(after, n_keys), at, 6, query)
+
+
+def test_a_sum_keeps_its_cap_and_declared_clamp_when_the_columns_median_chooses_a_clamp() -> None:
+    """SUM and MEDIAN of one auto column in one query: the sum is capped (its sensitivity min(C, g·k·M) reads the
+    declared clamp M), the median's grid is the chosen clamp; the sum's measure is exactly the one a query of the
+    sum alone runs at the same cap, so the clamp chosen for the median never reaches it."""
+    mixed = analyse(parse("SELECT g, SUM(x), MEDIAN(x) FROM t GROUP BY g"), CATALOG, canonical_units=True)
+    alone = analyse(parse("SELECT g, SUM(x) FROM t GROUP BY g"), CATALOG, canonical_units=True)
+    spec = mixed.table.column("x")
+    assert spec is not None and spec.bounds is not None
+    assert ("total", spec) in auto.needed(mixed) and ("upper", spec) in auto.needed(mixed)
+    assert auto.needed(alone) == (("total", spec),)
+    lo, hi = spec.bounds
+    chosen = (lo, lo + (hi - lo) / 4)
+    at = auto.at_bound(mixed, 2, 1, (("x", *chosen),), (("x", 7),))
+    (summed,) = [m for m in at.measures if m.kind == "sum"]
+    (ranked,) = [m for m in at.measures if m.kind == "histogram"]
+    assert summed == auto.at_bound(alone, 2, 1, (), (("x", 7),)).measures[0] and summed.cap == 7
+    assert summed.release_l1(1, 2) == 7
+    declared = auto.at_bound(alone, 2, 1).measures[0]
+    assert (summed.lo, summed.hi) == (declared.lo, declared.hi) and (ranked.lo, ranked.hi) != (declared.lo, declared.hi)

@@ -86,6 +86,17 @@ def test_a_median_chooses_rows_groups_and_its_grid(client: httpx.Client) -> None
     assert all(0 <= row[1] <= upper for row in answer["rows"] if row[1] is not None)  # type: ignore[index, union-attr]
 
 
+def test_a_sum_and_a_median_of_one_column_choose_its_cap_and_its_clamp(client: httpx.Client) -> None:
+    answer = _ask(client, "/v1/query", sql="SELECT category, SUM(amount), MEDIAN(amount) FROM visits "
+                  "GROUP BY category", epsilon=0.5)
+    bounds = answer["bounds"]
+    assert isinstance(bounds, dict)
+    assert [(p["bound"], p["column"]) for p in bounds["parts"]] == [("max_rows", None), ("max_groups", None),
+                                                                    ("total", "amount"), ("upper", "amount")]
+    upper = bounds["parts"][3]["value"]
+    assert all(0 <= row[2] <= upper for row in answer["rows"] if row[2] is not None)  # type: ignore[index, union-attr]
+
+
 def test_a_join_chooses_its_bound_from_the_joined_rows(client: httpx.Client) -> None:
     answer = _ask(client, "/v1/query", sql="SELECT plan, COUNT(*) FROM visits JOIN users USING (user_id) "
                   "WHERE plan <> 'free' GROUP BY plan", epsilon=0.5)

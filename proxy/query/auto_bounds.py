@@ -396,23 +396,20 @@ def at_bound(analysis: Analysis, k: int, g: int | None = None,
     cap_of = {name.lower(): cap for name, cap in caps}
     measures = analysis.measures
     if chosen or cap_of:
-        columns, capped_only = [], []
+        columns = []
         for c in table.columns:
             bounds = chosen.get(c.name.lower())
             if c.name.lower() in cap_of:
                 assert c.auto_bounds and cap_of[c.name.lower()] >= 1
                 c = dataclasses.replace(c, total_cap=cap_of[c.name.lower()])
-            capped_only.append(c)
             if bounds is not None:
                 assert c.auto_bounds and c.bounds is not None and c.bounds[0] <= bounds[0] <= bounds[1] <= c.bounds[1]
-                c = dataclasses.replace(c, bounds=bounds)
+                # a capped sum keeps the declared clamp (cap_bounds) when the column's quantiles or spreads chose
+                # a tighter one: the cap, not the clamp, bounds it (the rewrite clamps each measure at its own)
+                c = dataclasses.replace(c, bounds=bounds, cap_bounds=c.bounds if capped(c, table) else None)
             columns.append(c)
         table = dataclasses.replace(table, columns=tuple(columns))
-        # A capped sum keeps the declared clamp even when the query's quantiles or spreads of the same column chose
-        # a tighter one: the cap, not the clamp, bounds it (the rewrite clamps each measure at its own lo, hi).
-        at_limit = measures_for(analysis.aggregates, dataclasses.replace(table, columns=tuple(capped_only)))
-        measures = tuple(d if d.cap else m for m, d in zip(measures_for(analysis.aggregates, table), at_limit,
-                                                            strict=True))
+        measures = measures_for(analysis.aggregates, table)
         assert [m.kind for m in measures] == [m.kind for m in analysis.measures]
     bounded = dataclasses.replace(table, max_rows=k, max_groups=g if analysis.max_groups > 1 else table.max_groups)
     return dataclasses.replace(analysis, table=bounded, max_groups=g, measures=measures)

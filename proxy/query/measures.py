@@ -225,6 +225,8 @@ def measures_of(aggregate: Aggregate, table: TableSchema) -> tuple[Measure, ...]
         return (date_histogram(column),)
     grid, lo, hi = fixed_point(column)
     if capped(column, table) and aggregate.kind in ("sum", "avg"):  # AVG = capped SUM / COUNT, uncentred
+        if column.cap_bounds is not None:  # clamped at the declared limits, whatever the column's quantiles chose
+            grid, lo, hi = fixed_point(dataclasses.replace(column, bounds=column.cap_bounds))
         total = Measure("sum", column.name, grid, lo, hi, cap=column.total_cap)
         return (total,) if aggregate.kind == "sum" else (total, Measure("values", column.name))
     if aggregate.kind in SPREAD_KINDS:  # count, centred sum and centred sum of squares, on a coarser grid
