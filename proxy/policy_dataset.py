@@ -143,7 +143,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     auto_q = _float(raw, "auto_bounds_quantile", loc, p, default=DEFAULT_AUTO_QUANTILE)
     if auto_q is not None and not 0.5 <= auto_q < 1:
         p.add(f"{loc}.auto_bounds_quantile", f"must be a number in [0.5, 1), got {auto_q!r}")
-    bounding = _str(raw, "bounding", loc, p, default="per_query" if engine == "spark" else "store")  # no store on Spark
+    bounding = _str(raw, "bounding", loc, p, default="per_query" if engine == "spark" else "store")
     if bounding is not None and bounding not in get_args(Bounding):
         p.add(f"{loc}.bounding", f"must be one of {', '.join(get_args(Bounding))}, got {bounding!r}")
     declared = _named_tables(raw, "tables", loc, IDENTIFIER, p)
