@@ -27,6 +27,8 @@ from proxy.engines.spark_config import SparkSource, SparkTable
 from proxy.engines.spark_store import SparkStoreEngine
 from proxy.query import plan, ranked
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+from proxy.query.errors import QueryError
+from proxy.query.render import render_text
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
 from proxy.store import deployment_key
@@ -78,7 +80,7 @@ def test_the_spark_store_holds_the_same_rows_and_ranks_as_duckdbs(stores: Any) -
         columns = ", ".join(f'"{c[0]}"' for c in con.execute(f'DESCRIBE "{table.name}"').fetchall())
         assert "__row_rank" in columns
         on_duckdb = sorted(con.execute(f'SELECT {columns} FROM "{table.name}"').fetchall(), key=repr)
-        on_spark = sorted(spark.run(f'SELECT {columns} FROM "{table.name}"').rows, key=repr)
+        on_spark = sorted(spark.run(render_text(f'SELECT {columns} FROM "{table.name}"', spark.target)).rows, key=repr)
         assert on_spark == on_duckdb and len(on_spark) in (200, 3000), table.name
 
 
@@ -87,7 +89,7 @@ def test_every_workload_query_on_the_store_gives_the_same_rows_on_both_engines(s
     env, spark, con = stores
     planned = plan(sql, env.policy.dataset("demo").catalog, epsilon=1.0, delta=1e-6, mechanism="laplace", salt=7,
                    bounding="store")
-    on_spark = spark.run(planned.sql).rows
+    on_spark = spark.run(render_text(planned.sql, spark.target)).rows
     assert on_spark, sql
     assert sorted(on_spark, key=repr) == sorted(con.execute(planned.sql).fetchall(), key=repr), sql
 
@@ -100,6 +102,11 @@ def test_the_proxy_answers_a_spark_dataset_from_its_store(stores: Any) -> None:
     assert prepared.plan.tree is None  # the store's rank filter, not per-query windows
     answer = pipeline.answer(prepared, analyst, env, lambda charge: None)
     assert len(answer.release.rows) == 8
+    # rendered for Spark before the charge: what Spark cannot compute alike is refused for free
+    modulo = pipeline.prepare(QueryRequest(sql="SELECT COUNT(*) FROM visits WHERE duration_s % 2 = 0"), analyst,
+                              env.policy, 12)
+    with pytest.raises(QueryError, match="Mod in a computed value is not rendered for Spark"):
+        pipeline.engine_sql(modulo.plan, env.engine("demo"))
 
 
 # --- a changed source is rebuilt and swapped; the oracle on the Spark store -----------------------------------
@@ -137,8 +144,9 @@ def test_a_changed_source_is_rebuilt_and_the_oracle_holds_on_the_spark_store(tmp
     try:
         def results() -> list[dict[tuple[object, ...], tuple[int, ...]]]:
             keys = [len(p.analysis.keys) for p in plans]
-            return [{tuple(r[:k]): tuple(oracle_db.as_int(v) for v in r[k:]) for r in store.run(p.sql).rows}
-                    for p, k in zip(plans, keys, strict=True)]
+            rows = [store.run(render_text(p.sql, store.target)).rows for p in plans]
+            return [{tuple(r[:k]): tuple(oracle_db.as_int(v) for v in r[k:]) for r in found}
+                    for found, k in zip(rows, keys, strict=True)]
 
         first, big = store.path, results()
         _write(path, OTHERS)  # D′: the heavy unit removed

@@ -13,8 +13,9 @@ Promises, as the DuckDB store's (proxy/store.py):
   next answer; a rebuild swaps the views atomically: a query runs on one store from start to end, and an old
   store's views are dropped once its last query has finished.
 
-Queries arrive as DuckDB text, as on the DuckDB store (the pipeline renders a plan for an engine's `target`,
-and this engine has none): `run` renders each for Spark through render.py's check, over the store's views.
+Queries are rendered for the engine's `target` before the charge, as on a Spark dataset bounded per query (the
+store's SQL, DuckDB text, through render.py's check: `render_text`); the target's views keep their names across
+rebuilds (`__dp_<dataset>__store__<table>`, replaced by the new store's), so SQL rendered before a swap runs after it.
 
 Example:
     >>> store_path(Path("/d"), "demo", "0123456789abcdef0123")
@@ -34,13 +35,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from proxy.engines.base import ExecutionFailed, Rows
+from proxy.engines.base import Rows
 from proxy.engines.spark_config import SparkSource, SparkTable
 from proxy.engines.spark_engine import SparkEngine
 from proxy.query import ranked
 from proxy.query.catalog import Catalog
-from proxy.query.errors import QueryError
-from proxy.query.render import render_built, render_text
+from proxy.query.render import Target, render_built
 from proxy.store import FORMAT, StoreError, StoreUnavailable, deployment_key
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,8 @@ def build_spark_store(dataset: str, source: SparkSource, catalog: Catalog, direc
 
 def open_spark_store(path: Path, stamp: str, dataset: str, master: str, catalog: Catalog,
                      timeout_s: float) -> SparkEngine | None:
-    """Views over the store at `path`, if it is the store stamped `stamp`; else None."""
+    """The store at `path`, if it is the store stamped `stamp`, as the dataset's store views (replacing those of
+    an earlier store); else None."""
     try:
         meta = json.loads((path / META_FILE).read_text())
     except (OSError, ValueError):
@@ -143,15 +144,15 @@ def open_spark_store(path: Path, stamp: str, dataset: str, master: str, catalog:
         return None
     tables = tuple(SparkTable(t.name, "parquet", str(path / t.name)) for t in catalog.tables)
     try:
-        return SparkEngine(f"{dataset}__store_{stamp[:12]}", SparkSource(master, tables), timeout_s=timeout_s)
+        return SparkEngine(f"{dataset}__store", SparkSource(master, tables), timeout_s=timeout_s)
     except Exception as err:
         log.warning("bounding store %s cannot be opened (%s); it will be rebuilt", path.name, err)
         return None
 
 
 class SparkStoreEngine:
-    """The engine of a Spark dataset whose queries read its bounding store. Thread-safe; `run` takes DuckDB
-    text (module docstring)."""
+    """The engine of a Spark dataset whose queries read its bounding store. Thread-safe; `run` as
+    SparkEngine.run, for SQL rendered for `target`."""
 
     def __init__(self, dataset: str, source: SparkSource, catalog: Catalog, directory: Path, *,
                  timeout_s: float = 30.0) -> None:
@@ -170,6 +171,11 @@ class SparkStoreEngine:
     @property
     def path(self) -> Path:
         return store_path(self.directory, self.dataset, self._stamp)
+
+    @property
+    def target(self) -> Target:
+        """Spark's dialect over the store's views (their names never change: module docstring)."""
+        return SparkSource(self.source.master, self.source.tables).target(f"{self.dataset}__store")
 
     def refresh(self) -> None:
         """Make sure the current store is the store of the sources as they are now; rebuild it if not.
@@ -205,14 +211,9 @@ class SparkStoreEngine:
             self._swap(engine, stamp)
 
     def run(self, sql: str, timeout_s: float | None = None) -> Rows:
-        """Run the DuckDB text `sql` rendered for Spark on the current store (one store from start to end)."""
+        """Run `sql` (rendered for `target`) on the current store; its files stay until the query has finished."""
         with self._lease() as engine:
-            try:
-                text = render_text(sql, engine.target)
-            except QueryError as err:  # generated SQL always renders: a defect, reported with a fixed message
-                log.error("store SQL not rendered for Spark: %s", err)
-                raise ExecutionFailed() from None
-            return engine.run(text, timeout_s)
+            return engine.run(sql, timeout_s)
 
     def ready(self, timeout_s: float) -> None:
         with self._lease() as engine:
@@ -223,11 +224,11 @@ class SparkStoreEngine:
             return engine.columns(table)
 
     def close(self) -> None:
+        """Drop the store's views (the store stays on disk for the next start)."""
         with self._state:
-            engines = [*self._retired, *([self._current] if self._current else [])]
-            self._retired, self._current = [], None
-        for engine in engines:
-            engine.close()
+            current, self._retired, self._current = self._current, [], None
+        if current is not None:
+            current.close()
 
     def _swap(self, engine: SparkEngine, stamp: str) -> None:
         with self._state:
@@ -236,9 +237,9 @@ class SparkStoreEngine:
                 self._retired.append(old)
             idle = [e for e in self._retired if not self._leases.get(id(e))]
             self._retired = [e for e in self._retired if self._leases.get(id(e))]
-        for e in idle:
-            e.close()
-        keep = {self.path.name, *(Path(e.source.tables[0].location).parent.name for e in self._retired)}
+        for e in idle:  # its views are the new store's now: only its files go
+            _remove(_directory(e))
+        keep = {self.path.name, *(_directory(e).name for e in self._retired)}
         for stale in self.directory.glob(f"{self.dataset}.spark-store-*"):  # stores of earlier sources or keys
             if stale.name not in keep:
                 _remove(stale)
@@ -262,8 +263,12 @@ class SparkStoreEngine:
                 if done:
                     self._retired.remove(engine)
             if done:
-                engine.close()
-                _remove(Path(engine.source.tables[0].location).parent)  # an old store
+                _remove(_directory(engine))  # an old store, whose views the current one has replaced
+
+
+def _directory(engine: SparkEngine) -> Path:
+    """The store directory an engine's views read."""
+    return Path(engine.source.tables[0].location).parent
 
 
 def _read_only(root: Path) -> None:

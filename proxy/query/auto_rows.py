@@ -151,10 +151,10 @@ def selection_text(analysis: Analysis, store: bool, target: Target, ranks: bool 
     """The histogram query as the engine reads it: over the bounding store (its stored counts where the rank
     filter serves the query, else its table), or over the source as the per-query rewrite reads it, rendered
     for `target` (render.py checks it for Spark)."""
-    if store and uses_rank_filter(analysis):
-        return store_selection_sql(analysis, ranks).sql(dialect="duckdb")
+    if store and uses_rank_filter(analysis):  # (the DuckDB store has no target: DuckDB's text)
+        return render(store_selection_sql(analysis, ranks), target)
     if store:
-        return selection_sql(analysis, exp.table_(analysis.table.name, quoted=True), ranks).sql(dialect="duckdb")
+        return render(selection_sql(analysis, exp.table_(analysis.table.name, quoted=True), ranks), target)
     return render(selection_sql(analysis, source_table(analysis), ranks), target)
 
 
