@@ -8,6 +8,8 @@ meaning-preserving rewrites, so both engines compute the same rows before noise:
 - text compares under binary collation on both engines, which is Spark's default: COLLATE is dropped
   (Spark 4 names the binary collation UTF8_BINARY, not `binary`);
 - a LIKE pattern's backslashes are doubled: Spark reads `\\` as its escape character, DuckDB as a letter;
+- a group key read through ANY_VALUE in a HAVING (the store's public domain test) is read as the key itself:
+  the same value, and Spark then aggregates by hashing, not sorting;
 - DuckDB's 64-bit HASH (the per-query order of a unit's cells on the bounding store, rewrite_cells.py) is Spark's
   64-bit XXHASH64: another function of the same values, so such a query keeps other cells on Spark than on
   DuckDB, each a function of the unit's own cells and the salt;
@@ -193,6 +195,11 @@ def _for_spark(node: exp.Expr, tables: dict[str, str]) -> exp.Expr:
         digits = node.this.expression
         conv = exp.Anonymous(this="CONV", expressions=[digits, exp.Literal.number(16), exp.Literal.number(10)])
         return exp.cast(conv, node.to)
+    if isinstance(node, exp.IgnoreNulls | exp.AnyValue) and node.find_ancestor(exp.Having) is not None:
+        # the store's HAVING reads a group key through ANY_VALUE (rewrite_ranked.py: it keeps DuckDB from pushing
+        # the test into the scan); Spark aggregates ANY_VALUE of text by sorting, and reads the key as it is
+        inner = node.this.this if isinstance(node.this, exp.AnyValue) else node.this
+        return inner.transform(_for_spark, tables)
     if isinstance(node, exp.Anonymous) and node.name.upper() == "HASH":  # the store's per-query order of cells
         return exp.Anonymous(this="XXHASH64", expressions=node.expressions)
     if isinstance(node, exp.Table) and node.name.lower() in tables:
