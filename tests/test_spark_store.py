@@ -1,7 +1,8 @@
 """The bounding store on Spark (proxy/engines/spark_store.py), in-process on local[2]: built by the proxy's start-up
-from the demo's Parquet, it holds the same rows and ranks as the store DuckDB builds with the same explicit keyed
-hash; every workload query on the store path gives the same rows before noise on both engines; the proxy answers
-from it; a changed source is rebuilt and swapped; and the neighbouring-dataset oracle holds on it.
+from the demo's Parquet, it holds the same rows and ranks as the store DuckDB builds (proxy/store.py; both order by
+the explicit keyed hash); every workload query on the store path gives the same rows before noise on both engines;
+the proxy answers from it, refusing before the charge what Spark cannot compute alike; a changed source is
+rebuilt and swapped; and the neighbouring-dataset oracle holds on it.
 
 One Spark session serves the whole test run (proxy.engines.spark_engine.session is per process).
 """
@@ -25,13 +26,13 @@ from proxy.app import build_env
 from proxy.demo import build_demo
 from proxy.engines.spark_config import SparkSource, SparkTable
 from proxy.engines.spark_store import SparkStoreEngine
-from proxy.query import plan, ranked
+from proxy.query import plan
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.errors import QueryError
 from proxy.query.render import render_text
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
-from proxy.store import deployment_key
+from proxy.store import StoreEngine
 from tests import oracle_db
 from tests.spark_data import MASTER, export_parquet, spark_policy
 
@@ -49,9 +50,9 @@ QUERIES = (
 
 
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, SparkStoreEngine, Any]]:
+def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, SparkStoreEngine, StoreEngine]]:
     """The demo (200 users, 3000 visits) served from its Spark store, built by the proxy's start-up, and the
-    store DuckDB builds from the same rows with the same key and hash."""
+    DuckDB store proxy/store.py builds from the same rows with the same key."""
     directory = tmp_path_factory.mktemp("spark-store")
     demo = build_demo(directory / "demo", users=200, rows=3000)
     policy = spark_policy(demo.policy, export_parquet(demo.database, directory / "parquet"), directory / "spark",
@@ -59,39 +60,35 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Spar
     env = build_env(Settings(policy=policy, ledger=str(directory / "ledger.sqlite"), query_timeout_s=600))
     spark = env.engine("demo")
     assert isinstance(spark, SparkStoreEngine)
-    key = deployment_key(spark.directory)
-    con = duckdb.connect()
-    con.execute(f"ATTACH '{demo.database}' AS src (READ_ONLY)")
-    dataset = env.policy.dataset("demo")
-    for table in dataset.catalog.tables:
-        con.execute(f'CREATE TABLE "{table.name}" AS {ranked.select_sql(table, key, f"src.{table.name}", "keyed")}')
+    duck = StoreEngine("demo", demo.database, env.policy.dataset("demo").catalog, spark.directory, threads=2,
+                       memory_limit="1GB", timeout_s=600)
     try:
-        yield env, spark, con
+        yield env, spark, duck
     finally:
-        con.close()
+        duck.close()
         for _, engine in env.engines:
             engine.close()
 
 
 def test_the_spark_store_holds_the_same_rows_and_ranks_as_duckdbs(stores: Any) -> None:
-    env, spark, con = stores
+    env, spark, duck = stores
     assert oct(spark.path.stat().st_mode & 0o777) == "0o555"  # never writable after its build
     for table in env.policy.dataset("demo").catalog.tables:
-        columns = ", ".join(f'"{c[0]}"' for c in con.execute(f'DESCRIBE "{table.name}"').fetchall())
+        columns = ", ".join(f'"{c}"' for c in duck.columns(table.name))
         assert "__row_rank" in columns
-        on_duckdb = sorted(con.execute(f'SELECT {columns} FROM "{table.name}"').fetchall(), key=repr)
+        on_duckdb = sorted(duck.run(f'SELECT {columns} FROM "{table.name}"').rows, key=repr)
         on_spark = sorted(spark.run(render_text(f'SELECT {columns} FROM "{table.name}"', spark.target)).rows, key=repr)
         assert on_spark == on_duckdb and len(on_spark) in (200, 3000), table.name
 
 
 @pytest.mark.parametrize("sql", QUERIES)
 def test_every_workload_query_on_the_store_gives_the_same_rows_on_both_engines(stores: Any, sql: str) -> None:
-    env, spark, con = stores
+    env, spark, duck = stores
     planned = plan(sql, env.policy.dataset("demo").catalog, epsilon=1.0, delta=1e-6, mechanism="laplace", salt=7,
                    bounding="store")
     on_spark = spark.run(render_text(planned.sql, spark.target)).rows
     assert on_spark, sql
-    assert sorted(on_spark, key=repr) == sorted(con.execute(planned.sql).fetchall(), key=repr), sql
+    assert sorted(on_spark, key=repr) == sorted(duck.run(planned.sql).rows, key=repr), sql
 
 
 def test_the_proxy_answers_a_spark_dataset_from_its_store(stores: Any) -> None:

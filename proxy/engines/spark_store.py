@@ -2,8 +2,8 @@
 
 Promises, as the DuckDB store's (proxy/store.py):
 - the ranks are keyed by the deployment key (`bounding.key` beside the ledger) through the explicit keyed hash
-  (keyed_hash.py, `ranked.select_sql(hash="keyed")`), which DuckDB and Spark compute identically: the store
-  holds the same rows and ranks whichever engine builds it (tests/test_spark_store.py);
+  (keyed_hash.py, `ranked.STORE_HASH`), which DuckDB and Spark compute identically: the store holds the same
+  rows and ranks whichever engine builds it (tests/test_spark_store.py);
 - a store is a directory `<dataset>.spark-store-<stamp>` of one Parquet directory per table and a meta file,
   named and stamped with a fingerprint of its sources (every Parquet file's path, size and mtime), the catalog,
   the key (by its hash) and the store format; a store whose meta differs is never used: it is rebuilt;
@@ -46,7 +46,6 @@ from proxy.store import FORMAT, StoreError, StoreUnavailable, deployment_key
 log = logging.getLogger(__name__)
 
 META_FILE = "_store_meta.json"
-HASH = "keyed"  # the explicit keyed hash: the same ranks on every engine
 
 
 def source_files(source: SparkSource) -> list[tuple[str, str, int, int]]:
@@ -72,7 +71,7 @@ def source_files(source: SparkSource) -> list[tuple[str, str, int, int]]:
 def identity(catalog: Catalog, key: str) -> str:
     """The store's meaning apart from its source: format, hash, catalog and key (by its hash)."""
     key_hash = hashlib.sha256(key.encode()).hexdigest()
-    return hashlib.sha256(json.dumps([FORMAT, HASH, repr(catalog), key_hash]).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([FORMAT, ranked.STORE_HASH, repr(catalog), key_hash]).encode()).hexdigest()
 
 
 def stamp_of(source: SparkSource, ident: str) -> str:
@@ -110,7 +109,7 @@ def build_spark_store(dataset: str, source: SparkSource, catalog: Catalog, direc
                         f"dataset {dataset}: table {table.name} is declared one_row_per_unit but {counted[0][0]} "
                         f"of its rows share their {table.privacy_unit} with an earlier row; remove the declaration")
             begun = time.perf_counter()
-            text = render_built(ranked.select_sql(table, key, f'"{table.name}"', HASH), views)
+            text = render_built(ranked.select_sql(table, key, f'"{table.name}"'), views)
             spark.sql(text).write.parquet(str(temp / table.name))
             log.info("bounding store of %s: table %s ranked in %.1f s", dataset, table.name,
                      time.perf_counter() - begun)

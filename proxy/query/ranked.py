@@ -32,7 +32,8 @@ from proxy.query.rewrite import row_value
 
 ROW_RANK = "__row_rank"
 UNIT_ROWS = "__unit_rows"
-Hash = Literal["duckdb", "keyed"]  # DuckDB's HASH (DuckDB's store), or keyed_hash.py (any engine: Spark's store)
+Hash = Literal["duckdb", "keyed"]  # DuckDB's HASH, or the explicit keyed hash (keyed_hash.py) every engine computes
+STORE_HASH: Hash = "keyed"  # the stores' hash, on DuckDB and Spark alike: the same rows and ranks on both engines
 
 
 def grid_value(column: str) -> str:
@@ -68,8 +69,9 @@ def ranked_columns(table: TableSchema) -> tuple[ColumnSpec, ...]:
     return tuple(c for c in table.columns if c.groupable and not c.unit_level and c.name != table.privacy_unit)
 
 
-def build_sql(table: TableSchema, key: str, source: str = "src") -> str:
-    """`CREATE TABLE <table> AS …` reading `<source>.<table>`, with ranks keyed by `key` (the deployment's).
+def build_sql(table: TableSchema, key: str, source: str = "src", hash: Hash = STORE_HASH) -> str:
+    """`CREATE TABLE <table> AS …` reading `<source>.<table>`, with ranks keyed by `key` (the deployment's) through
+    `hash` (`select_sql`; the example shows the structure with DuckDB's HASH, shorter to print).
 
     Two window levels, each sorting once (build time, bench/README.md): the first orders each unit's rows by
     their keyed hash (`__row_rank`, the unit's row count and canonical values); the second, per ranked column c,
@@ -83,13 +85,13 @@ def build_sql(table: TableSchema, key: str, source: str = "src") -> str:
     Example:
         >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
         ...     ColumnSpec("r", "VARCHAR", unit_level=True, groupable=True)))
-        >>> print(build_sql(t, "k1"))
+        >>> print(build_sql(t, "k1", hash="duckdb"))
         CREATE TABLE "t" AS SELECT * EXCLUDE (__unit), ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary", __row_rank) - RANK() OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary") + 1 AS __row_rank__g, COUNT(*) OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary") - RANK() OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary") + 1 AS __cell_rows__g, DENSE_RANK() OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary") AS __group_rank__g FROM (SELECT "u", "g" COLLATE "binary" AS "g", MIN("r" COLLATE "binary") OVER (PARTITION BY __unit) AS "r", __unit, ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY __h, "g" COLLATE "binary") AS __row_rank, COUNT(*) OVER (PARTITION BY __unit) AS __unit_rows FROM (SELECT *, "u" AS __unit, HASH('k1', "u", "u", "g" COLLATE "binary", "r" COLLATE "binary") AS __h FROM "src"."t" WHERE NOT "u" IS NULL) AS __keyed) AS __ranked
     """
-    return f"CREATE TABLE {_name(table.name)} AS {select_sql(table, key, f'{_name(source)}.{_name(table.name)}')}"
+    return f"CREATE TABLE {_name(table.name)} AS {select_sql(table, key, f'{_name(source)}.{_name(table.name)}', hash)}"
 
 
-def select_sql(table: TableSchema, key: str, source: str, hash: Hash = "duckdb") -> str:
+def select_sql(table: TableSchema, key: str, source: str, hash: Hash = STORE_HASH) -> str:
     """The store's rows of `table` read from `source` (DuckDB SQL; render.py turns it into Spark's), ranked by
     `hash`: DuckDB's HASH keyed by `key`, or the explicit keyed hash salted by `key_salt(key)`, which DuckDB and
     Spark compute identically (keyed_hash.py), so a store built on either engine holds the same ranks.
@@ -181,8 +183,8 @@ def key_salt(key: str) -> int:
 
 
 def hash_sql(*parts: str) -> str:
-    """The keyed hash of the DuckDB store's ranks (DuckDB's HASH; the first part is the key). A store meant to be
-    read on another engine (Spark's) is built with the explicit keyed hash instead (`select_sql(hash="keyed")`).
+    """DuckDB's HASH of the parts (the first is the key): the store's hash before the explicit keyed hash
+    (`STORE_HASH`), kept to measure one against the other (bench/spark_latency.py).
 
     Example:
         >>> print(hash_sql("'k'", '"u"'))
