@@ -90,7 +90,7 @@ class Answer:
 
 def engine_sql(planned: QueryPlan, engine: QueryEngine | StoreEngine) -> str:
     """The plan's query as `engine` reads it: its tree through the engine's dialect (proxy/query/render.py);
-    a bounding store's SQL, which has no tree, as it is."""
+    a bounding store's SQL, which has no tree, as it is for DuckDB and through `render_text` for Spark's store."""
     target = getattr(engine, "target", DUCKDB)
     if planned.tree is None:  # a bounding store's SQL: DuckDB's text, rendered for Spark's store (render_text)
         return planned.sql if target.dialect == "duckdb" else render_text(planned.sql, target)
