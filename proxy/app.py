@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
@@ -36,13 +36,16 @@ from proxy.settings import Settings
 from proxy.store import StoreEngine
 from proxy.throttle import Throttle
 
+if TYPE_CHECKING:
+    from proxy.engines.spark_store import SparkStoreEngine
+
 log = logging.getLogger(__name__)
 
 
 def build_env(settings: Settings, *, timed: StageTimer = untimed) -> Env:
     """Load and check everything at start-up, refusing to serve on any mismatch."""
     policy = load_policy(settings.policy)
-    engines: list[tuple[str, QueryEngine | StoreEngine]] = []
+    engines: list[tuple[str, QueryEngine | StoreEngine | SparkStoreEngine]] = []
     try:
         for dataset in policy.datasets:
             engine = open_engine(dataset.name, dataset.engine, dataset.path, dataset.spark,
@@ -71,8 +74,13 @@ def store_dir(settings: Settings, policy: Policy) -> Path:
     return settings.store_dir or policy.ledger.parent
 
 
-def open_bounding_store(dataset: DatasetPolicy, directory: Path, settings: Settings) -> StoreEngine:
+def open_bounding_store(dataset: DatasetPolicy, directory: Path, settings: Settings) -> StoreEngine | SparkStoreEngine:
     """The dataset's bounding store beside the ledger, built (or rebuilt) first when missing or stale."""
+    if dataset.engine == "spark" and dataset.spark is not None:  # built by Spark as Parquet
+        from proxy.engines.spark_store import SparkStoreEngine
+
+        return SparkStoreEngine(dataset.name, dataset.spark, dataset.catalog, directory,
+                                timeout_s=settings.query_timeout_s)
     return StoreEngine(dataset.name, dataset.path, dataset.catalog, directory, threads=settings.threads,
                        memory_limit=settings.memory_limit, timeout_s=settings.query_timeout_s)
 

@@ -32,7 +32,7 @@ from proxy.query.analyse import public_cells
 from proxy.query.auto_bounds import ChosenBounds
 from proxy.query.errors import InvalidParameter, PolicyError
 from proxy.query.release import Release, release
-from proxy.query.render import DUCKDB, render
+from proxy.query.render import DUCKDB, render, render_text
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
 from proxy.store import StoreEngine
@@ -91,9 +91,11 @@ class Answer:
 
 def engine_sql(planned: QueryPlan, engine: QueryEngine | StoreEngine) -> str:
     """The plan's query as `engine` reads it: its tree through the engine's dialect (proxy/query/render.py);
-    a bounding store's SQL, which has no tree, as it is."""
+    a bounding store's SQL, which has no tree, as it is for DuckDB and through `render_text` for Spark's store."""
     target = getattr(engine, "target", DUCKDB)
-    return planned.sql if planned.tree is None else render(planned.tree, target)
+    if planned.tree is None:  # a bounding store's SQL: DuckDB's text, rendered for Spark's store (render_text)
+        return planned.sql if target.dialect == "duckdb" else render_text(planned.sql, target)
+    return render(planned.tree, target)
 
 
 def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int) -> Prepared:

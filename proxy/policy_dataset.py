@@ -147,7 +147,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     if auto_q is not None and not 0.5 <= auto_q < 1:
         p.add(f"{loc}.auto_bounds_quantile", f"must be a number in [0.5, 1), got {auto_q!r}")
     answer_time, padded_ms = _answer_time(raw, loc, p)
-    bounding = _str(raw, "bounding", loc, p, default="per_query" if engine == "spark" else "store")  # no store on Spark
+    bounding = _str(raw, "bounding", loc, p, default="per_query" if engine == "spark" else "store")
     if bounding is not None and bounding not in get_args(Bounding):
         p.add(f"{loc}.bounding", f"must be one of {', '.join(get_args(Bounding))}, got {bounding!r}")
     declared = _named_tables(raw, "tables", loc, IDENTIFIER, p)

@@ -35,7 +35,8 @@ from proxy.query.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
-FORMAT = 4  # bump when ranked.build_sql changes what a store holds (4: ties broken by row-level values only)
+FORMAT = 5  # bump when ranked.build_sql changes what a store holds (4: ties broken by row-level values only;
+# 5: ranks ordered by the explicit keyed hash, as on Spark, not DuckDB's HASH)
 KEY_FILE = "bounding.key"
 
 

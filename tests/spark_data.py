@@ -32,15 +32,16 @@ def export_parquet(database: Path, directory: Path, tables: tuple[str, ...] = TA
     return out
 
 
-def spark_policy(duckdb_policy: Path, parquet: dict[str, Path], directory: Path, master: str = MASTER) -> Path:
-    """A copy of a DuckDB policy (one dataset, `demo`) in `directory` whose dataset reads `parquet` on Spark."""
+def spark_policy(duckdb_policy: Path, parquet: dict[str, Path], directory: Path, master: str = MASTER,
+                 bounding: str = "per_query") -> Path:
+    """A copy of a DuckDB policy (one dataset, `demo`) in `directory` whose dataset reads `parquet` on Spark,
+    bounded per query (default) or by its bounding store built by Spark (`bounding = "store"`)."""
     directory.mkdir(parents=True, exist_ok=True)
     text = fixed_bounds(duckdb_policy.read_text(encoding="utf-8"))  # Spark parity is tested at fixed bounds
     sources = "\n".join(f"{t} = {{ parquet = {json.dumps(str(p))} }}" for t, p in parquet.items())
     text, found = re.subn(r"^path = .*\n", 'engine = "spark"\n', text, count=1, flags=re.MULTILINE)
     assert found == 1, "the policy has no path line"
-    # the bounding store is built by DuckDB only: a Spark dataset bounds per query
-    text = re.sub(r'^bounding = "store".*$', 'bounding = "per_query"', text, count=1, flags=re.MULTILINE)
+    text = re.sub(r'^bounding = "store".*$', f'bounding = "{bounding}"', text, count=1, flags=re.MULTILINE)
     head, tail = text.split("[datasets.demo.tables.", 1)
     spark = f'[datasets.demo.spark]\nmaster = "{master}"\n\n[datasets.demo.spark.tables]\n{sources}\n\n'
     text = head + spark + "[datasets.demo.tables." + tail

@@ -71,8 +71,10 @@ def test_every_kind_of_master_is_accepted(tmp_path: Path, master: str) -> None:
      'datasets.big.spark.tables.visits: must be { parquet = "path" } or { table = "[catalog.][db.]table" }'),
     ('engine = "spark"', 'master = "local[2]"\ntables = { visits = { parquet = "visits" }, users = '
      '{ parquet = "visits" } }', "", "datasets.big.spark.tables.users: is not a declared table"),
-    ('engine = "spark"\nbounding = "store"', GOOD_SPARK, "",
-     'datasets.big.bounding: the bounding store is built by DuckDB only; use bounding = "per_query" on Spark'),
+    ('engine = "spark"\nbounding = "store"', 'master = "local[2]"\ntables = { visits = { table = "db.visits" } }',
+     "", "datasets.big.spark.tables.visits: the bounding store on Spark needs a local Parquet source"),
+    ('engine = "spark"\nbounding = "store"', 'master = "local[2]"\ntables = { visits = { parquet = "s3a://b/v" } }',
+     "", "datasets.big.spark.tables.visits: the bounding store on Spark needs a local Parquet source"),
     ('engine = "spark"\npath = "x.duckdb"', GOOD_SPARK, "", "datasets.big.path: a Spark dataset has no DuckDB"),
     ('engine = "hive"', GOOD_SPARK, "", "datasets.big.engine: must be one of duckdb, spark, got 'hive'"),
     ('path = "x.duckdb"', GOOD_SPARK, "", 'datasets.big.spark: is read only with engine = "spark"'),
@@ -84,6 +86,11 @@ def test_spark_mistakes_are_reported_where_they_are(
 ) -> None:
     problems = policy_problems(_policy(tmp_path, dataset, spark, extra=extra))
     assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_a_spark_dataset_on_local_parquet_may_use_the_bounding_store(tmp_path: Path) -> None:
+    dataset = load_policy(_policy(tmp_path, 'engine = "spark"\nbounding = "store"', GOOD_SPARK)).dataset("big")
+    assert dataset is not None and dataset.bounding == "store"
 
 
 def test_a_declared_table_without_a_source_is_reported(tmp_path: Path) -> None:

@@ -97,8 +97,11 @@ def spark_problems(loc: str, source: SparkSource, tables: tuple[TableSchema, ...
         add(f"{loc}.spark.tables", f"declared table {missing} has no source")
     for extra in sorted(sources - declared):
         add(f"{loc}.spark.tables.{extra}", "is not a declared table")
-    if bounding == "store":
-        add(f"{loc}.bounding", 'the bounding store is built by DuckDB only; use bounding = "per_query" on Spark')
+    if bounding == "store":  # a rebuild is detected by the source files' stats (proxy/engines/spark_store.py)
+        for table in source.tables:
+            if table.kind != "parquet" or "://" in table.location:
+                add(f"{loc}.spark.tables.{table.name}", 'the bounding store on Spark needs a local Parquet source '
+                    '(its changes are detected by file sizes and mtimes); use bounding = "per_query"')
 
 
 def read_spark(raw: object, loc: str, base: Path, add: Add) -> SparkSource | None:

@@ -152,11 +152,12 @@ def store_selection_sql(analysis: Analysis, ranks: bool = False, source: exp.Exp
 def selection_text(analysis: Analysis, store: bool, target: Target, ranks: bool = False) -> str:
     """The histogram query as the engine reads it: over the bounding store (its stored counts where the rank
     filter serves the query, else its table), or over the source as the per-query rewrite reads it, rendered
-    for `target` (render.py checks it for Spark); a join's or computed keys' virtual table as the query reads it."""
+    for `target` (render.py checks it for Spark; the DuckDB store has no target: DuckDB's text); a join's or
+    computed keys' virtual table as the query reads it."""
     if store and uses_rank_filter(analysis):
-        return store_selection_sql(analysis, ranks, store_source(analysis)).sql(dialect="duckdb")
+        return render(store_selection_sql(analysis, ranks, store_source(analysis)), target)
     if store:
-        return selection_sql(analysis, store_source(analysis), ranks).sql(dialect="duckdb")
+        return render(selection_sql(analysis, store_source(analysis), ranks), target)
     return render(selection_sql(analysis, with_computed(analysis, source_table(analysis)), ranks), target)
 
 

@@ -38,7 +38,7 @@ def histograms(analysis: Analysis, chooser: auto.AutoBounds, store: bool, target
     served = store and uses_rank_filter(analysis)
 
     def text(tree: exp.Select) -> str:
-        return tree.sql(dialect="duckdb") if store else render(tree, target)
+        return render(tree, target)  # the DuckDB store's target is DUCKDB (its text); Spark's store has its own
 
     out: list[str] = []
     for part, slot in zip(chooser.parts, slots(chooser), strict=True):

@@ -20,15 +20,20 @@ A table declared one row per unit gets constant ranks (1): there is nothing to b
 
 from __future__ import annotations
 
+import hashlib
+from typing import Literal
+
 from sqlglot import exp
 
-from proxy.query import types
+from proxy.query import keyed_hash, types
 from proxy.query.catalog import ColumnSpec, PublicTable, TableSchema
 from proxy.query.measures import Measure, fixed_point
 from proxy.query.rewrite import row_value
 
 ROW_RANK = "__row_rank"
 UNIT_ROWS = "__unit_rows"
+Hash = Literal["duckdb", "keyed"]  # DuckDB's HASH, or the explicit keyed hash (keyed_hash.py) every engine computes
+STORE_HASH: Hash = "keyed"  # the stores' hash, on DuckDB and Spark alike: the same rows and ranks on both engines
 
 
 def grid_value(column: str) -> str:
@@ -64,8 +69,9 @@ def ranked_columns(table: TableSchema) -> tuple[ColumnSpec, ...]:
     return tuple(c for c in table.columns if c.groupable and not c.unit_level and c.name != table.privacy_unit)
 
 
-def build_sql(table: TableSchema, key: str, source: str = "src") -> str:
-    """`CREATE TABLE <table> AS …` reading `<source>.<table>`, with ranks keyed by `key` (the deployment's).
+def build_sql(table: TableSchema, key: str, source: str = "src", hash: Hash = STORE_HASH) -> str:
+    """`CREATE TABLE <table> AS …` reading `<source>.<table>`, with ranks keyed by `key` (the deployment's) through
+    `hash` (`select_sql`; the example shows the structure with DuckDB's HASH, shorter to print).
 
     Two window levels, each sorting once (build time, bench/README.md): the first orders each unit's rows by
     their keyed hash (`__row_rank`, the unit's row count and canonical values); the second, per ranked column c,
@@ -79,8 +85,24 @@ def build_sql(table: TableSchema, key: str, source: str = "src") -> str:
     Example:
         >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
         ...     ColumnSpec("r", "VARCHAR", unit_level=True, groupable=True)))
-        >>> print(build_sql(t, "k1"))
+        >>> print(build_sql(t, "k1", hash="duckdb"))
         CREATE TABLE "t" AS SELECT * EXCLUDE (__unit), ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary", __row_rank) - RANK() OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary") + 1 AS __row_rank__g, COUNT(*) OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary") - RANK() OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary") + 1 AS __cell_rows__g, DENSE_RANK() OVER (PARTITION BY __unit ORDER BY HASH('k1', __unit, "g" COLLATE "binary"), "g" COLLATE "binary") AS __group_rank__g FROM (SELECT "u", "g" COLLATE "binary" AS "g", MIN("r" COLLATE "binary") OVER (PARTITION BY __unit) AS "r", __unit, ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY __h, "g" COLLATE "binary") AS __row_rank, COUNT(*) OVER (PARTITION BY __unit) AS __unit_rows FROM (SELECT *, "u" AS __unit, HASH('k1', "u", "u", "g" COLLATE "binary", "r" COLLATE "binary") AS __h FROM "src"."t" WHERE NOT "u" IS NULL) AS __keyed) AS __ranked
+    """
+    return f"CREATE TABLE {_name(table.name)} AS {select_sql(table, key, f'{_name(source)}.{_name(table.name)}', hash)}"
+
+
+def select_sql(table: TableSchema, key: str, source: str, hash: Hash = STORE_HASH) -> str:
+    """The store's rows of `table` read from `source` (DuckDB SQL; render.py turns it into Spark's), ranked by
+    `hash`: DuckDB's HASH keyed by `key`, or the explicit keyed hash salted by `key_salt(key)`, which DuckDB and
+    Spark compute identically (keyed_hash.py), so a store built on either engine holds the same ranks.
+
+    Example:
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "BOOLEAN", groupable=True)))
+        >>> sql = select_sql(t, "k1", '"t"', "keyed")
+        >>> print(sql[:34], "…", sql[sql.index('FROM (SELECT *, "u"'):])
+        SELECT * EXCLUDE (__unit, __g__g), … FROM (SELECT *, "u" AS __unit, COALESCE((XOR(CAST("u" % 4611686018427387904 AS \
+BIGINT) & 4294967295, (CAST("u" % 4611686018427387904 AS BIGINT) >> 32) & 4294967295)), 4294967295) AS __n0_0, \
+COALESCE(CAST("g" AS BIGINT), 4294967295) AS __n1_0 FROM "t" WHERE NOT "u" IS NULL) AS __numbered) AS __keyed) AS __ranked
     """
     unit = _read(table.column(table.privacy_unit))
     literal_key = exp.Literal.string(key).sql(dialect="duckdb")
@@ -100,6 +122,12 @@ def build_sql(table: TableSchema, key: str, source: str = "src") -> str:
     projections.append("__unit")
     ranked = ranked_columns(table)
     ranks = []
+    # the hash of the unit's rows and, per ranked column c, of (unit, value of c): expressions (DuckDB's HASH) or
+    # columns computed once per row from each column's numbers (the keyed hash)
+    group_hash = {c.name: hash_sql(literal_key, "__unit", _read(c)) for c in ranked}
+    if hash == "keyed":
+        group_hash = {c.name: f"__g__{c.name.lower()}" for c in ranked}
+        projections += list(group_hash.values())
     if table.one_row_per_unit:  # checked against the data before this runs (proxy/store.py)
         projections.append(f"1 AS {ROW_RANK}, 1 AS {UNIT_ROWS}")
         ranks += [f"1 AS {row_rank(c.name)}, 1 AS {cell_rows(c.name)}, 1 AS {group_rank(c.name)}" for c in ranked]
@@ -108,25 +136,55 @@ def build_sql(table: TableSchema, key: str, source: str = "src") -> str:
         projections.append(f"COUNT(*) OVER (PARTITION BY __unit) AS {UNIT_ROWS}")
         for c in ranked:
             value = _read(c)
-            groups = f"PARTITION BY __unit ORDER BY {hash_sql(literal_key, '__unit', value)}, {value}"
+            groups = f"PARTITION BY __unit ORDER BY {group_hash[c.name]}, {value}"
             first = f"RANK() OVER ({groups})"  # the place of the value's first row in the unit
             ranks.append(f"ROW_NUMBER() OVER ({groups}, {ROW_RANK}) - {first} + 1 AS {row_rank(c.name)}")
             ranks.append(f"COUNT(*) OVER ({groups}) - {first} + 1 AS {cell_rows(c.name)}")
             ranks.append(f"DENSE_RANK() OVER ({groups}) AS {group_rank(c.name)}")
-    keyed = (
-        f"SELECT *, {unit} AS __unit, {hash_sql(literal_key, unit, *every)} AS __h "
-        f"FROM {_name(source)}.{_name(table.name)} WHERE NOT {_name(table.privacy_unit)} IS NULL"
-    )
+    where = f"FROM {source} WHERE NOT {_name(table.privacy_unit)} IS NULL"
+    if hash == "keyed":
+        keyed = _keyed_sql(table, key_salt(key), unit, where)
+    else:
+        keyed = f"SELECT *, {unit} AS __unit, {hash_sql(literal_key, unit, *every)} AS __h {where}"
     ranked_sql = f"SELECT {', '.join(projections)} FROM ({keyed}) AS __keyed"
     grids = [f"{clamped(c).sql(dialect='duckdb')} AS {grid_value(c.name)}" for c in table.columns if c.bounds]
     # clamped after the canonical value is taken: a unit-level column's grid value is one per unit
-    windowed = f"SELECT {', '.join(['* EXCLUDE (__unit)', *ranks, *grids])} FROM ({ranked_sql}) AS __ranked"
-    return f"CREATE TABLE {_name(table.name)} AS {windowed}"
+    hidden = ", ".join(["__unit", *(group_hash.values() if hash == "keyed" else ())])
+    return f"SELECT {', '.join([f'* EXCLUDE ({hidden})', *ranks, *grids])} FROM ({ranked_sql}) AS __ranked"
+
+
+def _keyed_sql(table: TableSchema, salt: int, unit: str, where: str) -> str:
+    """The source rows with `__unit`, `__h` (the keyed hash of the unit and every column, as HASH reads them) and
+    `__g__<c>` (of the unit and c) per ranked column c: each column's numbers computed once per row first."""
+    numbered: dict[str, list[str]] = {}
+    computed = [f"{unit} AS __unit"]
+    for i, c in enumerate(table.columns):
+        found = keyed_hash.numbers(exp.column(c.name, quoted=True), c.kind)
+        numbered[c.name] = [f"__n{i}_{j}" for j in range(len(found))]
+        computed += [f"{n.sql(dialect='duckdb')} AS {name}" for n, name in zip(found, numbered[c.name], strict=True)]
+    own = numbered[table.privacy_unit]
+
+    def hashed(names: list[str]) -> str:
+        return keyed_hash.keyed_hash(salt, [exp.column(n) for n in names]).sql(dialect="duckdb")
+
+    columns = [f"{hashed([*own, *(n for c in table.columns for n in numbered[c.name])])} AS __h"]
+    columns += [f"{hashed([*own, *numbered[c.name]])} AS __g__{c.name.lower()}" for c in ranked_columns(table)]
+    return f"SELECT *, {', '.join(columns)} FROM (SELECT *, {', '.join(computed)} {where}) AS __numbered"
+
+
+def key_salt(key: str) -> int:
+    """The keyed hash's 64-bit salt for the deployment key: the first 8 bytes of its SHA-256.
+
+    Example:
+        >>> key_salt("k1") == int("6ab9f1eb8f7d3388", 16)
+        True
+    """
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
 
 
 def hash_sql(*parts: str) -> str:
-    """The keyed hash of the store's ranks (DuckDB's HASH; the first part is the key): the one place to change
-    for an engine-neutral hash.
+    """DuckDB's HASH of the parts (the first is the key): the store's hash before the explicit keyed hash
+    (`STORE_HASH`), kept to measure one against the other (bench/spark_latency.py).
 
     Example:
         >>> print(hash_sql("'k'", '"u"'))

@@ -8,6 +8,11 @@ meaning-preserving rewrites, so both engines compute the same rows before noise:
 - text compares under binary collation on both engines, which is Spark's default: COLLATE is dropped
   (Spark 4 names the binary collation UTF8_BINARY, not `binary`);
 - a LIKE pattern's backslashes are doubled: Spark reads `\\` as its escape character, DuckDB as a letter;
+- a group key read through ANY_VALUE in a HAVING (the store's public domain test) is read as the key itself:
+  the same value, and Spark then aggregates by hashing, not sorting;
+- DuckDB's 64-bit HASH (the per-query order of a unit's cells on the bounding store, rewrite_cells.py) is Spark's
+  64-bit XXHASH64: another function of the same values, so such a query keeps other cells on Spark than on
+  DuckDB, each a function of the unit's own cells and the salt;
 - hexadecimal text read as an integer (the keyed hash's MD5 digits, keyed_hash.py) is `CAST('0x' || h AS
   BIGINT)` on DuckDB and `CAST(CONV(h, 16, 10) AS BIGINT)` on Spark;
 - each declared table is read through the engine's own name for it (a temporary view per dataset).
@@ -30,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlglot import exp
+from sqlglot import exp, parse_one
 
 from proxy.query.errors import UnsupportedQuery
 
@@ -59,6 +64,8 @@ ALLOWED: frozenset[type[exp.Expr]] = frozenset({
     exp.Round, exp.Mul, exp.Sub, exp.Add, exp.Mod, exp.IntDiv, exp.Neg, exp.Abs, exp.BitwiseAnd,
     exp.BitwiseXor, exp.BitwiseRightShift, exp.MD5, exp.Substring, exp.DPipe, exp.DateDiff, exp.Coalesce,
     exp.Collate, exp.Var, exp.Join, exp.TryCast, exp.Floor, exp.Ceil,
+    # the bounding store's SQL (rewrite_ranked.py, rewrite_cells.py): a cell total scaled by k / n (n >= 1 rows)
+    exp.Having, exp.Filter, exp.AnyValue, exp.IgnoreNulls, exp.Div, exp.Offset,
 })
 # What a computed value (DuckDB's TRY(...), computed.py) may hold to be rendered for Spark, where each operation
 # that can fail under ANSI mode becomes its try_ form (NULL instead of an error), so it cannot fail either.
@@ -71,7 +78,7 @@ _TOTAL_ON_SPARK: frozenset[type[exp.Expr]] = frozenset({
 })
 _TRY_FORMS: dict[type[exp.Expr], str] = {exp.Add: "try_add", exp.Sub: "try_subtract", exp.Mul: "try_multiply",
                                          exp.Div: "try_divide"}
-_SAFE_FUNCTIONS = frozenset({*_TRY_FORMS.values(), "CONV"})  # the only functions by name Spark is given
+_SAFE_FUNCTIONS = frozenset({*_TRY_FORMS.values(), "CONV", "HASH"})  # the only functions by name Spark is given
 DOUBLE_MAX = "1.7976931348623157E308"
 WHOLE = 2**52  # every DOUBLE at least this large in magnitude is a whole number
 
@@ -87,6 +94,32 @@ def render(tree: exp.Expr, target: Target) -> str:
     totals = tree.copy().transform(_total_for_spark)
     _check(totals, dict(target.tables))
     return totals.transform(_for_spark, dict(target.tables)).sql(dialect="spark")
+
+
+def render_text(sql: str, target: Target) -> str:
+    """A generated query given as DuckDB text (the bounding store's SQL, which has no tree: rewrite_ranked.py) as
+    `target`'s engine runs it, through the same check as `render`.
+
+    Example:
+        >>> render_text('SELECT COUNT(*) FILTER(WHERE __row_rank = 1) FROM "t"', Target("spark", (("t", "v"),)))
+        'SELECT COUNT(*) FILTER(WHERE __row_rank = 1) FROM `v`'
+    """
+    return render(parse_one(sql, read="duckdb"), target)
+
+
+def render_built(sql: str, target: Target) -> str:
+    """DuckDB SQL that the proxy builds from the policy alone, never from a query (the bounding store's build,
+    ranked.py, which windows and ranks as no query does), as `target`'s engine runs it: the same rewrites as
+    `render`, without its check of a query's constructs.
+
+    Example:
+        >>> render_built('SELECT * EXCLUDE (__unit), DENSE_RANK() OVER (ORDER BY "g" COLLATE "binary") FROM "src"."t"',
+        ...              Target("spark", (("t", "v"),)))
+        'SELECT * EXCEPT (__unit), DENSE_RANK() OVER (ORDER BY `g` NULLS LAST) FROM `v`'
+    """
+    tree = parse_one(sql, read="duckdb")
+    return tree.sql(dialect="duckdb") if target.dialect == "duckdb" else tree.transform(
+        _for_spark, dict(target.tables)).sql(dialect="spark")
 
 
 def _check(tree: exp.Expr, tables: dict[str, str]) -> None:
@@ -162,6 +195,13 @@ def _for_spark(node: exp.Expr, tables: dict[str, str]) -> exp.Expr:
         digits = node.this.expression
         conv = exp.Anonymous(this="CONV", expressions=[digits, exp.Literal.number(16), exp.Literal.number(10)])
         return exp.cast(conv, node.to)
+    if isinstance(node, exp.IgnoreNulls | exp.AnyValue) and node.find_ancestor(exp.Having) is not None:
+        # the store's HAVING reads a group key through ANY_VALUE (rewrite_ranked.py: it keeps DuckDB from pushing
+        # the test into the scan); Spark aggregates ANY_VALUE of text by sorting, and reads the key as it is
+        inner = node.this.this if isinstance(node.this, exp.AnyValue) else node.this
+        return inner.transform(_for_spark, tables)
+    if isinstance(node, exp.Anonymous) and node.name.upper() == "HASH":  # the store's per-query order of cells
+        return exp.Anonymous(this="XXHASH64", expressions=node.expressions)
     if isinstance(node, exp.Table) and node.name.lower() in tables:
         return exp.Table(this=exp.to_identifier(tables[node.name.lower()], quoted=True), alias=node.args.get("alias"))
     return node
