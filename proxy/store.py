@@ -32,6 +32,7 @@ import duckdb
 from proxy.engine import Engine, EngineError, Rows
 from proxy.query import ranked
 from proxy.query.catalog import Catalog
+from proxy.swap import Closed, Swap
 
 log = logging.getLogger(__name__)
 
@@ -188,11 +189,8 @@ class StoreEngine:
         self._key = deployment_key(self.directory)
         self._identity = _identity(catalog, self._key)
         self._build = threading.Lock()  # one build at a time
-        self._state = threading.Lock()  # guards _current, _stamp and _leases
-        self._leases: dict[int, int] = {}  # id(engine) -> queries running on it
-        self._retired: list[Engine] = []
-        self._current: Engine | None = None
-        self._stamp = ""
+        self._engines: Swap[Engine] = Swap(self._discard)
+        self._stamp = ""  # the current store's; set under _build
         self.refresh()
 
     @property
@@ -209,7 +207,7 @@ class StoreEngine:
         try:
             self._refresh()
         except (StoreError, OSError) as err:
-            if self._current is None and isinstance(err, StoreError):
+            if self._engines.current is None and isinstance(err, StoreError):
                 raise
             log.error("dataset %s: the bounding store cannot be rebuilt: %s", self.dataset, err)
             raise StoreUnavailable() from None
@@ -231,7 +229,14 @@ class StoreEngine:
                 engine = open_store(path, stamp, self.catalog, timeout_s=self.timeout_s, **self._options)  # type: ignore[arg-type]
                 if engine is None:
                     raise StoreError(f"dataset {self.dataset}: the bounding store just built cannot be opened")
-            self._swap(engine, stamp)
+            leased = self._engines.swap(engine)
+            self._stamp = stamp
+            keep = {engine.path.name, *(e.path.name for e in leased)}
+            for stale in self.directory.glob(f"{self.dataset}.store-*.duckdb"):  # of earlier sources or keys
+                if stale.name not in keep:
+                    with contextlib.suppress(OSError):
+                        stale.unlink()
+            log.info("dataset %s now answers from the bounding store %s", self.dataset, engine.path.name)
 
     def run(self, sql: str, timeout_s: float | None = None) -> Rows:
         """Run `sql` on the current store (one store from start to end, whatever swaps meanwhile)."""
@@ -243,51 +248,21 @@ class StoreEngine:
             return engine.columns(table)
 
     def close(self) -> None:
-        with self._state:
-            engines = [*self._retired, *([self._current] if self._current else [])]
-            self._retired, self._current = [], None
-        for engine in engines:
+        for engine in self._engines.close():
             engine.close()
-
-    def _swap(self, engine: Engine, stamp: str) -> None:
-        with self._state:
-            old, self._current, self._stamp = self._current, engine, stamp
-            if old is not None:
-                self._retired.append(old)
-            idle = [e for e in self._retired if not self._leases.get(id(e))]
-            self._retired = [e for e in self._retired if self._leases.get(id(e))]
-        for e in idle:
-            self._discard(e)
-        keep = {engine.path.name, *(e.path.name for e in self._retired)}
-        for stale in self.directory.glob(f"{self.dataset}.store-*.duckdb"):  # stores of earlier sources or keys
-            if stale.name not in keep:
-                with contextlib.suppress(OSError):
-                    stale.unlink()
-        log.info("dataset %s now answers from the bounding store %s", self.dataset, engine.path.name)
 
     @contextlib.contextmanager
     def _lease(self) -> Iterator[Engine]:
-        with self._state:
-            engine = self._current
-            if engine is None:
-                raise StoreError(f"dataset {self.dataset}: the bounding store is closed")
-            self._leases[id(engine)] = self._leases.get(id(engine), 0) + 1
         try:
-            yield engine
-        finally:
-            with self._state:
-                self._leases[id(engine)] -= 1
-                done = engine in self._retired and not self._leases[id(engine)]
-                if not self._leases[id(engine)]:
-                    del self._leases[id(engine)]
-                if done:
-                    self._retired.remove(engine)
-            if done:
-                self._discard(engine)
+            with self._engines.lease() as engine:
+                yield engine
+        except Closed:
+            raise StoreError(f"dataset {self.dataset}: the bounding store is closed") from None
 
     def _discard(self, engine: Engine) -> None:
         engine.close()
-        if engine.path != self.path:
+        current = self._engines.current
+        if current is None or engine.path != current.path:
             with contextlib.suppress(OSError):
                 engine.path.unlink()  # an old store: its source, catalog or key has changed
 

@@ -42,6 +42,7 @@ from proxy.query import ranked
 from proxy.query.catalog import Catalog
 from proxy.query.render import Target, render_built
 from proxy.store import FORMAT, StoreError, StoreUnavailable, deployment_key
+from proxy.swap import Closed, Swap
 
 log = logging.getLogger(__name__)
 
@@ -160,11 +161,9 @@ class SparkStoreEngine:
         self._key = deployment_key(self.directory)
         self._identity = identity(catalog, self._key)
         self._build = threading.Lock()  # one build at a time
-        self._state = threading.Lock()  # guards _current, _stamp, _leases and _retired
-        self._leases: dict[int, int] = {}  # id(engine) -> queries running on it
-        self._retired: list[SparkEngine] = []
-        self._current: SparkEngine | None = None
-        self._stamp = ""
+        # a retired store's views are the new store's now (same names): only its files go
+        self._engines: Swap[SparkEngine] = Swap(lambda e: _remove(_directory(e)))
+        self._stamp = ""  # the current store's; set under _build
         self.refresh()
 
     @property
@@ -186,7 +185,7 @@ class SparkStoreEngine:
         try:
             self._refresh()
         except (StoreError, OSError) as err:
-            if self._current is None and isinstance(err, StoreError):
+            if self._engines.current is None and isinstance(err, StoreError):
                 raise
             log.error("dataset %s: the bounding store cannot be rebuilt: %s", self.dataset, err)
             raise StoreUnavailable() from None
@@ -207,7 +206,13 @@ class SparkStoreEngine:
                                           self.timeout_s)
                 if engine is None:
                     raise StoreError(f"dataset {self.dataset}: the bounding store just built cannot be opened")
-            self._swap(engine, stamp)
+            leased = self._engines.swap(engine)
+            self._stamp = stamp
+            keep = {self.path.name, *(_directory(e).name for e in leased)}
+            for stale in self.directory.glob(f"{self.dataset}.spark-store-*"):  # stores of earlier sources or keys
+                if stale.name not in keep:
+                    _remove(stale)
+            log.info("dataset %s now answers from the bounding store %s", self.dataset, self.path.name)
 
     def run(self, sql: str, timeout_s: float | None = None) -> Rows:
         """Run `sql` (rendered for `target`) on the current store; its files stay until the query has finished."""
@@ -224,45 +229,18 @@ class SparkStoreEngine:
 
     def close(self) -> None:
         """Drop the store's views (the store stays on disk for the next start)."""
-        with self._state:
-            current, self._retired, self._current = self._current, [], None
+        current = self._engines.current
+        self._engines.close()
         if current is not None:
             current.close()
 
-    def _swap(self, engine: SparkEngine, stamp: str) -> None:
-        with self._state:
-            old, self._current, self._stamp = self._current, engine, stamp
-            if old is not None:
-                self._retired.append(old)
-            idle = [e for e in self._retired if not self._leases.get(id(e))]
-            self._retired = [e for e in self._retired if self._leases.get(id(e))]
-        for e in idle:  # its views are the new store's now: only its files go
-            _remove(_directory(e))
-        keep = {self.path.name, *(_directory(e).name for e in self._retired)}
-        for stale in self.directory.glob(f"{self.dataset}.spark-store-*"):  # stores of earlier sources or keys
-            if stale.name not in keep:
-                _remove(stale)
-        log.info("dataset %s now answers from the bounding store %s", self.dataset, self.path.name)
-
     @contextlib.contextmanager
     def _lease(self) -> Iterator[SparkEngine]:
-        with self._state:
-            engine = self._current
-            if engine is None:
-                raise StoreError(f"dataset {self.dataset}: the bounding store is closed")
-            self._leases[id(engine)] = self._leases.get(id(engine), 0) + 1
         try:
-            yield engine
-        finally:
-            with self._state:
-                self._leases[id(engine)] -= 1
-                done = engine in self._retired and not self._leases[id(engine)]
-                if not self._leases[id(engine)]:
-                    del self._leases[id(engine)]
-                if done:
-                    self._retired.remove(engine)
-            if done:
-                _remove(_directory(engine))  # an old store, whose views the current one has replaced
+            with self._engines.lease() as engine:
+                yield engine
+        except Closed:
+            raise StoreError(f"dataset {self.dataset}: the bounding store is closed") from None
 
 
 def _directory(engine: SparkEngine) -> Path:
