@@ -50,7 +50,9 @@ def choose(
     assert chooser is not None
     if not chooser.parts:
         return preview(chooser, planned.analysis)
-    rows = engine.run(sql, timeout_s).rows
+    # a bounding store reads each histogram once per store (store.py: run_remembered); a source, every time
+    run = getattr(engine, "run_remembered", engine.run) if planned.bounding == "store" else engine.run
+    rows = run(sql, timeout_s).rows
     return draw(planned.analysis, chooser, rows, sampler)
 
 

@@ -32,6 +32,7 @@ import duckdb
 from proxy.engine import Engine, EngineError, Rows
 from proxy.query import ranked
 from proxy.query.catalog import Catalog
+from proxy.remembered import Remembered
 from proxy.swap import Closed, Swap
 
 log = logging.getLogger(__name__)
@@ -191,6 +192,7 @@ class StoreEngine:
         self._build = threading.Lock()  # one build at a time
         self._engines: Swap[Engine] = Swap(self._discard)
         self._stamp = ""  # the current store's; set under _build
+        self._remembered: Remembered[Rows] = Remembered()
         self.refresh()
 
     @property
@@ -242,6 +244,12 @@ class StoreEngine:
         """Run `sql` on the current store (one store from start to end, whatever swaps meanwhile)."""
         with self._lease() as engine:
             return engine.run(sql, timeout_s)
+
+    def run_remembered(self, sql: str, timeout_s: float | None = None) -> Rows:
+        """`run` for a query whose rows are a function of the store alone (a selection histogram): answered from
+        memory when this store answered it before (proxy/remembered.py; keyed by the store's own path)."""
+        with self._lease() as engine:
+            return self._remembered.get((str(engine.path), sql), lambda: engine.run(sql, timeout_s))
 
     def columns(self, table: str) -> dict[str, str]:
         with self._lease() as engine:

@@ -142,6 +142,23 @@ def test_a_changed_source_is_detected_and_rebuilt_before_the_next_answer(tmp_pat
         engine.close()
 
 
+def test_a_remembered_histogram_is_read_once_per_store_and_never_outlives_a_rebuild(tmp_path: Path) -> None:
+    """run_remembered (the auto bounds' selection histograms): the same SQL on the same store is answered from
+    memory; after the source changes and the store is rebuilt it is read again from the new store."""
+    source = _source(tmp_path / "src.duckdb", _rows(5))
+    engine = StoreEngine("d", source, CATALOG, tmp_path)
+    sql = "SELECT COUNT(*) FROM t"
+    try:
+        first = engine.run_remembered(sql)
+        assert engine.run_remembered(sql) is first and engine.run(sql) == first  # one read, the same rows
+        os.replace(_source(tmp_path / "next.duckdb", _rows(5, extra=3) + _rows(3)), source)
+        engine.refresh()
+        again = engine.run_remembered(sql)
+        assert again is not first and again == engine.run(sql) and again.rows != first.rows
+    finally:
+        engine.close()
+
+
 def test_a_corrupt_store_is_rebuilt_never_read(tmp_path: Path) -> None:
     source = _source(tmp_path / "src.duckdb", _rows(6))
     engine = StoreEngine("d", source, CATALOG, tmp_path)

@@ -41,6 +41,7 @@ from proxy.engines.spark_engine import SparkEngine
 from proxy.query import ranked
 from proxy.query.catalog import Catalog
 from proxy.query.render import Target, render_built
+from proxy.remembered import Remembered
 from proxy.store import FORMAT, StoreError, StoreUnavailable, deployment_key
 from proxy.swap import Closed, Swap
 
@@ -164,6 +165,7 @@ class SparkStoreEngine:
         # a retired store's views are the new store's now (same names): only its files go
         self._engines: Swap[SparkEngine] = Swap(lambda e: _remove(_directory(e)))
         self._stamp = ""  # the current store's; set under _build
+        self._remembered: Remembered[Rows] = Remembered()
         self.refresh()
 
     @property
@@ -218,6 +220,12 @@ class SparkStoreEngine:
         """Run `sql` (rendered for `target`) on the current store; its files stay until the query has finished."""
         with self._lease() as engine:
             return engine.run(sql, timeout_s)
+
+    def run_remembered(self, sql: str, timeout_s: float | None = None) -> Rows:
+        """`run` for a query whose rows are a function of the store alone (a selection histogram): answered from
+        memory when this store answered it before (proxy/remembered.py; keyed by the store's own path)."""
+        with self._lease() as engine:
+            return self._remembered.get((str(_directory(engine)), sql), lambda: engine.run(sql, timeout_s))
 
     def ready(self, timeout_s: float) -> None:
         with self._lease() as engine:
