@@ -46,6 +46,8 @@ QUERIES = (
     "SELECT plan, region, COUNT(*) AS n FROM users WHERE age >= 30 GROUP BY plan, region",
     "SELECT day, SUM(duration_s) FROM visits WHERE category LIKE 'tr%' AND region <> 'east' GROUP BY day",
     "SELECT age, COUNT(DISTINCT user_id) FROM users WHERE region IN ('north', 'south') GROUP BY age",
+    # two row-level keys: a window over each unit's cells, ranked by the keyed hash under the salt on both engines
+    "SELECT category, day, COUNT(*), SUM(duration_s) FROM visits GROUP BY category, day",
 )
 
 

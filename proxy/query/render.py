@@ -10,9 +10,10 @@ meaning-preserving rewrites, so both engines compute the same rows before noise:
 - a LIKE pattern's backslashes are doubled: Spark reads `\\` as its escape character, DuckDB as a letter;
 - a group key read through ANY_VALUE in a HAVING (the store's public domain test) is read as the key itself:
   the same value, and Spark then aggregates by hashing, not sorting;
-- DuckDB's 64-bit HASH (the per-query order of a unit's cells on the bounding store, rewrite_cells.py) is Spark's
-  64-bit XXHASH64: another function of the same values, so such a query keeps other cells on Spark than on
-  DuckDB, each a function of the unit's own cells and the salt;
+- DuckDB's 64-bit HASH (which of a unit's values the automatic clamp's selection samples off the store,
+  auto_clamp.py) is Spark's 64-bit XXHASH64: another function of the same values, so the selection's histogram
+  may read other values of a unit on Spark, each a function of the unit's own rows (the bounding itself uses
+  the keyed hash on both engines);
 - hexadecimal text read as an integer (the keyed hash's MD5 digits, keyed_hash.py) is `CAST('0x' || h AS
   BIGINT)` on DuckDB and `CAST(CONV(h, 16, 10) AS BIGINT)` on Spark;
 - each declared table is read through the engine's own name for it (a temporary view per dataset).
@@ -200,7 +201,7 @@ def _for_spark(node: exp.Expr, tables: dict[str, str]) -> exp.Expr:
         # the test into the scan); Spark aggregates ANY_VALUE of text by sorting, and reads the key as it is
         inner = node.this.this if isinstance(node.this, exp.AnyValue) else node.this
         return inner.transform(_for_spark, tables)
-    if isinstance(node, exp.Anonymous) and node.name.upper() == "HASH":  # the store's per-query order of cells
+    if isinstance(node, exp.Anonymous) and node.name.upper() == "HASH":  # auto_clamp's sample of a unit's values
         return exp.Anonymous(this="XXHASH64", expressions=node.expressions)
     if isinstance(node, exp.Table) and node.name.lower() in tables:
         return exp.Table(this=exp.to_identifier(tables[node.name.lower()], quoted=True), alias=node.args.get("alias"))

@@ -78,7 +78,7 @@ def rewrite_tree(analysis: Analysis, salt: int = 0) -> exp.Select:
     cells = cells.from_("__rows" if values else "__src").group_by("__unit", *keys)
     if keys:  # without GROUP BY each unit has exactly one cell: nothing to bound
         domains = analysis.domains if analysis.partitions == "public" else ()
-        cells = _ranked_cells(cells, unit, list(zip(keys, kinds, strict=True)), domains, salt, analysis.max_groups)
+        cells = ranked_cells(cells, unit, list(zip(keys, kinds, strict=True)), domains, salt, analysis.max_groups)
     ctes.append(("__cells", cells))
     result = exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), UNITS))
     capping = any(m.cap for m in analysis.measures)
@@ -290,7 +290,7 @@ def _cell_measure(measure: Measure, j: int, source: int | None, capped: int | No
     return exp.alias_(value, f"__c{j}")
 
 
-def _ranked_cells(grouped: exp.Select, unit: tuple[str, Kind], keys: list[tuple[str, Kind]],
+def ranked_cells(grouped: exp.Select, unit: tuple[str, Kind], keys: list[tuple[str, Kind]],
                   domains: tuple[tuple[object, ...], ...], salt: int, max_groups: int) -> exp.Select:
     """At most `max_groups` cells per unit, ranked within the unit by the keyed hash of (salt, unit, keys): a
     per-unit pseudo-random order, the same on every engine (proxy/query/keyed_hash.py); DOUBLE keys break its

@@ -42,13 +42,13 @@ Example:
 
 from __future__ import annotations
 
-from sqlglot import exp, parse_one
+from sqlglot import exp
 
 from proxy.query import auto_total, ranked, types
 from proxy.query.analyse import Analysis
 from proxy.query.catalog import ColumnSpec
 from proxy.query.measures import Measure, fixed_point
-from proxy.query.rewrite import UNITS, row_value, with_computed
+from proxy.query.rewrite import UNITS, ranked_cells, row_value, with_computed
 
 
 def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
@@ -84,10 +84,13 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
     if conditions:
         cells = cells.where(exp.and_(*conditions))
     cells = cells.group_by("__unit", *keys)
-    if windowed:  # no stored rank for these keys: keep max_groups cells per unit, chosen by salt
-        hashed = ", ".join([str(int(salt)), "__unit", *keys])
-        rank = parse_one(f"ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY HASH({hashed}))", read="duckdb")
-        cells = cells.qualify(exp.LTE(this=rank, expression=exp.Literal.number(analysis.max_groups)))
+    if windowed:  # no stored rank for these keys: keep max_groups cells per unit, ranked by the keyed hash under
+        # the query's salt, as the per-query rewrite ranks them: the same cells on DuckDB and Spark (keyed_hash.py)
+        domains = analysis.domains if analysis.partitions == "public" else ()
+        kinds = [types.kind(_spec(analysis, key).type) for key in analysis.keys]
+        unit_kind = types.kind(_spec(analysis, table.privacy_unit).type)
+        cells = ranked_cells(cells, ("__unit", unit_kind), list(zip(keys, kinds, strict=True)), domains, salt,
+                              analysis.max_groups)
     units = exp.Count(this=exp.Star()) if analysis.partitions == "private" else exp.Literal.number(0)
     result = exp.select(*keys, exp.alias_(units, UNITS))
     contributions = []
