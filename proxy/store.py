@@ -37,8 +37,8 @@ from proxy.swap import Closed, Swap
 
 log = logging.getLogger(__name__)
 
-FORMAT = 5  # bump when ranked.build_sql changes what a store holds (4: ties broken by row-level values only;
-# 5: ranks ordered by the explicit keyed hash, as on Spark, not DuckDB's HASH)
+FORMAT = 6  # bump when ranked.build_sql changes what a store holds (4: ties broken by row-level values only;
+# 5: ranks ordered by the explicit keyed hash, as on Spark, not DuckDB's HASH; 6: each auto column's unit total)
 KEY_FILE = "bounding.key"
 
 

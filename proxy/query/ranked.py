@@ -10,6 +10,9 @@ canonical value (the smallest over the unit's rows, text under binary collation)
     __cell_rows__<c>      the number of the unit's rows with this row's value of c     for each such column c
     __grid__<c>           for each column with clamp bounds: its value clamped to the bounds on the fixed-point
                           grid of measures.fixed_point, exactly as rewrite.py computes it per query
+    __unit_total__<c>     for each `bounds = "auto"` column of a table with several rows per unit: Σ |__grid__<c>|
+                          over all the unit's rows (DECIMAL(38, 0): exact on both engines), at least the total
+                          of any rows a query keeps: what a capped SUM scales by (auto_total.py, §10.2)
 
 Every rank orders by a keyed hash of the unit's own rows under the deployment's key, with the row's own
 row-level values as tie-breakers (rows equal in all of them are stored equal: the unit and its unit-level
@@ -40,6 +43,16 @@ def grid_value(column: str) -> str:
     """The column's clamped fixed-point value (SUM and AVG read it instead of clamping per query)."""
     return f"__grid__{column.lower()}"
 META = "__store_meta"
+
+
+def unit_total(column: str) -> str:
+    """Σ |clamped value of `column`| over all the unit's rows (a capped SUM's T_u, auto_total.py)."""
+    return f"__unit_total__{column.lower()}"
+
+
+def totalled(table: TableSchema) -> tuple[ColumnSpec, ...]:
+    """The columns whose per-unit total the store holds: those whose SUM a query may cap (measures.capped)."""
+    return tuple(c for c in table.columns if c.auto_bounds and c.bounds and not table.one_row_per_unit)
 
 
 def row_rank(column: str) -> str:
@@ -148,6 +161,8 @@ COALESCE(CAST("g" AS BIGINT), 4294967295) AS __n1_0 FROM "t" WHERE NOT "u" IS NU
         keyed = f"SELECT *, {unit} AS __unit, {hash_sql(literal_key, unit, *every)} AS __h {where}"
     ranked_sql = f"SELECT {', '.join(projections)} FROM ({keyed}) AS __keyed"
     grids = [f"{clamped(c).sql(dialect='duckdb')} AS {grid_value(c.name)}" for c in table.columns if c.bounds]
+    grids += [f"SUM(CAST(ABS({clamped(c).sql(dialect='duckdb')}) AS DECIMAL(38, 0))) OVER (PARTITION BY __unit) "
+              f"AS {unit_total(c.name)}" for c in totalled(table)]
     # clamped after the canonical value is taken: a unit-level column's grid value is one per unit
     hidden = ", ".join(["__unit", *(group_hash.values() if hash == "keyed" else ())])
     return f"SELECT {', '.join([f'* EXCLUDE ({hidden})', *ranks, *grids])} FROM ({ranked_sql}) AS __ranked"

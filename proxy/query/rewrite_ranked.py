@@ -183,10 +183,16 @@ def _capped_rows(analysis: Analysis, source: exp.Expr, conditions: list[exp.Expr
     for j, measure in enumerate(analysis.measures):
         if measure.cap:
             value = stored_grid(analysis, measure)
-            if value is None:
+            total: exp.Expr
+            if value is not None:
+                # the store's total over all the unit's rows: at least that of the rows kept here, so the scaled
+                # rows still add to at most C (docs/privacy.md §10.2), and no window sorts the unit's rows
+                total = exp.column(ranked.unit_total(measure.column or ""))
+            else:
                 value = row_value(analysis.measures[sources[j]], sources[j]).this
+                total = exp.Window(this=exp.Sum(this=exp.Abs(this=exp.func("COALESCE", value.copy(), exp.Literal.number(
+                    0)))), partition_by=[unit.copy()])
             value = exp.func("COALESCE", value, exp.Literal.number(0))
-            total = exp.Window(this=exp.Sum(this=exp.Abs(this=value.copy())), partition_by=[unit.copy()])
             rows = rows.select(exp.alias_(value, f"__cap_v{j}"), exp.alias_(total, f"__cap_t{j}"), append=True)
     rows = rows.from_(source)
     if conditions:
