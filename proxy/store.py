@@ -23,9 +23,10 @@ import os
 import secrets
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Generic, TypeVar
 
 import duckdb
 
@@ -36,6 +37,8 @@ from proxy.remembered import Remembered
 from proxy.swap import Closed, Swap
 
 log = logging.getLogger(__name__)
+
+E = TypeVar("E")  # the engine a store answers with
 
 FORMAT = 6  # bump when ranked.build_sql changes what a store holds (4: ties broken by row-level values only;
 # 5: ranks ordered by the explicit keyed hash, as on Spark, not DuckDB's HASH; 6: each auto column's unit total)
@@ -179,25 +182,24 @@ def open_store(path: Path, stamp: str, catalog: Catalog, *, threads: int, memory
     return engine
 
 
-class StoreEngine:
-    """The engine of a dataset whose queries read its bounding store. Thread-safe; `run` as Engine.run."""
+class BoundingStore(ABC, Generic[E]):
+    """What every engine's bounding store does: keep the store of the source as it is now (`refresh`, one build
+    at a time), swap it atomically under running queries (proxy/swap.py), and remember the histograms it
+    answered (proxy/remembered.py). A subclass says how its engine stamps, opens, builds and removes a store."""
 
-    def __init__(self, dataset: str, source: Path, catalog: Catalog, directory: Path, *, threads: int = 2,
-                 memory_limit: str = "8GB", timeout_s: float = 30.0) -> None:
-        self.dataset, self.source, self.catalog, self.directory = dataset, Path(source), catalog, Path(directory)
-        self.timeout_s = timeout_s
-        self._options = {"threads": threads, "memory_limit": memory_limit}
+    pattern: ClassVar[str]  # the names of this kind's stores after "<dataset>." (a glob)
+
+    def __init__(self, dataset: str, catalog: Catalog, directory: Path, timeout_s: float) -> None:
+        self.dataset, self.catalog, self.directory, self.timeout_s = dataset, catalog, Path(directory), timeout_s
         self._key = deployment_key(self.directory)
-        self._identity = _identity(catalog, self._key)
         self._build = threading.Lock()  # one build at a time
-        self._engines: Swap[Engine] = Swap(self._discard)
+        self._engines: Swap[E] = Swap(self._discard)
         self._stamp = ""  # the current store's; set under _build
         self._remembered: Remembered[Rows] = Remembered()
-        self.refresh()
 
     @property
     def path(self) -> Path:
-        return store_path(self.directory, self.dataset, self._stamp)
+        return self._path(self._stamp)
 
     def refresh(self) -> None:
         """Make sure the current store is the store of the source as it is now; rebuild it if not.
@@ -215,64 +217,125 @@ class StoreEngine:
             raise StoreUnavailable() from None
 
     def _refresh(self) -> None:
-        stamp = _stamp(self.source, self._identity)
-        if stamp == self._stamp:
+        if self._source_stamp() == self._stamp:
             return
         with self._build:
-            stamp = _stamp(self.source, self._identity)
+            stamp = self._source_stamp()
             if stamp == self._stamp:
                 return
-            path = store_path(self.directory, self.dataset, stamp)
-            engine = open_store(path, stamp, self.catalog, timeout_s=self.timeout_s, **self._options)  # type: ignore[arg-type]
+            path = self._path(stamp)
+            engine = self._open(path, stamp)
             if engine is None:
-                path.unlink(missing_ok=True)
-                build_store(self.dataset, self.source, self.catalog, self.directory, self._key,
-                            **self._options)  # type: ignore[arg-type]
-                engine = open_store(path, stamp, self.catalog, timeout_s=self.timeout_s, **self._options)  # type: ignore[arg-type]
+                self._remove(path)
+                self._build_store(stamp)
+                engine = self._open(path, stamp)
                 if engine is None:
                     raise StoreError(f"dataset {self.dataset}: the bounding store just built cannot be opened")
             leased = self._engines.swap(engine)
             self._stamp = stamp
-            keep = {engine.path.name, *(e.path.name for e in leased)}
-            for stale in self.directory.glob(f"{self.dataset}.store-*.duckdb"):  # of earlier sources or keys
+            keep = {self._location(engine).name, *(self._location(e).name for e in leased)}
+            for stale in self.directory.glob(f"{self.dataset}.{self.pattern}"):  # of earlier sources or keys
                 if stale.name not in keep:
-                    with contextlib.suppress(OSError):
-                        stale.unlink()
-            log.info("dataset %s now answers from the bounding store %s", self.dataset, engine.path.name)
+                    self._remove(stale)
+            log.info("dataset %s now answers from the bounding store %s", self.dataset, path.name)
 
     def run(self, sql: str, timeout_s: float | None = None) -> Rows:
         """Run `sql` on the current store (one store from start to end, whatever swaps meanwhile)."""
         with self._lease() as engine:
-            return engine.run(sql, timeout_s)
+            return engine.run(sql, timeout_s)  # type: ignore[attr-defined, no-any-return]
 
     def run_remembered(self, sql: str, timeout_s: float | None = None) -> Rows:
         """`run` for a query whose rows are a function of the store alone (a selection histogram): answered from
-        memory when this store answered it before (proxy/remembered.py; keyed by the store's own path)."""
+        memory when this store answered it before (keyed by the store's own location)."""
         with self._lease() as engine:
-            return self._remembered.get((str(engine.path), sql), lambda: engine.run(sql, timeout_s))
+            return self._remembered.get((str(self._location(engine)), sql),
+                                        lambda: engine.run(sql, timeout_s))  # type: ignore[attr-defined]
 
     def columns(self, table: str) -> dict[str, str]:
         with self._lease() as engine:
-            return engine.columns(table)
-
-    def close(self) -> None:
-        for engine in self._engines.close():
-            engine.close()
+            return engine.columns(table)  # type: ignore[attr-defined, no-any-return]
 
     @contextlib.contextmanager
-    def _lease(self) -> Iterator[Engine]:
+    def _lease(self) -> Iterator[E]:
         try:
             with self._engines.lease() as engine:
                 yield engine
         except Closed:
             raise StoreError(f"dataset {self.dataset}: the bounding store is closed") from None
 
+    # what each engine's store says
+    @abstractmethod
+    def _source_stamp(self) -> str:
+        """The stamp of the source as it is now (its files' stats, the catalog, the key, the format)."""
+
+    @abstractmethod
+    def _path(self, stamp: str) -> Path:
+        """Where the store of `stamp` lives."""
+
+    @abstractmethod
+    def _open(self, path: Path, stamp: str) -> E | None:
+        """The engine over the store at `path` if it holds `stamp`'s store, else None (it is rebuilt)."""
+
+    @abstractmethod
+    def _build_store(self, stamp: str) -> None:
+        """Build the store of `stamp` in place (read-only once built)."""
+
+    @abstractmethod
+    def _location(self, engine: E) -> Path:
+        """The file or directory the engine's store is."""
+
+    @abstractmethod
+    def _remove(self, path: Path) -> None:
+        """Remove a store that no query reads."""
+
+    @abstractmethod
+    def _discard(self, engine: E) -> None:
+        """Close a store retired by a swap once its last query has ended."""
+
+
+class StoreEngine(BoundingStore[Engine]):
+    """The engine of a dataset whose queries read its bounding store. Thread-safe; `run` as Engine.run."""
+
+    pattern = "store-*.duckdb"
+
+    def __init__(self, dataset: str, source: Path, catalog: Catalog, directory: Path, *, threads: int = 2,
+                 memory_limit: str = "8GB", timeout_s: float = 30.0) -> None:
+        super().__init__(dataset, catalog, directory, timeout_s)
+        self.source = Path(source)
+        self._options = {"threads": threads, "memory_limit": memory_limit}
+        self._identity = _identity(catalog, self._key)
+        self.refresh()
+
+    def close(self) -> None:
+        for engine in self._engines.close():
+            engine.close()
+
+    def _source_stamp(self) -> str:
+        return _stamp(self.source, self._identity)
+
+    def _path(self, stamp: str) -> Path:
+        return store_path(self.directory, self.dataset, stamp)
+
+    def _open(self, path: Path, stamp: str) -> Engine | None:
+        return open_store(path, stamp, self.catalog, timeout_s=self.timeout_s, **self._options)  # type: ignore[arg-type]
+
+    def _build_store(self, stamp: str) -> None:
+        build_store(self.dataset, self.source, self.catalog, self.directory, self._key,
+                    **self._options)  # type: ignore[arg-type]
+
+    def _location(self, engine: Engine) -> Path:
+        return engine.path
+
+    def _remove(self, path: Path) -> None:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
     def _discard(self, engine: Engine) -> None:
         engine.close()
         current = self._engines.current
         if current is None or engine.path != current.path:
-            with contextlib.suppress(OSError):
-                engine.path.unlink()  # an old store: its source, catalog or key has changed
+            self._remove(engine.path)  # an old store: its source, catalog or key has changed
+
 
 
 def _string(text: str) -> str:

@@ -32,18 +32,14 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-from proxy.engines.base import Rows
 from proxy.engines.spark_config import SparkSource, SparkTable
 from proxy.engines.spark_engine import SparkEngine
 from proxy.query import ranked
 from proxy.query.catalog import Catalog
 from proxy.query.render import Target, render_built
-from proxy.remembered import Remembered
-from proxy.store import FORMAT, StoreError, StoreUnavailable, deployment_key
-from proxy.swap import Closed, Swap
+from proxy.store import FORMAT, BoundingStore, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -151,89 +147,27 @@ def open_spark_store(path: Path, stamp: str, dataset: str, master: str, catalog:
         return None
 
 
-class SparkStoreEngine:
+class SparkStoreEngine(BoundingStore[SparkEngine]):
     """The engine of a Spark dataset whose queries read its bounding store. Thread-safe; `run` as
     SparkEngine.run, for SQL rendered for `target`."""
 
+    pattern = "spark-store-*"
+
     def __init__(self, dataset: str, source: SparkSource, catalog: Catalog, directory: Path, *,
                  timeout_s: float = 30.0) -> None:
-        self.dataset, self.source, self.catalog, self.directory = dataset, source, catalog, Path(directory)
-        self.timeout_s = timeout_s
-        self._key = deployment_key(self.directory)
+        super().__init__(dataset, catalog, directory, timeout_s)
+        self.source = source
         self._identity = identity(catalog, self._key)
-        self._build = threading.Lock()  # one build at a time
-        # a retired store's views are the new store's now (same names): only its files go
-        self._engines: Swap[SparkEngine] = Swap(lambda e: _remove(_directory(e)))
-        self._stamp = ""  # the current store's; set under _build
-        self._remembered: Remembered[Rows] = Remembered()
         self.refresh()
-
-    @property
-    def path(self) -> Path:
-        return store_path(self.directory, self.dataset, self._stamp)
 
     @property
     def target(self) -> Target:
         """Spark's dialect over the store's views (their names never change: module docstring)."""
         return SparkSource(self.source.master, self.source.tables).target(f"{self.dataset}__store")
 
-    def refresh(self) -> None:
-        """Make sure the current store is the store of the sources as they are now; rebuild it if not.
-
-        Raises:
-            StoreError: at start-up, why the store cannot be built (for the operator).
-            StoreUnavailable: while serving, a fixed message; the reason goes to the log.
-        """
-        try:
-            self._refresh()
-        except (StoreError, OSError) as err:
-            if self._engines.current is None and isinstance(err, StoreError):
-                raise
-            log.error("dataset %s: the bounding store cannot be rebuilt: %s", self.dataset, err)
-            raise StoreUnavailable() from None
-
-    def _refresh(self) -> None:
-        if stamp_of(self.source, self._identity) == self._stamp:
-            return
-        with self._build:
-            stamp = stamp_of(self.source, self._identity)
-            if stamp == self._stamp:
-                return
-            path = store_path(self.directory, self.dataset, stamp)
-            engine = open_spark_store(path, stamp, self.dataset, self.source.master, self.catalog, self.timeout_s)
-            if engine is None:
-                _remove(path)
-                build_spark_store(self.dataset, self.source, self.catalog, self.directory, self._key, stamp)
-                engine = open_spark_store(path, stamp, self.dataset, self.source.master, self.catalog,
-                                          self.timeout_s)
-                if engine is None:
-                    raise StoreError(f"dataset {self.dataset}: the bounding store just built cannot be opened")
-            leased = self._engines.swap(engine)
-            self._stamp = stamp
-            keep = {self.path.name, *(_directory(e).name for e in leased)}
-            for stale in self.directory.glob(f"{self.dataset}.spark-store-*"):  # stores of earlier sources or keys
-                if stale.name not in keep:
-                    _remove(stale)
-            log.info("dataset %s now answers from the bounding store %s", self.dataset, self.path.name)
-
-    def run(self, sql: str, timeout_s: float | None = None) -> Rows:
-        """Run `sql` (rendered for `target`) on the current store; its files stay until the query has finished."""
-        with self._lease() as engine:
-            return engine.run(sql, timeout_s)
-
-    def run_remembered(self, sql: str, timeout_s: float | None = None) -> Rows:
-        """`run` for a query whose rows are a function of the store alone (a selection histogram): answered from
-        memory when this store answered it before (proxy/remembered.py; keyed by the store's own path)."""
-        with self._lease() as engine:
-            return self._remembered.get((str(_directory(engine)), sql), lambda: engine.run(sql, timeout_s))
-
     def ready(self, timeout_s: float) -> None:
         with self._lease() as engine:
             engine.ready(timeout_s)
-
-    def columns(self, table: str) -> dict[str, str]:
-        with self._lease() as engine:
-            return engine.columns(table)
 
     def close(self) -> None:
         """Drop the store's views (the store stays on disk for the next start)."""
@@ -242,13 +176,26 @@ class SparkStoreEngine:
         if current is not None:
             current.close()
 
-    @contextlib.contextmanager
-    def _lease(self) -> Iterator[SparkEngine]:
-        try:
-            with self._engines.lease() as engine:
-                yield engine
-        except Closed:
-            raise StoreError(f"dataset {self.dataset}: the bounding store is closed") from None
+    def _source_stamp(self) -> str:
+        return stamp_of(self.source, self._identity)
+
+    def _path(self, stamp: str) -> Path:
+        return store_path(self.directory, self.dataset, stamp)
+
+    def _open(self, path: Path, stamp: str) -> SparkEngine | None:
+        return open_spark_store(path, stamp, self.dataset, self.source.master, self.catalog, self.timeout_s)
+
+    def _build_store(self, stamp: str) -> None:
+        build_spark_store(self.dataset, self.source, self.catalog, self.directory, self._key, stamp)
+
+    def _location(self, engine: SparkEngine) -> Path:
+        return _directory(engine)
+
+    def _remove(self, path: Path) -> None:
+        _remove(path)
+
+    def _discard(self, engine: SparkEngine) -> None:
+        _remove(_directory(engine))  # its views are the new store's now (same names): only its files go
 
 
 def _directory(engine: SparkEngine) -> Path:
