@@ -15,8 +15,10 @@ from collections.abc import Callable
 from proxy import auto_run
 from proxy.pipeline import Prepared
 from proxy.query.analyse import Analysis
+from proxy.query.auto_bounds import ChosenBound, ChosenBounds
+from proxy.query.measures import fixed_point
 from proxy.query.price import Price
-from proxy.schemas import NoiseOut, QueryResponse
+from proxy.schemas import BoundsOut, NoiseOut, QueryResponse
 
 NoiseOf = Callable[[Analysis, Price, float | None], list[NoiseOut]]
 
@@ -33,7 +35,34 @@ def at_confidence(body: bytes, prepared: Prepared, noise_of: NoiseOf) -> bytes:
     if all(n.confidence == level for n in stored.noise if _has_bar(n)):
         return body
     planned = prepared.plan
-    if stored.bounds is not None and stored.bounds.max_rows is not None:  # the bound the stored answer used
-        planned = auto_run.plan_at(planned, stored.bounds.max_rows)
+    if stored.bounds is not None and stored.bounds.chosen and stored.bounds.max_rows is not None:
+        planned = auto_run.plan_at(planned, chosen(stored.bounds, planned.analysis))  # what the answer ran at
     again = stored.model_copy(update={"noise": noise_of(planned.analysis, planned.price, level)})
     return again.model_dump_json(exclude=None if stored.bounds is not None else {"bounds"}).encode()
+
+
+def chosen(bounds: BoundsOut, analysis: Analysis) -> ChosenBounds:
+    """Every bound a stored answer reports it ran at (rows, groups, clamps, caps), as the selection chose them.
+
+    A clamp keeps the declared end it did not choose; a cap is reported in the column's units, C / grid, exact
+    in binary for the power-of-two grids of proxy/query/measures.py, so C comes back exactly.
+    """
+    table = analysis.table
+    clamps: dict[str, list[float]] = {}
+    caps: list[tuple[str, int]] = []
+    for part in bounds.parts:
+        spec = table.column(part.column or "")
+        if part.value is None or spec is None or spec.bounds is None:
+            continue
+        if part.bound == "total":
+            caps.append((spec.name, round(part.value * fixed_point(spec)[0])))
+        elif part.bound in ("lower", "upper"):
+            clamps.setdefault(spec.name, [spec.bounds[0], spec.bounds[1]])[part.bound == "upper"] = part.value
+    groups = next((p.value for p in bounds.parts if p.bound == "max_groups"), None)
+    return ChosenBounds(
+        tuple(ChosenBound(p.bound, p.column, p.value, p.limit, p.epsilon, p.q) for p in bounds.parts),
+        int(bounds.max_rows if bounds.max_rows is not None else table.max_rows),
+        analysis.max_groups if groups is None else int(groups),
+        tuple((name, min(lo, hi), max(lo, hi)) for name, (lo, hi) in clamps.items()),
+        tuple(caps),
+    )

@@ -122,3 +122,26 @@ def test_an_expression_runs_at_the_declared_limits_and_says_so(client: httpx.Cli
     assert "declared limits (max_rows 1000)" in bounds["note"]
     assert answer["charge"]["events"]["kind"] != "auto_bounds"  # type: ignore[index]
     assert answer["charge"]["epsilon"] == pytest.approx(0.5, rel=1e-12)  # type: ignore[index]
+
+
+def test_a_repeat_at_another_confidence_keeps_every_chosen_bounds_noise(client: httpx.Client) -> None:
+    # rows, groups, the amount's cap and its clamp all chosen: the repeat's error bars are the stored answer's
+    # scales at the new confidence, not the scales at the declared limits of the bounds other than max_rows
+    sql = ("SELECT category, COUNT(*) AS n, SUM(amount) AS total, AVG(amount) AS mean, MEDIAN(amount) AS mid "
+           "FROM visits GROUP BY category")
+    first = _ask(client, "/v1/query", sql=sql, epsilon=0.4)
+    spent = spend(client)
+    again = _ask(client, "/v1/query", sql=sql, epsilon=0.4, confidence=0.99)
+    assert spend(client) == spent and again["rows"] == first["rows"] and again["bounds"] == first["bounds"]
+    bounds = first["bounds"]
+    assert isinstance(bounds, dict)
+    assert {p["bound"] for p in bounds["parts"]} == {"max_rows", "max_groups", "total", "upper"}
+    one, other = first["noise"], again["noise"]
+    assert isinstance(one, list) and isinstance(other, list) and len(one) == len(other) == 4
+    for a, b in zip(one, other, strict=True):
+        assert {k: v for k, v in a.items() if k not in ("ci", "ci_times_count", "rank_error", "confidence")} == \
+               {k: v for k, v in b.items() if k not in ("ci", "ci_times_count", "rank_error", "confidence")}
+        assert (a["confidence"], b["confidence"]) == (0.95, 0.99)
+    # the discrete Laplace count's interval (a whole number of rows) widens from scale · ln 20 to scale · ln 100
+    assert one[0]["column"] == "n" and other[0]["ci"] > one[0]["ci"] >= one[0]["scale"] * math.log(20)
+    assert other[0]["ci"] >= one[0]["scale"] * math.log(100) > one[0]["ci"]
