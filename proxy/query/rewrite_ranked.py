@@ -5,7 +5,9 @@
     WHERE <rank> <= max_rows [AND <group rank> <= max_groups] [AND WHERE]
     GROUP BY keys [HAVING the keys are in their public domains]
 
-One scan and one aggregation: no window, no sort, any bound without rebuilding. The rule (docs/policy.md,
+One scan and one aggregation: no window, no sort, any bound without rebuilding. A query that only counts rows
+or units reads one row per kept cell instead, its rank-1 row, and adds up LEAST(cell rows, max_rows)
+(`counts_from_first_rows`: the same numbers). The rule (docs/policy.md,
 `bounding`): the filter is used when the query groups by at most one row-level column and its WHERE reads
 unit-level columns (or the unit) only. A SUM capping each unit's total (auto_total.py) scales each kept row by
 its unit's total over its kept rows (a window per unit), then adds them up as any other sum. Unit-level columns hold each unit's canonical value in the store, so
@@ -81,18 +83,23 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
         >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
         ...     ColumnSpec("r", "VARCHAR", unit_level=True, groupable=True)), max_rows=3, max_groups=2)
-        >>> print(rewrite_ranked(analyse(parse("SELECT g, r, COUNT(*) FROM t WHERE r = 'N' GROUP BY g, r"),
+        >>> print(rewrite_ranked(analyse(parse("SELECT g, r, COUNT(g) FROM t WHERE r = 'N' GROUP BY g, r"),
         ...     Catalog((t,)))))
-        SELECT "g" COLLATE "binary" AS __k0, "r" COLLATE "binary" AS __k1, COUNT(*) FILTER(WHERE __row_rank__g = 1) AS __units, COUNT(*) AS __m0 FROM (SELECT * FROM "t" WHERE "r" COLLATE "binary" = 'N' OFFSET 0) AS __kept WHERE __row_rank__g <= 3 AND __group_rank__g <= 2 GROUP BY __k0, __k1
+        SELECT "g" COLLATE "binary" AS __k0, "r" COLLATE "binary" AS __k1, COUNT(*) FILTER(WHERE __row_rank__g = 1) AS __units, SUM(CAST(NOT "g" IS NULL AS INT)) AS __m0 FROM (SELECT * FROM "t" WHERE "r" COLLATE "binary" = 'N' OFFSET 0) AS __kept WHERE __row_rank__g <= 3 AND __group_rank__g <= 2 GROUP BY __k0, __k1
+        >>> print(rewrite_ranked(analyse(parse("SELECT g, COUNT(*) FROM t GROUP BY g"), Catalog((t,)))))  # one row a cell
+        SELECT "g" COLLATE "binary" AS __k0, COUNT(*) AS __units, COALESCE(SUM(LEAST(__cell_rows__g, 3)), 0) AS __m0 FROM "t" WHERE __row_rank__g = 1 AND __group_rank__g <= 2 GROUP BY __k0
     """
     if not uses_rank_filter(analysis, row_where):
         return rewrite_cells(analysis, salt)  # bound after the WHERE, per cell (rewrite_cells.py)
     table = analysis.table
     row_keys = _row_level_keys(analysis)
     rank = ranked.row_rank(row_keys[0]) if row_keys else ranked.ROW_RANK
+    counting = counts_from_first_rows(analysis, row_where)
     conditions: list[exp.Expr] = []
     if not table.one_row_per_unit:  # one row per unit (checked when the store was built): nothing to bound
-        conditions.append(exp.LTE(this=exp.column(rank), expression=exp.Literal.number(table.max_rows)))
+        # counting: one row per kept cell, its rank-1 row, which carries the cell's size (`counts_from_first_rows`)
+        conditions.append(exp.EQ(this=exp.column(rank), expression=exp.Literal.number(1)) if counting else
+                          exp.LTE(this=exp.column(rank), expression=exp.Literal.number(table.max_rows)))
         if row_keys:
             conditions.append(exp.LTE(this=exp.column(ranked.group_rank(row_keys[0])),
                                       expression=exp.Literal.number(analysis.max_groups)))
@@ -113,11 +120,12 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         assert spec is not None
         keys.append(exp.alias_(types.column(spec.name, spec.type), f"__k{i}"))
     # `__units` feeds private partition selection only (release.py); elsewhere it is never read, so not computed
-    units = _measure(Measure("units"), None, analysis) if analysis.partitions == "private" else exp.Literal.number(0)
+    measure_of = _first_row_count if counting else _measure
+    units = measure_of(Measure("units"), None, analysis) if analysis.partitions == "private" else exp.Literal.number(0)
     # Every node below is built here for this query alone: the builders need not copy them (copy=False), which
     # is a third of the small-query planning time (bench/throughput.py).
     projections = [*keys, exp.alias_(units, UNITS)]
-    projections += [exp.alias_(_measure(measure, sources.get(j), analysis), f"__m{j}")
+    projections += [exp.alias_(measure_of(measure, sources.get(j), analysis), f"__m{j}")
                     for j, measure in enumerate(analysis.measures)]
     select = exp.Select(expressions=projections).from_(source, copy=False)
     if conditions:
@@ -140,6 +148,48 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
             inside.append(test)
         select = select.having(exp.and_(*inside, copy=False), copy=False)
     return select.sql(dialect="duckdb")
+
+
+def counts_from_first_rows(analysis: Analysis, row_where: RowWhere = "window") -> bool:
+    """Whether the rank-filter query counts each kept cell from its rank-1 row alone: every measure counts rows or
+    units, and no WHERE reads a row-level column.
+
+    Why it is the same answer, exactly (docs/privacy.md §10.4): a cell is (unit, value of the row-level key) or,
+    without one, the unit. The stored row rank numbers the cell's rows 1..n (ROW_NUMBER, ranked.py), so the
+    filter `rank <= k` keeps min(n, k) of them, n = `__cell_rows__<key>` (or `__unit_rows`), which every row
+    of the cell holds; the group rank, the unit-level columns (canonical values) and a unit-level WHERE are the
+    same on all of a cell's rows, so the cell is kept whole or not at all, and its rank-1 row is in it. Hence
+    COUNT(*) over the rows kept = Σ over the kept cells' rank-1 rows of LEAST(n, k), and a count of units (one
+    per kept cell) = the number of those rows: the same numbers from one row per cell instead of k, the same
+    release and sensitivities. A row-level WHERE (`row_where = "filter"`) could drop a cell's rank-1 row and
+    keep others: not served here.
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
+        ...     ColumnSpec("r", "VARCHAR", unit_level=True), ColumnSpec("x", "DOUBLE", bounds=(0, 1))), max_rows=3)
+        >>> [counts_from_first_rows(analyse(parse(q), Catalog((t,)))) for q in ("SELECT g, COUNT(*) FROM t GROUP BY g",
+        ...     "SELECT COUNT(*), COUNT(DISTINCT u) FROM t WHERE r = 'N'", "SELECT COUNT(x) FROM t",
+        ...     "SELECT COUNT(*) FROM t WHERE g = 'a'")]
+        [True, True, False, False]
+    """
+    return (not analysis.table.one_row_per_unit and bool(analysis.measures)
+            and all(m.kind in ("rows", "units") for m in analysis.measures)
+            and uses_rank_filter(analysis, "window") and (row_where == "window" or analysis.where is None))
+
+
+def _first_row_count(measure: Measure, source: int | None, analysis: Analysis) -> exp.Expr:
+    """A count summed over the kept cells' rank-1 rows (`counts_from_first_rows`): rows min(n, k), units 1."""
+    if measure.kind == "units":
+        return exp.Count(this=exp.Star())
+    assert measure.kind == "rows"
+    row_keys = _row_level_keys(analysis)
+    size = exp.column(ranked.cell_rows(row_keys[0]) if row_keys else ranked.UNIT_ROWS)
+    kept = exp.func("LEAST", size, exp.Literal.number(analysis.table.max_rows))
+    # COALESCE: a SUM over no rows is NULL where COUNT(*) is 0 (a query without keys whose WHERE keeps no unit)
+    return exp.Coalesce(this=exp.Sum(this=kept), expressions=[exp.Literal.number(0)])
 
 
 def _row_level_keys(analysis: Analysis) -> tuple[str, ...]:
