@@ -25,10 +25,9 @@ P = TableSchema("p", "uid", (
 
 QUERIES = [
     "SELECT r, COUNT(*) FROM p GROUP BY r",  # unit-level key, public domain
-    "SELECT COUNT(*) FROM p",  # no key: 0, not NULL, when nothing is kept
-    "SELECT COUNT(*), COUNT(DISTINCT uid) FROM p WHERE age > 40",  # unit-level WHERE
+    "SELECT COUNT(*), COUNT(DISTINCT uid) FROM p",  # no key
     "SELECT g, COUNT(*), COUNT(DISTINCT uid) FROM p GROUP BY g",  # row-level key, private partitions
-    "SELECT g, r, COUNT(*) FROM p WHERE r = 'n' AND age BETWEEN 20 AND 60 GROUP BY g, r",
+    "SELECT g, r, COUNT(*) FROM p GROUP BY g, r",
     "SELECT age // 20 AS a, COUNT(*) FROM p GROUP BY a",  # unit-level computed key
 ]
 
@@ -67,7 +66,8 @@ def test_first_row_counts_equal_the_rank_filter(query: str, data: list[tuple[obj
 
 def test_a_row_level_where_or_a_value_count_keeps_the_rank_filter() -> None:
     catalog = Catalog((P,))
-    for query in ("SELECT COUNT(*) FROM p WHERE g = 'a'", "SELECT r, COUNT(g) FROM p GROUP BY r"):
+    for query in ("SELECT COUNT(*) FROM p WHERE g = 'a'", "SELECT r, COUNT(g) FROM p GROUP BY r",
+                  "SELECT COUNT(*) FROM p WHERE r = 'n'"):  # a unit-level WHERE: the rank filter is faster
         analysis = plan(query, catalog, epsilon=1.0, delta=1e-6, mechanism="laplace", bounding="store").analysis
         assert not rr.counts_from_first_rows(analysis)
     analysis = plan("SELECT COUNT(*) FROM p WHERE g = 'a'", catalog, epsilon=1.0, delta=1e-6, mechanism="laplace",
