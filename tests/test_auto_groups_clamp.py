@@ -301,7 +301,7 @@ def test_the_bounds_follow_the_data() -> None:
     assert at.analysis.max_groups == 2
     assert at.analysis.measures[1] == Measure("sum", "x", *fixed_point(ColumnSpec("x", "DOUBLE", bounds=(-3, 5.5))),
                                               cap=cap)
-    assert "__group_rank__g <= 2" in at.sql and "WHEN __cap_t1 <= " in at.sql  # the rank filter, rows scaled
+    assert "__group_rank__g <= 2" in at.sql and "WHERE __cap_t1 > " in at.sql  # the rank filter, heavy units scaled
     assert ranked.grid_value("x") in at.sql  # a capped sum keeps the declared clamp: the store's clamped column
     assert at.price.noise[1].sensitivity == cap  # min(C, g·k·max|bound|) = C
     assert [(p["bound"], p["value"]) for p in chosen.report()["parts"]] == [  # type: ignore[index]

@@ -81,9 +81,14 @@ def test_store_rank_filter_moves_each_measure_within_its_sensitivity(
 
 
 @pytest.mark.parametrize(("query", "filtered"), [
-    ("SELECT CAST(FLOOR(age / 10) * 10 AS INTEGER) AS a, COUNT(*) FROM p GROUP BY a", "__row_rank <= 3"),
-    ("SELECT q.plan, COUNT(*) FROM p JOIN q USING (uid) GROUP BY q.plan", "__row_rank <= 3"),
-    ("SELECT g, COUNT(*) FROM p JOIN q USING (uid) GROUP BY g", "__row_rank__g <= 3 AND __group_rank__g <= 2"),
+    ("SELECT CAST(FLOOR(age / 10) * 10 AS INTEGER) AS a, COUNT(*), SUM(x) FROM p GROUP BY a", "__row_rank <= 3"),
+    ("SELECT q.plan, COUNT(*), SUM(p.x) FROM p JOIN q USING (uid) GROUP BY q.plan", "__row_rank <= 3"),
+    ("SELECT g, SUM(x) FROM p JOIN q USING (uid) GROUP BY g", "__row_rank__g <= 3 AND __group_rank__g <= 2"),
+    # counts only: one row per kept cell (rewrite_ranked.counts_from_first_rows)
+    ("SELECT CAST(FLOOR(age / 10) * 10 AS INTEGER) AS a, COUNT(*) FROM p GROUP BY a",
+     "SUM(LEAST(__unit_rows, 3)), 0) AS __m0 FROM (SELECT *, TRY("),
+    ("SELECT q.plan, COUNT(*) FROM p JOIN q USING (uid) GROUP BY q.plan", "__joined WHERE __row_rank = 1 GROUP BY"),
+    ("SELECT g, COUNT(*) FROM p JOIN q USING (uid) GROUP BY g", "__row_rank__g = 1 AND __group_rank__g <= 2"),
 ])
 def test_unit_level_computed_keys_and_one_row_joins_filter_the_stored_ranks(query: str, filtered: str) -> None:
     sql = plan(query, CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace", bounding="store").sql

@@ -5,7 +5,9 @@
     WHERE <rank> <= max_rows [AND <group rank> <= max_groups] [AND WHERE]
     GROUP BY keys [HAVING the keys are in their public domains]
 
-One scan and one aggregation: no window, no sort, any bound without rebuilding. The rule (docs/policy.md,
+One scan and one aggregation: no window, no sort, any bound without rebuilding. A query that only counts rows
+or units reads one row per kept cell instead, its rank-1 row, and adds up LEAST(cell rows, max_rows)
+(`counts_from_first_rows`: the same numbers). The rule (docs/policy.md,
 `bounding`): the filter is used when the query groups by at most one row-level column and its WHERE reads
 unit-level columns (or the unit) only. A SUM capping each unit's total (auto_total.py) scales each kept row by
 its unit's total over its kept rows (a window per unit), then adds them up as any other sum. Unit-level columns hold each unit's canonical value in the store, so
@@ -81,18 +83,23 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
         >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
         ...     ColumnSpec("r", "VARCHAR", unit_level=True, groupable=True)), max_rows=3, max_groups=2)
-        >>> print(rewrite_ranked(analyse(parse("SELECT g, r, COUNT(*) FROM t WHERE r = 'N' GROUP BY g, r"),
+        >>> print(rewrite_ranked(analyse(parse("SELECT g, r, COUNT(g) FROM t WHERE r = 'N' GROUP BY g, r"),
         ...     Catalog((t,)))))
-        SELECT "g" COLLATE "binary" AS __k0, "r" COLLATE "binary" AS __k1, COUNT(*) FILTER(WHERE __row_rank__g = 1) AS __units, COUNT(*) AS __m0 FROM (SELECT * FROM "t" WHERE "r" COLLATE "binary" = 'N' OFFSET 0) AS __kept WHERE __row_rank__g <= 3 AND __group_rank__g <= 2 GROUP BY __k0, __k1
+        SELECT "g" COLLATE "binary" AS __k0, "r" COLLATE "binary" AS __k1, COUNT(*) FILTER(WHERE __row_rank__g = 1) AS __units, SUM(CAST(NOT "g" IS NULL AS INT)) AS __m0 FROM (SELECT * FROM "t" WHERE "r" COLLATE "binary" = 'N' OFFSET 0) AS __kept WHERE __row_rank__g <= 3 AND __group_rank__g <= 2 GROUP BY __k0, __k1
+        >>> print(rewrite_ranked(analyse(parse("SELECT g, COUNT(*) FROM t GROUP BY g"), Catalog((t,)))))  # one row a cell
+        SELECT "g" COLLATE "binary" AS __k0, COUNT(*) AS __units, COALESCE(SUM(LEAST(__cell_rows__g, 3)), 0) AS __m0 FROM "t" WHERE __row_rank__g = 1 AND __group_rank__g <= 2 GROUP BY __k0
     """
     if not uses_rank_filter(analysis, row_where):
         return rewrite_cells(analysis, salt)  # bound after the WHERE, per cell (rewrite_cells.py)
     table = analysis.table
     row_keys = _row_level_keys(analysis)
     rank = ranked.row_rank(row_keys[0]) if row_keys else ranked.ROW_RANK
+    counting = counts_from_first_rows(analysis, row_where)
     conditions: list[exp.Expr] = []
     if not table.one_row_per_unit:  # one row per unit (checked when the store was built): nothing to bound
-        conditions.append(exp.LTE(this=exp.column(rank), expression=exp.Literal.number(table.max_rows)))
+        # counting: one row per kept cell, its rank-1 row, which carries the cell's size (`counts_from_first_rows`)
+        conditions.append(exp.EQ(this=exp.column(rank), expression=exp.Literal.number(1)) if counting else
+                          exp.LTE(this=exp.column(rank), expression=exp.Literal.number(table.max_rows)))
         if row_keys:
             conditions.append(exp.LTE(this=exp.column(ranked.group_rank(row_keys[0])),
                                       expression=exp.Literal.number(analysis.max_groups)))
@@ -105,6 +112,7 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
     elif analysis.where is not None:
         conditions.append(analysis.where.copy())
     sources = inputs(analysis.measures)
+    corrected = corrects_heavy_units(analysis)
     if any(m.cap for m in analysis.measures):
         source, conditions = _capped_rows(analysis, source, conditions, sources), []
     keys = []
@@ -113,13 +121,15 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         assert spec is not None
         keys.append(exp.alias_(types.column(spec.name, spec.type), f"__k{i}"))
     # `__units` feeds private partition selection only (release.py); elsewhere it is never read, so not computed
-    units = _measure(Measure("units"), None, analysis) if analysis.partitions == "private" else exp.Literal.number(0)
+    measure_of = _first_row_count if counting else _measure
+    units = measure_of(Measure("units"), None, analysis) if analysis.partitions == "private" else exp.Literal.number(0)
     # Every node below is built here for this query alone: the builders need not copy them (copy=False), which
     # is a third of the small-query planning time (bench/throughput.py).
     projections = [*keys, exp.alias_(units, UNITS)]
-    projections += [exp.alias_(_measure(measure, sources.get(j), analysis), f"__m{j}")
+    projections += [exp.alias_(exp.Sum(this=exp.column(f"__cap_v{j}")) if corrected and measure.cap else
+                               measure_of(measure, sources.get(j), analysis), f"__m{j}")
                     for j, measure in enumerate(analysis.measures)]
-    select = exp.Select(expressions=projections).from_(source, copy=False)
+    select = exp.Select(expressions=projections).from_(source.copy() if corrected else source, copy=False)
     if conditions:
         select = select.where(exp.and_(*conditions, copy=False), copy=False)
     if keys:
@@ -139,7 +149,97 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
                     test.set(arg, exp.AnyValue(this=test.args[arg]))
             inside.append(test)
         select = select.having(exp.and_(*inside, copy=False), copy=False)
+    if corrected:
+        select = _with_corrections(analysis, select, source, keys)
     return select.sql(dialect="duckdb")
+
+
+def corrects_heavy_units(analysis: Analysis) -> bool:
+    """Whether the capped sums are added up uncapped and then corrected on the rows of units above their cap
+    (`_with_corrections`): each capped sum reads the store's clamped column and unit total (a pushed-down filter
+    then finds the few heavy units' rows; a per-query window would run twice)."""
+    capped = [m for m in analysis.measures if m.cap]
+    return bool(capped) and all(stored_grid(analysis, m) is not None for m in capped)
+
+
+def _with_corrections(analysis: Analysis, select: exp.Select, capped_rows: exp.Expr, keys: list[exp.Expr]
+                      ) -> exp.Select:
+    """`select` (which adds up each capped sum j uncapped, as SUM(__cap_v<j>)) with each such sum corrected.
+
+    The capped sum is Σ over the kept rows of v' = v when the unit's total T <= C, else scaled(v)
+    (auto_total.scaled): Σ v' = Σ v + Σ over the rows with T > C of (scaled(v) − v), in integers, exactly. The
+    second sum is one more aggregation of the same kept rows under the filter T > C, which the scan applies
+    (on the demo a few thousand of 10M rows); the per-row CASE over every row costs more than both scans. Groups
+    are matched on their keys, NULL to NULL; a group of `select` with no heavy row adds 0, and a query without
+    keys over no rows stays NULL, as before. The sums, and so the release and its sensitivity, are unchanged."""
+    main = "__main"
+    out = [exp.column(f"__k{i}", table=main) for i in range(len(keys))] + [exp.column(UNITS, table=main)]
+    joins = []
+    for j, measure in enumerate(analysis.measures):
+        if not measure.cap:
+            out.append(exp.column(f"__m{j}", table=main))
+            continue
+        name = f"__fix{j}"
+        value, total = exp.column(f"__cap_v{j}"), exp.column(f"__cap_t{j}")
+        delta = exp.Sub(this=auto_total.scaled(value, total, measure.cap).args["default"], expression=value.copy())
+        fix = exp.Select(expressions=[*(k.copy() for k in keys), exp.alias_(exp.Sum(this=delta), "__d")])
+        fix = fix.from_(capped_rows.copy(), copy=False).where(
+            exp.GT(this=total.copy(), expression=exp.Literal.number(measure.cap)), copy=False)
+        if keys:
+            fix = fix.group_by(*(exp.column(f"__k{i}") for i in range(len(keys))), copy=False)
+        on: exp.Expr = exp.and_(*(exp.NullSafeEQ(this=exp.column(f"__k{i}", table=main),
+                                                 expression=exp.column(f"__k{i}", table=name))
+                                  for i in range(len(keys)))) if keys else exp.true()
+        joins.append((fix.subquery(name), on))
+        out.append(exp.alias_(exp.Add(this=exp.column(f"__m{j}", table=main), expression=exp.Coalesce(
+            this=exp.column("__d", table=name), expressions=[exp.Literal.number(0)])), f"__m{j}"))
+    result = exp.Select(expressions=out).from_(select.subquery(main), copy=False)
+    for table, on in joins:
+        result = result.join(table, on=on, join_type="LEFT", copy=False)
+    return result
+
+
+def counts_from_first_rows(analysis: Analysis, row_where: RowWhere = "window") -> bool:
+    """Whether the rank-filter query counts each kept cell from its rank-1 row alone: every measure counts rows or
+    units, and the query has no WHERE. (The identity below holds under a unit-level WHERE too, but a selective
+    one leaves few rows to count, and reading each row's cell size then costs more than it saves: 30 -> 39 ms
+    CPU for the drill-down at 10M rows, bench/README.md.)
+
+    Why it is the same answer, exactly (docs/privacy.md §10.4): a cell is (unit, value of the row-level key) or,
+    without one, the unit. The stored row rank numbers the cell's rows 1..n (ROW_NUMBER, ranked.py), so the
+    filter `rank <= k` keeps min(n, k) of them, n = `__cell_rows__<key>` (or `__unit_rows`), which every row
+    of the cell holds; the group rank, the unit-level columns (canonical values) and a unit-level WHERE are the
+    same on all of a cell's rows, so the cell is kept whole or not at all, and its rank-1 row is in it. Hence
+    COUNT(*) over the rows kept = Σ over the kept cells' rank-1 rows of LEAST(n, k), and a count of units (one
+    per kept cell) = the number of those rows: the same numbers from one row per cell instead of k, the same
+    release and sensitivities. A row-level WHERE (`row_where = "filter"`) could drop a cell's rank-1 row and
+    keep others.
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
+        ...     ColumnSpec("r", "VARCHAR", unit_level=True), ColumnSpec("x", "DOUBLE", bounds=(0, 1))), max_rows=3)
+        >>> [counts_from_first_rows(analyse(parse(q), Catalog((t,)))) for q in ("SELECT g, COUNT(*) FROM t GROUP BY g",
+        ...     "SELECT COUNT(*), COUNT(DISTINCT u) FROM t", "SELECT COUNT(x) FROM t",
+        ...     "SELECT COUNT(*) FROM t WHERE r = 'N'")]
+        [True, True, False, False]
+    """
+    return (not analysis.table.one_row_per_unit and bool(analysis.measures) and analysis.where is None
+            and all(m.kind in ("rows", "units") for m in analysis.measures) and uses_rank_filter(analysis, row_where))
+
+
+def _first_row_count(measure: Measure, source: int | None, analysis: Analysis) -> exp.Expr:
+    """A count summed over the kept cells' rank-1 rows (`counts_from_first_rows`): rows min(n, k), units 1."""
+    if measure.kind == "units":
+        return exp.Count(this=exp.Star())
+    assert measure.kind == "rows"
+    row_keys = _row_level_keys(analysis)
+    size = exp.column(ranked.cell_rows(row_keys[0]) if row_keys else ranked.UNIT_ROWS)
+    kept = exp.func("LEAST", size, exp.Literal.number(analysis.table.max_rows))
+    # COALESCE: a SUM over no rows is NULL where COUNT(*) is 0 (a query without keys whose WHERE keeps no unit)
+    return exp.Coalesce(this=exp.Sum(this=kept), expressions=[exp.Literal.number(0)])
 
 
 def _row_level_keys(analysis: Analysis) -> tuple[str, ...]:
