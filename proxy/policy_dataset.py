@@ -165,7 +165,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     # a table may be qualified with one of the dataset's schemas, and with its name or its file's (DuckDB's
     # name for the database): `demo.main.visits`
     if spark is not None:
-        spark_problems(loc, spark, tables, bounding, p.add)
+        spark_problems(loc, spark, tables, bounding, p.add, tuple(t.name for t in public))
         if len(p.items) > before:
             return None
     databases = (name,) if engine == "spark" else (name, path.stem)

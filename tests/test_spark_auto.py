@@ -1,7 +1,7 @@
-"""Automatic bounds (docs/privacy.md §10) on a Spark dataset, in-process on local[2]: the demo's auto policy over
-Parquet copies of its tables, bounded per query and by the store Spark builds. Before noise, each selection
-histogram and the query at the bounds drawn from it are the same rows on Spark as on DuckDB, exactly; the
-proxy answers such a query end to end on Spark, with one charge.
+"""Automatic bounds (docs/privacy.md §10) and a public table on a Spark dataset, in-process on local[2]: the demo's
+auto policy over Parquet copies of its tables, with a public table `departments`, bounded per query and by the
+store Spark builds. Before noise, each selection histogram and the query at the bounds drawn from it are the
+same rows on Spark as on DuckDB, exactly; the proxy answers such a query end to end on Spark, with one charge.
 
 One Spark session serves the whole test run (proxy.engines.spark_engine.session is per process).
 """
@@ -14,6 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 
 pytest.importorskip("pyspark")
@@ -30,7 +31,7 @@ from proxy.query.errors import QueryError
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
 from proxy.store import StoreEngine
-from tests.spark_data import export_parquet, spark_policy
+from tests.spark_data import TABLES, export_parquet, spark_policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from query_latency import WORKLOAD
@@ -43,11 +44,27 @@ QUERIES = (  # every chosen bound but a clamp (quantiles are not rendered for Sp
     BY_NAME["filtered_avg"],  # row-level WHERE: max_rows, the total cap of duration_s
     BY_NAME["day_distinct_users"],  # max_rows, max_groups for COUNT(DISTINCT)
     BY_NAME["plan_join"],  # max_rows over a join with users
+    # a join to the public table (copied into the store as declared), filtered by its column
+    "SELECT v.region, COUNT(*) AS n FROM visits v INNER JOIN departments d ON v.category = d.category "
+    "WHERE d.department = 'food' GROUP BY v.region",
 )
+DEPARTMENTS = (("groceries", "food"), ("dining", "food"), ("electronics", "goods"), ("clothing", "goods"),
+               ("travel", "leisure"), ("health", "goods"), ("books", "leisure"), ("entertainment", "leisure"))
+PUBLIC_TABLE = """
+[datasets.demo.public_tables.departments]
+keys = ["category"]
+unique = true
+
+[datasets.demo.public_tables.departments.columns]
+category = { type = "VARCHAR", groupable = true }
+department = { type = "VARCHAR", groupable = true, public_domain = ["food", "goods", "leisure"] }
+
+# One row per user."""
 
 
 CASES = (  # the store (the demo's bounding) on every query; per query, the two with a chosen total cap
     *(("store", sql) for sql in QUERIES), ("per_query", QUERIES[0]), ("per_query", QUERIES[1]),
+    ("per_query", QUERIES[-1]),
 )
 
 
@@ -66,8 +83,12 @@ def served(tmp_path_factory: pytest.TempPathFactory, bounding: str) -> Iterator[
     or by the store Spark builds at start-up), and the same rows on DuckDB bounded alike."""
     directory = tmp_path_factory.mktemp(f"spark-auto-{bounding}")
     demo = build_demo(directory / "demo", users=200, rows=3000)
-    policy = spark_policy(demo.policy, export_parquet(demo.database, directory / "parquet"), directory / "spark",
-                          bounding=bounding, auto=True)
+    with duckdb.connect(str(demo.database)) as con:
+        con.execute("CREATE TABLE departments (category VARCHAR, department VARCHAR)")
+        con.executemany("INSERT INTO departments VALUES (?, ?)", DEPARTMENTS)
+    demo.policy.write_text(demo.policy.read_text().replace("\n# One row per user.", PUBLIC_TABLE, 1))
+    parquet = export_parquet(demo.database, directory / "parquet", (*TABLES, "departments"))
+    policy = spark_policy(demo.policy, parquet, directory / "spark", bounding=bounding, auto=True)
     env = build_env(Settings(policy=policy, ledger=str(directory / "ledger.sqlite"), query_timeout_s=600))
     spark = env.engine("demo")
     catalog = env.policy.dataset("demo").catalog

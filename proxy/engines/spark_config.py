@@ -89,9 +89,10 @@ def read_engine(raw: Mapping[str, object], loc: str, base: Path, add: Add) -> tu
 
 
 def spark_problems(loc: str, source: SparkSource, tables: tuple[TableSchema, ...], bounding: str | None,
-                   add: Add) -> None:
-    """A source for every declared table and no other; and what Spark datasets cannot do yet."""
-    declared = {t.name.lower() for t in tables}
+                   add: Add, public: tuple[str, ...] = ()) -> None:
+    """A source for every declared table (protected, or `public`: the names of its public tables) and no other;
+    and what Spark datasets cannot do yet."""
+    declared = {t.name.lower() for t in tables} | {name.lower() for name in public}
     sources = {t.name.lower() for t in source.tables}
     for missing in sorted(declared - sources):
         add(f"{loc}.spark.tables", f"declared table {missing} has no source")
