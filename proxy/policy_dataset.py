@@ -12,7 +12,7 @@ from typing import cast, get_args
 from accountant.filter import BASIC, DEFAULT_SELECTION_SHARE, RULES, Accounting, Budget, Rule, capacity
 from mechanisms.gdp import MIN_BUDGET_EPSILON
 from proxy.answer_timing import AnswerTime
-from proxy.engines.spark_config import EngineName, SparkSource, read_engine, spark_problems
+from proxy.engines.spark_config import EngineName, SparkSource, default_bounding, read_engine, spark_problems
 from proxy.policy_public import read_public_tables
 from proxy.policy_readers import (
     _bool,
@@ -147,7 +147,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     if auto_q is not None and not 0.5 <= auto_q < 1:
         p.add(f"{loc}.auto_bounds_quantile", f"must be a number in [0.5, 1), got {auto_q!r}")
     answer_time, padded_ms = _answer_time(raw, loc, p)
-    bounding = _str(raw, "bounding", loc, p, default="per_query" if engine == "spark" else "store")
+    bounding = _str(raw, "bounding", loc, p, default=default_bounding(spark) if engine == "spark" else "store")
     if bounding is not None and bounding not in get_args(Bounding):
         p.add(f"{loc}.bounding", f"must be one of {', '.join(get_args(Bounding))}, got {bounding!r}")
     declared = _named_tables(raw, "tables", loc, IDENTIFIER, p)
@@ -165,7 +165,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     # a table may be qualified with one of the dataset's schemas, and with its name or its file's (DuckDB's
     # name for the database): `demo.main.visits`
     if spark is not None:
-        spark_problems(loc, spark, tables, bounding, p.add)
+        spark_problems(loc, spark, tables, bounding, p.add, tuple(t.name for t in public))
         if len(p.items) > before:
             return None
     databases = (name,) if engine == "spark" else (name, path.stem)

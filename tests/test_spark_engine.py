@@ -8,10 +8,13 @@ One Spark session serves the whole test run (proxy.engines.spark_engine.session 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import random
 import sys
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -25,7 +28,7 @@ from proxy.demo import build_demo
 from proxy.engines.base import EngineMisconfigured, ExecutionTimeout
 from proxy.engines.duckdb_engine import Engine
 from proxy.engines.spark_config import SparkSource, SparkTable
-from proxy.engines.spark_engine import SESSION_SETTINGS, SparkEngine, session
+from proxy.engines.spark_engine import INTERRUPT_ON_CANCEL, SESSION_SETTINGS, SparkEngine, session
 from proxy.policy import load_policy
 from proxy.query import plan
 from proxy.query.analyse import analyse
@@ -307,34 +310,68 @@ def test_the_renderer_refuses_what_the_rewrite_never_emits() -> None:
     assert render(parse_one("SELECT COUNT(*) FROM visits"), target) == "SELECT COUNT(*) FROM `__dp_demo__visits`"
 
 
-def test_a_job_past_its_time_limit_is_cancelled_and_the_next_query_works(
-    engines: Any, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    dataset, spark, _ = engines
+@pytest.fixture(scope="module")
+def slow(engines: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SparkEngine, str]]:
+    """2M visits on Spark and a bounded SUM over them: seconds of Spark work, far past a 0.3 s limit."""
+    dataset = engines[0]
     big = tmp_path_factory.mktemp("spark-big") / "visits.parquet"
-    with duckdb.connect() as con:  # 2M rows: seconds of Spark work, far past a 0.3 s limit
+    with duckdb.connect() as con:
         con.execute(f"COPY (SELECT range % 50000 AS user_id, 'north' AS region, 30 AS age, DATE '2026-01-01' AS day, "
                     f"'books' AS category, (range % 500)::DOUBLE AS amount, (range % 3600)::INTEGER AS duration_s "
                     f"FROM range(2000000)) TO '{big}' (FORMAT parquet)")
     source = SparkSource(MASTER, (SparkTable("visits", "parquet", str(big)),))
-    with SparkEngine("slow", source, timeout_s=600) as slow:
+    with SparkEngine("slow", source, timeout_s=600) as engine:
         planned = plan("SELECT category, SUM(amount) FROM visits GROUP BY category", dataset.catalog,
                        epsilon=1.0, delta=1e-6, mechanism="laplace", salt=5)
         assert planned.tree is not None
+        yield engine, render(planned.tree, engine.target)
+
+
+def no_active_job() -> bool:
+    """Whether Spark has no active job, waiting up to a minute for cancelled ones to wind down."""
+    tracker = session(MASTER).sparkContext.statusTracker()
+    for _ in range(600):
+        if not tracker.getActiveJobsIds():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_job_past_its_time_limit_is_cancelled_and_the_next_query_works(
+    engines: Any, slow: tuple[SparkEngine, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    dataset, spark, _ = engines
+    engine, sql = slow
+    with caplog.at_level(logging.INFO, logger="proxy.engines.spark_engine"):
         with pytest.raises(ExecutionTimeout):
-            slow.run(render(planned.tree, slow.target), timeout_s=0.3)
-        tracker = session(MASTER).sparkContext.statusTracker()
-        # cancelled, not left running: no job of any group is active once the cancel has been delivered
-        for _ in range(600):
-            if not tracker.getActiveJobsIds():
-                break
-            import time
-            time.sleep(0.1)
-        assert not tracker.getActiveJobsIds()
-    again = plan("SELECT region, COUNT(*) FROM visits GROUP BY region", dataset.catalog, epsilon=1.0, delta=1e-6,
-                 mechanism="laplace", salt=6)
-    assert again.tree is not None
-    assert spark.run(render(again.tree, spark.target)).rows  # the next query works
+            engine.run(sql, timeout_s=0.3)
+        assert no_active_job()  # cancelled, not left running
+        again = plan("SELECT region, COUNT(*) FROM visits GROUP BY region", dataset.catalog, epsilon=1.0,
+                     delta=1e-6, mechanism="laplace", salt=6)
+        assert again.tree is not None
+        assert spark.run(render(again.tree, spark.target)).rows  # the next query works
+    # the timeout is logged once; starting, cancelling and ending the query's tag log nothing
+    ours = [r.getMessage() for r in caplog.records if r.name == "proxy.engines.spark_engine"]
+    assert ours == ["Spark query cancelled after 0.3s"]
+    context = session(MASTER).sparkContext  # this thread carries nothing of the ended queries
+    assert (set(context.getJobTags()), context.getLocalProperty(INTERRUPT_ON_CANCEL)) == (set(), None)
+
+
+def test_two_concurrent_queries_do_not_cancel_each_other(slow: tuple[SparkEngine, str]) -> None:
+    """A query cancelled at its time limit while another runs on the same session: only its own jobs stop."""
+    engine, sql = slow
+    tracker = session(MASTER).sparkContext.statusTracker()
+    with ThreadPoolExecutor(2) as pool:
+        long = pool.submit(engine.run, sql, 600)
+        while not tracker.getActiveJobsIds() and not long.done():  # the long query's first job is running
+            time.sleep(0.01)
+        short = pool.submit(engine.run, sql, 0.3)
+        with pytest.raises(ExecutionTimeout):
+            short.result()
+        assert not long.done()  # it ran while the short one was cancelled (repeatedly, until it ended)
+        rows = long.result().rows
+    assert [row[0] for row in rows] == ["books"]  # answered, not cancelled
+    assert no_active_job()
 
 
 def test_the_session_is_hardened_and_one_master_serves_the_process(tmp_path: Path) -> None:

@@ -107,4 +107,4 @@ def test_a_job_past_the_time_limit_is_a_charged_timeout_and_spark_runs_the_next_
             assert anyone.get("/readyz").json() == {"ok": True}  # the next job runs on the same session
     finally:
         tight.stop()
-    assert "Spark query cancelled after" in tight.log.read_text()  # its job group was cancelled
+    assert "Spark query cancelled after" in tight.log.read_text()  # its job tag was cancelled

@@ -93,6 +93,17 @@ def test_a_spark_dataset_on_local_parquet_may_use_the_bounding_store(tmp_path: P
     assert dataset is not None and dataset.bounding == "store"
 
 
+def test_a_spark_dataset_is_bounded_by_its_store_by_default_only_on_local_parquet_in_process(tmp_path: Path) -> None:
+    def bounding(spark: str) -> str:
+        dataset = load_policy(_policy(tmp_path, 'engine = "spark"', spark)).dataset("big")
+        assert dataset is not None
+        return dataset.bounding
+
+    assert bounding(GOOD_SPARK) == "store"
+    assert bounding(GOOD_SPARK.replace('"local[2]"', '"spark://m:7077"')) == "per_query"
+    assert bounding('master = "local[2]"\ntables = { visits = { table = "db.visits" } }') == "per_query"
+
+
 def test_a_declared_table_without_a_source_is_reported(tmp_path: Path) -> None:
     extra = ('[datasets.big.tables.users]\nprivacy_unit = "user_id"\n[datasets.big.tables.users.columns]\n'
              'user_id = { type = "BIGINT" }\n')

@@ -39,6 +39,7 @@ MASTER = re.compile(
     r"|spark://[A-Za-z0-9.-]+:\d{1,5}(?:,[A-Za-z0-9.-]+:\d{1,5})*"  # a standalone master (or HA list)
     r"|sc://[A-Za-z0-9.-]+(?::\d{1,5})?(?:/;[A-Za-z0-9_=;.-]*)?"  # Spark Connect
 )
+LOCAL = re.compile(r"local\[(?:[1-9]\d{0,3}|\*)\]")  # Spark inside this process
 CATALOG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){0,2}")  # [catalog.][db.]table
 
 Add = Callable[[str, str], None]
@@ -88,10 +89,31 @@ def read_engine(raw: Mapping[str, object], loc: str, base: Path, add: Add) -> tu
     return "spark", read_spark(raw.get("spark"), f"{loc}.spark", base, add)
 
 
+def default_bounding(source: SparkSource | None) -> str:
+    """A Spark dataset's bounding when its policy sets none: the bounding store (DuckDB's default too) when Spark
+    runs in this process over local Parquet files, where the store can be stamped by the files' stats and read
+    back from a local directory; per query otherwise (a cluster's workers would need the store directory at the
+    same path, and a catalog table or `hdfs://`/`s3a://` path cannot be stamped). docs/operations.md (Spark)
+    gives the figures this rests on.
+
+    Example:
+        >>> parquet = (SparkTable("visits", "parquet", "/data/visits"),)
+        >>> default_bounding(SparkSource("local[2]", parquet)), default_bounding(SparkSource("spark://m:7077", parquet))
+        ('store', 'per_query')
+        >>> default_bounding(SparkSource("local[2]", (SparkTable("visits", "table", "db.visits"),)))
+        'per_query'
+    """
+    if source is None or not LOCAL.fullmatch(source.master):
+        return "per_query"
+    local = all(t.kind == "parquet" and "://" not in t.location for t in source.tables)
+    return "store" if local else "per_query"
+
+
 def spark_problems(loc: str, source: SparkSource, tables: tuple[TableSchema, ...], bounding: str | None,
-                   add: Add) -> None:
-    """A source for every declared table and no other; and what Spark datasets cannot do yet."""
-    declared = {t.name.lower() for t in tables}
+                   add: Add, public: tuple[str, ...] = ()) -> None:
+    """A source for every declared table (protected, or `public`: the names of its public tables) and no other;
+    and what Spark datasets cannot do yet."""
+    declared = {t.name.lower() for t in tables} | {name.lower() for name in public}
     sources = {t.name.lower() for t in source.tables}
     for missing in sorted(declared - sources):
         add(f"{loc}.spark.tables", f"declared table {missing} has no source")

@@ -3,8 +3,8 @@
 Promises, as the DuckDB engine's (DESIGN.md §6): it runs only SQL the query layer generated and rendered for
 it (proxy/query/render.py checks every node and table first), over one temporary view per declared table;
 files are never read by name in SQL (`spark.sql.runSQLOnFiles` is off) and no function can be registered
-(generated SQL has no CREATE); the session's settings are checked at start-up; every query runs in its own
-job group (a tag on Spark Connect) that a timer cancels at the time limit, which is then reported as a
+(generated SQL has no CREATE); the session's settings are checked at start-up; every query runs under a job
+tag of its own that a timer cancels at the time limit, which is then reported as a
 timeout; errors carry fixed messages, the engine's text goes to the log.
 
 One Spark session serves every Spark dataset of the process (a JVM holds one SparkContext): the policy
@@ -43,6 +43,7 @@ DRIVER_SETTINGS = {  # fixed when a classic session starts (a Spark Connect serv
     "spark.ui.enabled": "false",  # no web UI listing queries and plans
     "spark.ui.showConsoleProgress": "false",  # a server must not draw on stderr
 }
+INTERRUPT_ON_CANCEL = "spark.job.interruptOnCancel"  # SparkContext.SPARK_JOB_INTERRUPT_ON_CANCEL
 CANCEL_EVERY_S = 0.05  # a job submitted just after a cancel is cancelled by the next one
 
 _SPARK_TYPES = {"tinyint": "TINYINT", "smallint": "SMALLINT", "int": "INTEGER", "bigint": "BIGINT",
@@ -131,8 +132,8 @@ def _setting(spark: Any, key: str) -> str | None:
 
 
 class SparkEngine:
-    """One dataset's tables on Spark, read through temporary views. Thread-safe: each query is its own job
-    group (tag), and Spark runs concurrent queries side by side."""
+    """One dataset's tables on Spark, read through temporary views. Thread-safe: each query has its own job
+    tag, and Spark runs concurrent queries side by side."""
 
     def __init__(self, dataset: str, source: SparkSource, *, timeout_s: float = 30.0) -> None:
         if not timeout_s > 0:
@@ -176,20 +177,20 @@ class SparkEngine:
             raise RuntimeError("Spark did not count two rows")
 
     def _timed(self, limit: float, work: Callable[[], Rows]) -> Rows:
-        """`work` in a job group of its own, which a timer cancels after `limit` seconds."""
-        group = f"dpproxy-{uuid.uuid4().hex}"
+        """`work` under a job tag of its own, which a timer cancels after `limit` seconds."""
+        tag = f"dpproxy-{uuid.uuid4().hex}"
         timed_out, finished = threading.Event(), threading.Event()
 
         def cancel() -> None:  # until the query ends: a job may start after the first cancel
             timed_out.set()
             while not finished.is_set():
-                self._cancel(group)
+                self._cancel(tag)
                 finished.wait(CANCEL_EVERY_S)
 
         timer = threading.Timer(limit, cancel)
         timer.daemon = True
         try:
-            self._start(group)
+            self._start(tag)
             timer.start()
             result = work()
         except Exception as err:
@@ -201,7 +202,7 @@ class SparkEngine:
         finally:
             finished.set()
             timer.cancel()
-            self._end(group)
+            self._end(tag)
         if timed_out.is_set():  # finished, but past the limit: never released
             raise ExecutionTimeout()
         return result
@@ -236,27 +237,37 @@ class SparkEngine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # job groups on a classic session; tags on Spark Connect, which has no SparkContext
-    def _start(self, group: str) -> None:
+    # One tag per query, on the thread that runs it: jobs carry the tags of the thread that submits them (Spark
+    # SQL's helper threads copy them), so cancelling a tag reaches this query's jobs and no other's, even on a
+    # thread that ran another query before (a job group would be the thread's one group, and pyspark 4 has no
+    # clearJobGroup). Classic session: SparkContext's job tags, plain strings that the timer's thread cancels
+    # (a classic SparkSession's tags are mapped per thread). Spark Connect: the session's tags, interrupted on
+    # the server.
+    def _start(self, tag: str) -> None:
         if self.source.connect:
-            self._spark.addTag(group)
+            self._spark.addTag(tag)
         else:
-            self._spark.sparkContext.setJobGroup(group, "dp-proxy query", interruptOnCancel=True)
+            context = self._spark.sparkContext
+            context.addJobTag(tag)
+            context.setInterruptOnCancel(True)  # stop the running tasks now, not at their next record
 
-    def _cancel(self, group: str) -> None:
+    def _cancel(self, tag: str) -> None:
         try:
             if self.source.connect:
-                self._spark.interruptTag(group)
+                self._spark.interruptTag(tag)
             else:
-                self._spark.sparkContext.cancelJobGroup(group)
+                self._spark.sparkContext.cancelJobsWithTag(tag)
         except Exception as err:
-            log.warning("cancelling %s: %s", group, type(err).__name__)
+            log.warning("cancelling %s: %s", tag, type(err).__name__)
 
-    def _end(self, group: str) -> None:
+    def _end(self, tag: str) -> None:
+        """Take the query's tag off its thread (a pooled thread runs the next query without it)."""
         try:
             if self.source.connect:
-                self._spark.removeTag(group)
+                self._spark.removeTag(tag)
             else:
-                self._spark.sparkContext.clearJobGroup()
+                context = self._spark.sparkContext
+                context.removeJobTag(tag)
+                context.setLocalProperty(INTERRUPT_ON_CANCEL, None)  # type: ignore[arg-type]  # None unsets it
         except Exception as err:
-            log.info("ending %s: %s", group, type(err).__name__)
+            log.warning("ending %s: %s: %s", tag, type(err).__name__, err)

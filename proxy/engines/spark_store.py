@@ -4,7 +4,8 @@ Promises, as the DuckDB store's (proxy/store.py):
 - the ranks are keyed by the deployment key (`bounding.key` beside the ledger) through the explicit keyed hash
   (keyed_hash.py, `ranked.STORE_HASH`), which DuckDB and Spark compute identically: the store holds the same
   rows and ranks whichever engine builds it (tests/test_spark_store.py);
-- a store is a directory `<dataset>.spark-store-<stamp>` of one Parquet directory per table and a meta file,
+- a store is a directory `<dataset>.spark-store-<stamp>` of one Parquet directory per table (a public table's
+  declared columns copied, as DuckDB's store copies them) and a meta file,
   named and stamped with a fingerprint of its sources (every Parquet file's path, size and mtime), the catalog,
   the key (by its hash) and the store format; a store whose meta differs is never used: it is rebuilt;
 - it is written to a temporary directory, made read-only (files 0444, directories 0555) and renamed into
@@ -88,8 +89,6 @@ def build_spark_store(dataset: str, source: SparkSource, catalog: Catalog, direc
         StoreError: a table declared one row per unit is not, or Spark failed (its text is in the message:
             this runs before any query, for the operator).
     """
-    if catalog.public:
-        raise StoreError(f"dataset {dataset}: public tables are not served on Spark")
     target = store_path(directory, dataset, stamp)
     temp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     _remove(temp)
@@ -111,6 +110,10 @@ def build_spark_store(dataset: str, source: SparkSource, catalog: Catalog, direc
             spark.sql(text).write.parquet(str(temp / table.name))
             log.info("bounding store of %s: table %s ranked in %.1f s", dataset, table.name,
                      time.perf_counter() - begun)
+        for public in catalog.public:  # joins to public tables read them from the store, as declared (store.py)
+            columns = ", ".join(f'"{c.name}"' for c in public.columns)
+            spark.sql(render_built(f'SELECT {columns} FROM "{public.name}"', views)).write.parquet(
+                str(temp / public.name))
         (temp / META_FILE).write_text(json.dumps({"format": FORMAT, "fingerprint": stamp, "dataset": dataset}))
         _read_only(temp)
         os.replace(temp, target)
@@ -139,7 +142,7 @@ def open_spark_store(path: Path, stamp: str, dataset: str, master: str, catalog:
         log.warning("bounding store %s is not the store of its source, catalog and key; it will be rebuilt",
                     path.name)
         return None
-    tables = tuple(SparkTable(t.name, "parquet", str(path / t.name)) for t in catalog.tables)
+    tables = tuple(SparkTable(t.name, "parquet", str(path / t.name)) for t in (*catalog.tables, *catalog.public))
     try:
         return SparkEngine(f"{dataset}__store", SparkSource(master, tables), timeout_s=timeout_s)
     except Exception as err:

@@ -145,15 +145,17 @@ def histogram_sql(analysis: Analysis, spec: ColumnSpec, source: exp.Expr, limit:
         conditions.append(analysis.where.copy())
     totals = (exp.select(exp.alias_(exp.Sum(this=exp.Abs(this=value)), "__t")).from_(source.copy())
               .where(exp.and_(*conditions)).group_by(unit.copy()))
-    top = len(cap_grid(limit)) - 1
+    # bin i = the least i with T_u <= C_i: T_u is a whole number of grid units, so T_u <= 2^(i/2) exactly when
+    # T_u <= ⌊2^(i/2)⌋ = C_i. Comparisons with integers, not CEIL(2·LOG2(T_u)): Spark's LOG2 is ln(x)/ln(2),
+    # which misses some powers of two (2^29 -> 29.000000000000004), and both engines must bin alike.
+    grid = cap_grid(limit)
     t = exp.column("__t")
-    level = exp.Cast(this=exp.Ceil(this=exp.Mul(this=exp.Literal.number(2), expression=exp.Anonymous(
-        this="LOG2", expressions=[exp.cast(t.copy(), "DOUBLE")]))), to=exp.DataType.build("BIGINT"))
-    bin_ = exp.Case(ifs=[exp.If(this=exp.LTE(this=exp.func("COALESCE", t.copy(), exp.Literal.number(0)),
-                                             expression=exp.Literal.number(1)), true=exp.Literal.number(0)),
-                         exp.If(this=exp.GTE(this=t.copy(), expression=exp.Literal.number(limit)),
-                                true=exp.Literal.number(top))],
-                    default=exp.func("LEAST", level, exp.Literal.number(top)))
+    firsts = [i for i, c in enumerate(grid) if i == 0 or c > grid[i - 1]]
+    ifs = [exp.If(this=exp.LTE(this=exp.func("COALESCE", t.copy(), exp.Literal.number(0)),
+                               expression=exp.Literal.number(grid[0])), true=exp.Literal.number(0))]
+    ifs += [exp.If(this=exp.LTE(this=t.copy(), expression=exp.Literal.number(grid[i])), true=exp.Literal.number(i))
+            for i in firsts[1:-1]]
+    bin_ = exp.Case(ifs=ifs, default=exp.Literal.number(len(grid) - 1))
     return (exp.select(exp.alias_(bin_, "__a"), exp.alias_(exp.Literal.number(0), "__b"),
                        exp.alias_(exp.Count(this=exp.Star()), "__n"))
             .from_(totals.subquery("__totals")).group_by(exp.column("__a")))
@@ -177,7 +179,8 @@ def scaled(value: exp.Expr, total: exp.Expr, cap: int) -> exp.Expr:
     product = exp.Mul(this=exp.Mul(this=exp.cast(magnitude.copy(), "DOUBLE"), expression=factor),
                       expression=exp.cast(exp.Literal.number(SAFETY), "DOUBLE"))
     shrunk = exp.func("LEAST", exp.cast(exp.Floor(this=product), "BIGINT"), magnitude.copy())
-    signed = exp.Mul(this=exp.Anonymous(this="SIGN", expressions=[value.copy()]), expression=shrunk)
+    negative = exp.LT(this=value.copy(), expression=exp.Literal.number(0))  # not SIGN: Spark's is a DOUBLE
+    signed = exp.Case(ifs=[exp.If(this=negative, true=exp.Neg(this=shrunk.copy()))], default=shrunk)
     few = exp.LTE(this=total.copy(), expression=c.copy())
     return exp.Case(ifs=[exp.If(this=few, true=value.copy())], default=signed)
 
