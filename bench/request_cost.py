@@ -9,6 +9,8 @@ Runs the request path of `POST /v1/query` without HTTP, on the demo (bounding st
     refresh         the bounding store's freshness check
     admit           the ledger's check-and-insert with its `admitted` audit entry (one FULL commit)
     engine          the engine's run of the rewritten SQL
+                    (with --again, and not in the total, the same SQL at once again: DuckDB warm, as in a
+                    tight loop; the gap is what the work between two queries costs the next one)
     release         noise (the OpenDP sampler) and the released rows
     render          the JSON answer, of which `budget` is the budget shown in it
     store+audit     the stored release with its `answered` audit entry (one FULL commit)
@@ -74,7 +76,7 @@ class Stages:
         return result
 
 
-def one(env: pipeline.Env, analyst: Any, i: int, timed: Stages) -> None:
+def one(env: pipeline.Env, analyst: Any, i: int, timed: Stages, again: bool = False) -> None:
     """The request path of one distinct query, stage by stage, as proxy/pipeline.py runs it."""
     prepared = timed("prepare", lambda: pipeline.prepare(QueryRequest(sql=SQL.format(i=i)), analyst, env.policy,
                                                          env.sampler.salt()))
@@ -89,6 +91,8 @@ def one(env: pipeline.Env, analyst: Any, i: int, timed: Stages) -> None:
         epsilon=price.epsilon, delta=price.delta, composition=price.composition, budget=prepared.budget,
         accounting=dataset.accounting, dataset_budget=dataset.budget, scope=plan.scope, sql=plan.normalized_sql))
     rows = timed("engine", lambda: engine.run(sql, env.settings.query_timeout_s))
+    if again:  # warm: see the docstring
+        timed("  same SQL again", lambda: engine.run(sql, env.settings.query_timeout_s))
     released = timed("release", lambda: release(rows.rows, plan.analysis, price, env.sampler))
     result = pipeline.Answer(prepared, charge, released, None)
     body = timed("render", lambda: routes._render(result, env))
@@ -117,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=50_000)
     parser.add_argument("--count", type=int, default=300, help="distinct queries timed (after 20 untimed)")
     parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "data-1m")
+    parser.add_argument("--again", action="store_true", help="also time each engine run repeated at once (warm)")
     args = parser.parse_args(argv)
     directory = args.dir.resolve()
     meta, _ = ensure_dataset(directory, rows=args.rows, users=args.users)
@@ -133,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(20):
             one(env, analyst, 10**6 + i, warm)
         for i in range(args.count):
-            one(env, analyst, i, timed)
+            one(env, analyst, i, timed, args.again)
     finally:
         pipeline_close(env)
     print(f"dataset {meta['rows']:,} visits, {meta['users']:,} users; {args.count} distinct queries; "

@@ -6,7 +6,8 @@ Starts `python -m proxy serve` on the demo (bounding store, built first) on loop
    second and latency percentiles;
 and plain DuckDB on the same query in the same run (a read-only connection with the engine's threads).
 Beside the wall times, the server's CPU time per answer (its process, from /proc): on a loaded machine it
-moves far less than latency, so it is the figure to compare between runs.
+moves far less than latency, so it is the figure to compare between runs; and of it, the event loop's (the
+main thread: HTTP parsing, middlewares, routing, the access log), the HTTP layer's share.
 Every request differs from all earlier ones (the output alias `n<i>`), so none is answered from a stored
 release; a non-200 answer fails the run. The bench analyst's per-analyst limits (proxy/limits.py: 600 queries
 per minute by default) are raised in the bench's policy, so the rate measured is the server's, not the
@@ -81,22 +82,32 @@ def _next_sql() -> str:
         return SQL.format(i=next(_UNIQUE))
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of process `pid` so far (Linux /proc; None elsewhere)."""
+def cpu_seconds(pid: int, task: int | None = None) -> float | None:
+    """User + system CPU seconds of process `pid` (or of its thread `task`) so far (Linux /proc; None elsewhere)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        stat = Path(f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat")
+        fields = stat.read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def loop_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid`'s main thread so far: the server's event loop (uvicorn runs
+    it there: HTTP parsing, middlewares, routing, the access log), apart from the query threads and DuckDB's."""
+    return cpu_seconds(pid, task=pid)
+
+
 def _cpu_per_answer(pid: int, phase: Any) -> Any:
-    """Run `phase()` (a summary with `n` answers) and add the server's CPU ms per answer during it."""
-    before = cpu_seconds(pid)
+    """Run `phase()` (a summary with `n` answers) and add the server's CPU ms per answer during it, and the
+    event loop's share of it."""
+    before, loop_before = cpu_seconds(pid), loop_cpu_seconds(pid)
     result = phase()
-    after = cpu_seconds(pid)
+    after, loop_after = cpu_seconds(pid), loop_cpu_seconds(pid)
     if before is not None and after is not None and result.get("n"):
         result["server_cpu_ms_per_answer"] = round((after - before) * 1000 / result["n"], 2)
+    if loop_before is not None and loop_after is not None and result.get("n"):
+        result["event_loop_cpu_ms_per_answer"] = round((loop_after - loop_before) * 1000 / result["n"], 2)
     return result
 
 
@@ -206,11 +217,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"plain DuckDB        p50 {results['plain']['p50_ms']:7.2f} ms  p95 {results['plain']['p95_ms']:7.2f} ms")
     print(f"HTTP, one client    p50 {results['alone']['p50_ms']:7.2f} ms  p95 {results['alone']['p95_ms']:7.2f} ms"
           f"  (x{results['alone']['p50_ms'] / results['plain']['p50_ms']:.1f} plain)"
-          f"  server CPU {results['alone'].get('server_cpu_ms_per_answer')} ms/answer")
+          f"  server CPU {results['alone'].get('server_cpu_ms_per_answer')} ms/answer"
+          f" (event loop {results['alone'].get('event_loop_cpu_ms_per_answer')})")
     c = results["concurrent"]
     print(f"HTTP, {c['clients']} clients     {c['answers_per_s']:7.1f} answers/s  p50 {c['p50_ms']:7.2f} ms  "
           f"p95 {c['p95_ms']:7.2f} ms  ({c['answers']} answers in {c['seconds']} s)"
-          f"  server CPU {c.get('server_cpu_ms_per_answer')} ms/answer")
+          f"  server CPU {c.get('server_cpu_ms_per_answer')} ms/answer"
+          f" (event loop {c.get('event_loop_cpu_ms_per_answer')})")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"facts": facts, "results": results, "sql": SQL}, indent=2) + "\n")
     return 0

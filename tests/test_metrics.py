@@ -145,3 +145,28 @@ def test_budget_gauges_follow_the_datasets_accounting_rule(
         assert budget["epsilon_remaining"] != budget["epsilon"] - budget["epsilon_spent"]  # the rule matters
     finally:
         server.stop()
+
+
+def test_labelled_children_are_looked_up_once_and_count_exactly() -> None:
+    """`Metrics` keeps the labelled children it looked up: the same label set counts into the same series,
+    a new one gets its own, and the stage histograms count every `timed` block (proxy/metrics.py)."""
+    from proxy.metrics import Metrics
+
+    metrics = Metrics(lambda: None)
+    for code in ("ok", "ok", "unsupported"):
+        metrics.request_done("/v1/query", "POST", code, 0.004)
+    metrics.request_done("/v1/budget", "GET", "ok", 0.002)
+    for _ in range(3):
+        with metrics.timed("admit"):
+            pass
+    samples = {(s.name, frozenset(s.labels.items())): s.value
+               for family in metrics.registry.collect() for s in family.samples}
+    query = {("route", "/v1/query"), ("method", "POST")}
+    assert samples[("dpproxy_requests_total", frozenset(query | {("code", "ok")}))] == 2
+    assert samples[("dpproxy_requests_total", frozenset(query | {("code", "unsupported")}))] == 1
+    assert samples[("dpproxy_request_duration_seconds_count", frozenset(query))] == 3
+    assert samples[("dpproxy_request_duration_seconds_sum", frozenset(query))] == pytest.approx(0.012)
+    assert samples[("dpproxy_request_duration_seconds_count", frozenset({("route", "/v1/budget"),
+                                                                        ("method", "GET")}))] == 1
+    assert samples[("dpproxy_stage_duration_seconds_count", frozenset({("stage", "admit")}))] == 3
+    assert samples[("dpproxy_stage_duration_seconds_count", frozenset({("stage", "plan")}))] == 0
