@@ -210,7 +210,9 @@ def test_preview_returns_the_plan_and_spends_nothing(analyst: httpx.Client) -> N
     rewritten = preview["sql"]
     assert rewritten.startswith("SELECT ")  # the demo reads its bounding store: bounding is a filter
     assert 'FROM "visits"' in rewritten
-    assert "__row_rank__category <= 20" in rewritten and "__group_rank__category <= 4" in rewritten
+    # a count reads each kept cell's rank-1 row, at most 20 rows a cell (rewrite_ranked.counts_from_first_rows)
+    assert "__row_rank__category = 1" in rewritten and "__group_rank__category <= 4" in rewritten
+    assert "LEAST(__cell_rows__category, 20)" in rewritten
     assert "'groceries', 'dining'" in rewritten  # the public domain filter
     assert sql not in rewritten
 

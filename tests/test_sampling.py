@@ -34,15 +34,29 @@ def _gaussian_pmf(sigma: float) -> Callable[[int], float]:
 
 
 def _chi2_pvalue(noise: Sequence[int], pmf: Callable[[int], float]) -> float:
-    """χ² p-value of the noise against `pmf`: one bin per k with expected count >= 5, tails pooled."""
+    """χ² p-value of the noise against a symmetric `pmf`: one bin per k with |k| < reach, and the two tails
+    k <= −reach and k >= reach as one bin each, reach the largest with an expected count >= 5 in each tail.
+
+    Pooling the tails beyond the last bin of >= 5 instead left a bin expecting ~0.07 draws (σ = 0.8): one draw
+    there gave p ≈ 1e-3, two p ≈ 1e-10, far more often than α (seen as a flaky failure)."""
     n = len(noise)
-    reach = 0
-    while n * pmf(reach + 1) >= 5:
+
+    def tail(r: int) -> float:  # P[K >= r], r >= 1; pmf decays at least geometrically past the bins used
+        terms, k = [], r
+        while not terms or terms[-1] > 1e-300:
+            terms.append(pmf(k))
+            k += 1
+        return math.fsum(terms)
+
+    reach = 1
+    while n * tail(reach + 1) >= 5:
         reach += 1
     counts = Counter(noise)
-    observed = [counts[k] for k in range(-reach, reach + 1)]
-    expected = [n * pmf(k) for k in range(-reach, reach + 1)]
-    observed.append(n - sum(observed))  # |k| > reach
+    observed = [sum(c for k, c in counts.items() if k <= -reach)]
+    expected = [n * tail(reach)]
+    observed += [counts[k] for k in range(-reach + 1, reach)]
+    expected += [n * pmf(k) for k in range(-reach + 1, reach)]
+    observed.append(sum(c for k, c in counts.items() if k >= reach))
     expected.append(n - math.fsum(expected))
     return float(stats.chisquare(observed, expected).pvalue)
 

@@ -171,7 +171,8 @@ def _with_corrections(analysis: Analysis, select: exp.Select, capped_rows: exp.E
     second sum is one more aggregation of the same kept rows under the filter T > C, which the scan applies
     (on the demo a few thousand of 10M rows); the per-row CASE over every row costs more than both scans. Groups
     are matched on their keys, NULL to NULL; a group of `select` with no heavy row adds 0, and a query without
-    keys over no rows stays NULL, as before. The sums, and so the release and its sensitivity, are unchanged."""
+    keys over no rows stays NULL, as before. The sums, and so the release and its sensitivity, are unchanged
+    (docs/privacy.md §10.7)."""
     main = "__main"
     out = [exp.column(f"__k{i}", table=main) for i in range(len(keys))] + [exp.column(UNITS, table=main)]
     joins = []
@@ -205,7 +206,7 @@ def counts_from_first_rows(analysis: Analysis, row_where: RowWhere = "window") -
     one leaves few rows to count, and reading each row's cell size then costs more than it saves: 30 -> 39 ms
     CPU for the drill-down at 10M rows, bench/README.md.)
 
-    Why it is the same answer, exactly (docs/privacy.md §10.4): a cell is (unit, value of the row-level key) or,
+    Why it is the same answer, exactly (docs/privacy.md §10.7): a cell is (unit, value of the row-level key) or,
     without one, the unit. The stored row rank numbers the cell's rows 1..n (ROW_NUMBER, ranked.py), so the
     filter `rank <= k` keeps min(n, k) of them, n = `__cell_rows__<key>` (or `__unit_rows`), which every row
     of the cell holds; the group rank, the unit-level columns (canonical values) and a unit-level WHERE are the
