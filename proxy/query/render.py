@@ -67,6 +67,8 @@ ALLOWED: frozenset[type[exp.Expr]] = frozenset({
     exp.Collate, exp.Var, exp.Join, exp.TryCast, exp.Floor, exp.Ceil,
     # the bounding store's SQL (rewrite_ranked.py, rewrite_cells.py): a cell total scaled by k / n (n >= 1 rows)
     exp.Having, exp.Filter, exp.AnyValue, exp.IgnoreNulls, exp.Div, exp.Offset,
+    # a capped SUM's correction joined back to its group, NULL key to NULL key (rewrite_ranked._with_corrections)
+    exp.NullSafeEQ,
 })
 # What a computed value (DuckDB's TRY(...), computed.py) may hold to be rendered for Spark, where each operation
 # that can fail under ANSI mode becomes its try_ form (NULL instead of an error), so it cannot fail either.
