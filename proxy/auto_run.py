@@ -37,7 +37,9 @@ def selection_text(planned: QueryPlan, engine: QueryEngine | StoreEngine) -> str
     assert planned.auto is not None
     if not planned.auto.parts:  # at the declared limits (auto_bounds.limits_reason): nothing to read
         return ""
-    parts = histograms(planned.analysis, planned.auto, planned.bounding == "store", getattr(engine, "target", DUCKDB))
+    # the store's ranks serve the selection only where they serve the query (bounded_sql: its tree is None)
+    parts = histograms(planned.analysis, planned.auto, planned.bounding == "store", getattr(engine, "target", DUCKDB),
+                       ranked=planned.tree is None)
     return " UNION ALL ".join(f"SELECT {i} AS __part, __a, __b, __n FROM ({sql}) AS __p{i}"
                               for i, sql in enumerate(parts))
 

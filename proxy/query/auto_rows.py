@@ -149,12 +149,14 @@ def store_selection_sql(analysis: Analysis, ranks: bool = False, source: exp.Exp
     return _histogram(capped, ranks, rank).from_(read).where(exp.and_(*conditions))
 
 
-def selection_text(analysis: Analysis, store: bool, target: Target, ranks: bool = False) -> str:
+def selection_text(analysis: Analysis, store: bool, target: Target, ranks: bool = False,
+                   served: bool | None = None) -> str:
     """The histogram query as the engine reads it: over the bounding store (its stored counts where the rank
     filter serves the query, else its table), or over the source as the per-query rewrite reads it, rendered
     for `target` (render.py checks it for Spark; the DuckDB store has no target: DuckDB's text); a join's or
-    computed keys' virtual table as the query reads it."""
-    if store and uses_rank_filter(analysis):
+    computed keys' virtual table as the query reads it. `served` (default: the rank filter serves the query)
+    is False where the plan does not read the store's ranks (auto_sql.histograms)."""
+    if store and (uses_rank_filter(analysis) if served is None else served):
         return render(store_selection_sql(analysis, ranks, store_source(analysis)), target)
     if store:
         return render(selection_sql(analysis, store_source(analysis), ranks), target)

@@ -29,13 +29,15 @@ def slots(chooser: auto.AutoBounds) -> tuple[int, ...]:
                  for p in chooser.parts)
 
 
-def histograms(analysis: Analysis, chooser: auto.AutoBounds, store: bool, target: Target) -> tuple[str, ...]:
+def histograms(analysis: Analysis, chooser: auto.AutoBounds, store: bool, target: Target,
+               ranked: bool = True) -> tuple[str, ...]:
     """One histogram query per selection (a clamp's lower and upper bound share one), each returning
     (__a, __b, __n): over the bounding store (its stored ranks where its rank filter serves the query, else its
-    table), or over the source as the per-query rewrite reads it, rendered for `target`."""
+    table), or over the source as the per-query rewrite reads it, rendered for `target`. `ranked`: the plan
+    reads the store's ranks at all (`ranks_serve`: not a join whose keys or rows are the other table's)."""
     # what the query reads: the store's table, or a join's or computed keys' virtual table (over the store)
     source = store_source(analysis) if store else with_computed(analysis, source_table(analysis))
-    served = store and uses_rank_filter(analysis)
+    served = store and ranked and uses_rank_filter(analysis)
 
     def text(tree: exp.Select) -> str:
         return render(tree, target)  # the DuckDB store's target is DUCKDB (its text); Spark's store has its own
@@ -46,7 +48,7 @@ def histograms(analysis: Analysis, chooser: auto.AutoBounds, store: bool, target
             continue
         if part.bound == "max_rows":
             ranks = chooser.part("max_groups") is not None  # g is drawn first: the rows of cells ranked <= g
-            rows = auto.selection_text(analysis, store, target, ranks)
+            rows = auto.selection_text(analysis, store, target, ranks, served)
             out.append(f"SELECT __c AS __a, {'__r' if ranks else 0} AS __b, __cells AS __n FROM ({rows}) AS __rows")
         elif part.bound == "max_groups":
             out.append(text(auto_groups.store_groups_sql(analysis, source) if served else
