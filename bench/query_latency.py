@@ -697,9 +697,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bounding", choices=("per_query", "store"), default="store",
                         help="the dataset's bounding: the bounding store (default), built from scratch first and"
                              " timed, or per-query windows")
+    parser.add_argument("--engine", choices=("duckdb", "spark"), default="duckdb",
+                        help="spark: the same workload on Spark local[2] from Parquet, against plain Spark SQL and"
+                             " DuckDB (bench/spark_latency.py, which takes --rows, --users, --repeat, --dir, --out)")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
+    if args.engine == "spark":
+        import spark_latency  # bench/ is on sys.path; pyspark is the `spark` extra
+
+        spark_out = args.out.with_name("spark_latency.json") if args.out.name == "query_latency.json" else args.out
+        return spark_latency.main(["--rows", str(args.rows), "--users", str(args.users), "--repeat",
+                                   str(args.repeat), "--dir", str(args.dir), "--out", str(spark_out)])
     logging.basicConfig(level=logging.ERROR)  # the engine logs failed queries at WARNING; we report them
 
     t_start = time.perf_counter()
