@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
 import httpx
 import pytest
 
@@ -16,20 +15,11 @@ from proxy.app import build_env
 from proxy.demo import DemoFiles, build_demo
 from proxy.query import plan
 from proxy.settings import Settings
+from tests import departments
 from tests.conftest import Server, spend
 
-DEPARTMENTS = (("groceries", "food"), ("dining", "food"), ("electronics", "goods"), ("clothing", "goods"),
-               ("travel", "leisure"), ("health", "goods"), ("books", "leisure"))  # entertainment: none
-PUBLIC_TABLE = """
-[datasets.demo.public_tables.departments]
-keys = ["category"]
-unique = true
-
-[datasets.demo.public_tables.departments.columns]
-category = { type = "VARCHAR", groupable = true }
-department = { type = "VARCHAR", groupable = true, public_domain = ["food", "goods", "leisure"] }
-
-# One row per user."""
+# one category without a department: the join drops its rows
+WITHOUT_ENTERTAINMENT = tuple(row for row in departments.DEPARTMENTS if row[0] != "entertainment")
 BY_DEPARTMENT = ("SELECT d.department, COUNT(*) AS n FROM visits v JOIN departments d ON v.category = d.category "
                  "GROUP BY d.department")
 
@@ -37,12 +27,8 @@ BY_DEPARTMENT = ("SELECT d.department, COUNT(*) AS n FROM visits v JOIN departme
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoFiles:
     files = build_demo(tmp_path_factory.mktemp("auto-public-join"), users=200, rows=3000)  # visits: all "auto"
-    with duckdb.connect(str(files.database)) as con:
-        con.execute("CREATE TABLE departments (category VARCHAR, department VARCHAR)")
-        con.executemany("INSERT INTO departments VALUES (?, ?)", DEPARTMENTS)
-    text = files.policy.read_text()
-    assert "\n# One row per user." in text
-    files.policy.write_text(text.replace("\n# One row per user.", PUBLIC_TABLE, 1))
+    departments.create(files.database, WITHOUT_ENTERTAINMENT)
+    files.policy.write_text(departments.declared(files.policy.read_text()))
     return files
 
 

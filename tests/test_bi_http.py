@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import duckdb
 import httpx
 import pytest
 
 from proxy.demo import DemoFiles, build_demo
+from tests import departments
 from tests.conftest import Server, policy_copy, spend
 
 WORKLOAD = (  # bench/query_latency.py's nine queries
@@ -29,34 +29,19 @@ WORKLOAD = (  # bench/query_latency.py's nine queries
 AGE_HISTOGRAM = ("SELECT CAST(FLOOR(age / 10) * 10 AS INTEGER) AS age_group, COUNT(*) AS n FROM visits "
                  "GROUP BY CAST(FLOOR(age / 10) * 10 AS INTEGER)")
 PLAN_JOIN = "SELECT u.plan, COUNT(*) AS n FROM visits v JOIN users u USING (user_id) GROUP BY u.plan"
-DEPARTMENTS = (("groceries", "food"), ("dining", "food"), ("electronics", "goods"), ("clothing", "goods"),
-               ("travel", "leisure"), ("health", "goods"), ("books", "leisure"), ("entertainment", "leisure"))
-PUBLIC_TABLE = """
-[datasets.demo.public_tables.departments]
-keys = ["category"]
-unique = true
-
-[datasets.demo.public_tables.departments.columns]
-category = { type = "VARCHAR", groupable = true }
-department = { type = "VARCHAR", groupable = true, public_domain = ["food", "goods", "leisure"] }
-
-# One row per user."""
 
 
 @pytest.fixture(scope="module")
 def bi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, DemoFiles]]:
     """The demo with a public table `departments` and `day` bounded to 2026 (its days a public domain)."""
     demo = build_demo(tmp_path_factory.mktemp("bi-demo"), users=300, rows=6000)
-    with duckdb.connect(str(demo.database)) as con:
-        con.execute("CREATE TABLE departments (category VARCHAR, department VARCHAR)")
-        con.executemany("INSERT INTO departments VALUES (?, ?)", DEPARTMENTS)
+    departments.create(demo.database)
     directory = tmp_path_factory.mktemp("bi-server")
     policy = policy_copy(demo, directory, epsilon=100.0, delta=1e-4)
     text = policy.read_text()
     text = text.replace('day = { type = "DATE", groupable = true }',
                         'day = { type = "DATE", groupable = true, bounds = [2026-01-01, 2026-12-31] }')
-    text = text.replace("\n# One row per user.", PUBLIC_TABLE, 1)
-    policy.write_text(text)
+    policy.write_text(departments.declared(text))
     live = Server(directory / "server.log").start(policy)
     try:
         yield live, demo
@@ -161,8 +146,8 @@ def test_public_tables_load_from_the_policy(bi: tuple[Server, DemoFiles]) -> Non
     server, _ = bi
     assert server.policy is not None
     catalog = next(d for d in load_policy(server.policy).datasets if d.name == "demo").catalog
-    departments = catalog.public_table("departments")
-    assert departments is not None and departments.keys == ("category",) and departments.unique
+    public = catalog.public_table("departments")
+    assert public is not None and public.keys == ("category",) and public.unique
     day = catalog.table("visits").column("day")  # type: ignore[union-attr]
     assert day is not None and day.date_bounds == ("2026-01-01", "2026-12-31")
 
@@ -204,7 +189,7 @@ def test_a_public_table_missing_from_the_database_stops_the_start(demo: DemoFile
                                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
     directory = tmp_path_factory.mktemp("bi-missing")
     policy = policy_copy(demo, directory)
-    policy.write_text(policy.read_text().replace("\n# One row per user.", PUBLIC_TABLE, 1))
+    policy.write_text(departments.declared(policy.read_text()))
     server = Server(directory / "server.log")
     with pytest.raises(RuntimeError):
         server.start(policy)

@@ -14,7 +14,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 
 pytest.importorskip("pyspark")
@@ -31,6 +30,7 @@ from proxy.query.errors import QueryError
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
 from proxy.store import StoreEngine
+from tests import departments
 from tests.spark_data import TABLES, export_parquet, spark_policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
@@ -48,18 +48,6 @@ QUERIES = (  # every chosen bound but a clamp (quantiles are not rendered for Sp
     "SELECT v.region, COUNT(*) AS n FROM visits v INNER JOIN departments d ON v.category = d.category "
     "WHERE d.department = 'food' GROUP BY v.region",
 )
-DEPARTMENTS = (("groceries", "food"), ("dining", "food"), ("electronics", "goods"), ("clothing", "goods"),
-               ("travel", "leisure"), ("health", "goods"), ("books", "leisure"), ("entertainment", "leisure"))
-PUBLIC_TABLE = """
-[datasets.demo.public_tables.departments]
-keys = ["category"]
-unique = true
-
-[datasets.demo.public_tables.departments.columns]
-category = { type = "VARCHAR", groupable = true }
-department = { type = "VARCHAR", groupable = true, public_domain = ["food", "goods", "leisure"] }
-
-# One row per user."""
 
 
 CASES = (  # the store (the demo's bounding) on every query; per query, the two with a chosen total cap
@@ -83,10 +71,8 @@ def served(tmp_path_factory: pytest.TempPathFactory, bounding: str) -> Iterator[
     or by the store Spark builds at start-up), and the same rows on DuckDB bounded alike."""
     directory = tmp_path_factory.mktemp(f"spark-auto-{bounding}")
     demo = build_demo(directory / "demo", users=200, rows=3000)
-    with duckdb.connect(str(demo.database)) as con:
-        con.execute("CREATE TABLE departments (category VARCHAR, department VARCHAR)")
-        con.executemany("INSERT INTO departments VALUES (?, ?)", DEPARTMENTS)
-    demo.policy.write_text(demo.policy.read_text().replace("\n# One row per user.", PUBLIC_TABLE, 1))
+    departments.create(demo.database)
+    demo.policy.write_text(departments.declared(demo.policy.read_text()))
     parquet = export_parquet(demo.database, directory / "parquet", (*TABLES, "departments"))
     policy = spark_policy(demo.policy, parquet, directory / "spark", bounding=bounding, auto=True)
     env = build_env(Settings(policy=policy, ledger=str(directory / "ledger.sqlite"), query_timeout_s=600))
