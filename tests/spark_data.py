@@ -5,12 +5,17 @@ The same rows serve both engines: DuckDB reads demo.duckdb, Spark reads Parquet 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
+from proxy.engines.duckdb_engine import Engine
+from proxy.store import StoreEngine
 from tests.conftest import fixed_bounds
 
 MASTER = "local[2]"
@@ -53,3 +58,20 @@ def spark_policy(duckdb_policy: Path, parquet: dict[str, Path], directory: Path,
     policy = directory / "policy.toml"
     policy.write_text(text, encoding="utf-8")
     return policy
+
+
+@contextlib.contextmanager
+def beside_duckdb(env: Any, database: Path) -> Iterator[tuple[Any, Any, Any]]:
+    """(env, its Spark engine of `demo`, DuckDB bounded alike over `database`: a DuckDB store in the Spark store's
+    directory when Spark serves `demo` from its store, else the source bounded per query); closes them all after."""
+    spark = env.engine("demo")
+    directory = getattr(spark, "directory", None)  # a SparkStoreEngine's
+    duck: Any = (StoreEngine("demo", database, env.policy.dataset("demo").catalog, directory, threads=2,
+                             memory_limit="1GB", timeout_s=600) if directory is not None else
+                 Engine(database, threads=2, memory_limit="1GB", timeout_s=600))
+    try:
+        yield env, spark, duck
+    finally:
+        duck.close()
+        for _, engine in env.engines:
+            engine.close()

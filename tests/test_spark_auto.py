@@ -22,16 +22,14 @@ from mechanisms.sampling import FixedSampler
 from proxy import auto_run, pipeline
 from proxy.app import build_env
 from proxy.demo import build_demo
-from proxy.engines.duckdb_engine import Engine
 from proxy.engines.spark_engine import SparkEngine
 from proxy.engines.spark_store import SparkStoreEngine
 from proxy.query import plan
 from proxy.query.errors import QueryError
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
-from proxy.store import StoreEngine
 from tests import departments
-from tests.spark_data import TABLES, export_parquet, spark_policy
+from tests.spark_data import TABLES, beside_duckdb, export_parquet, spark_policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from query_latency import WORKLOAD
@@ -77,20 +75,9 @@ def served(tmp_path_factory: pytest.TempPathFactory, bounding: str) -> Iterator[
     policy = spark_policy(demo.policy, parquet, directory / "spark", bounding=bounding, auto=True)
     env = build_env(Settings(policy=policy, ledger=str(directory / "ledger.sqlite"), query_timeout_s=600))
     spark = env.engine("demo")
-    catalog = env.policy.dataset("demo").catalog
-    if bounding == "store":
-        assert isinstance(spark, SparkStoreEngine)
-        duck: Any = StoreEngine("demo", demo.database, catalog, spark.directory, threads=2, memory_limit="1GB",
-                                timeout_s=600)
-    else:
-        assert isinstance(spark, SparkEngine)
-        duck = Engine(demo.database, threads=2, memory_limit="1GB", timeout_s=600)
-    try:
-        yield env, spark, duck
-    finally:
-        duck.close()
-        for _, engine in env.engines:
-            engine.close()
+    assert isinstance(spark, SparkStoreEngine if bounding == "store" else SparkEngine)
+    with beside_duckdb(env, demo.database) as served:
+        yield served
 
 
 @pytest.mark.parametrize(("bounding", "sql"), CASES)

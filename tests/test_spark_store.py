@@ -34,7 +34,7 @@ from proxy.schemas import QueryRequest
 from proxy.settings import Settings
 from proxy.store import StoreEngine
 from tests import oracle_db
-from tests.spark_data import MASTER, export_parquet, spark_policy
+from tests.spark_data import MASTER, beside_duckdb, export_parquet, spark_policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from query_latency import WORKLOAD
@@ -60,16 +60,9 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Spar
     policy = spark_policy(demo.policy, export_parquet(demo.database, directory / "parquet"), directory / "spark",
                           bounding="store")
     env = build_env(Settings(policy=policy, ledger=str(directory / "ledger.sqlite"), query_timeout_s=600))
-    spark = env.engine("demo")
-    assert isinstance(spark, SparkStoreEngine)
-    duck = StoreEngine("demo", demo.database, env.policy.dataset("demo").catalog, spark.directory, threads=2,
-                       memory_limit="1GB", timeout_s=600)
-    try:
-        yield env, spark, duck
-    finally:
-        duck.close()
-        for _, engine in env.engines:
-            engine.close()
+    assert isinstance(env.engine("demo"), SparkStoreEngine)
+    with beside_duckdb(env, demo.database) as served:
+        yield served
 
 
 def test_the_spark_store_holds_the_same_rows_and_ranks_as_duckdbs(stores: Any) -> None:
