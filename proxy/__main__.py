@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +23,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--dir", type=Path, default=Path("demo"), help="demo directory (with --demo)")
     serve.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="listen port (default 8000)")
+    serve.add_argument("--workers", type=int, default=None,
+                       help="server processes on the one port, sharing the ledger and the stores (default 1)")
 
     prepare = commands.add_parser(
         "prepare", help='build the bounding store of each dataset with bounding = "store" (serve builds it too)'
@@ -114,14 +117,61 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["host"] = args.host
     if args.port is not None:
         overrides["port"] = args.port
-    settings = Settings(**overrides)  # type: ignore[arg-type]
+    if args.workers is not None:
+        overrides["workers"] = args.workers
+    try:
+        settings = Settings(**overrides)  # type: ignore[arg-type]
+    except ValueError as err:  # pydantic's ValidationError: which setting, and what it must be
+        print(f"dpproxy serve: {err}", file=sys.stderr)
+        return 2
+    import logging.config
+
     from proxy.logs import dict_config
 
-    uvicorn.run(
-        create_app(settings), host=settings.host, port=settings.port, access_log=False, server_header=False,
-        log_config=dict_config(settings.log_format, settings.log_level),  # JSON from the first line on
-    )
+    options: dict[str, object] = {
+        "host": settings.host, "port": settings.port, "access_log": False, "server_header": False,
+        "log_config": dict_config(settings.log_format, settings.log_level),  # JSON from the first line on
+    }
+    if settings.workers == 1:
+        uvicorn.run(create_app(settings), **options)  # type: ignore[arg-type]
+        return 0
+    logging.config.dictConfig(options["log_config"])  # type: ignore[arg-type]  # the build's progress lines
+    problem = _before_workers(settings)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
+    # each process builds its app from the environment (uvicorn starts them afresh): hand it the command line's
+    os.environ.update({f"DPPROXY_{name.upper()}": str(Path(value).resolve() if name == "policy" else value)
+                       for name, value in overrides.items()})
+    uvicorn.run("proxy.app:create_app", factory=True, workers=settings.workers, **options)  # type: ignore[arg-type]
     return 0
+
+
+def _before_workers(settings: object) -> str | None:
+    """Before `serve --workers N` starts its processes: the policy loads, no dataset runs on Spark (a Spark
+    session per process would each claim the cluster's cores), and every bounding store and the bounding key
+    exist (built once here, not raced by N processes at start-up). The problem, or None."""
+    from proxy.app import open_bounding_store, store_dir
+    from proxy.engine import EngineError
+    from proxy.policy import PolicyFileError, load_policy
+    from proxy.settings import Settings
+
+    assert isinstance(settings, Settings)
+    try:
+        policy = load_policy(settings.policy)
+    except PolicyFileError as err:
+        return str(err)
+    spark = [d.name for d in policy.datasets if d.engine == "spark"]
+    if spark:
+        return (f"--workers {settings.workers}: dataset {spark[0]} runs on Spark, which one process drives; "
+                "serve it with one worker, and run replicas for more")
+    for dataset in policy.datasets:
+        if dataset.bounding == "store":
+            try:
+                open_bounding_store(dataset, store_dir(settings, policy), settings).close()
+            except EngineError as err:
+                return f"dataset {dataset.name}: {err}"
+    return None
 
 
 def _prepare(path: Path, only: str | None) -> int:

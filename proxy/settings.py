@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     # the largest request body read (proxy/intake.py); larger ones get 413 without being read
     max_body_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
     query_workers: int = Field(2, ge=1, le=64)  # threads that run queries and previews (proxy/runner.py)
+    # server processes of `dpproxy serve` (--workers): replicas on one port, sharing the ledger and the stores
+    workers: int = Field(1, ge=1, le=64)
     interactive_docs: bool = False  # serve /docs and /redoc (third-party scripts from a CDN; see docs/operations.md)
 
     @field_validator("ledger", mode="before")

@@ -16,6 +16,8 @@ Promises:
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -95,8 +97,28 @@ def _identity(catalog: Catalog, key: str) -> str:
 
 def _stamp(source: Path, identity: str) -> str:
     stat = Path(source).stat()
-    text = json.dumps([identity, str(Path(source).resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino])
+    return _stamp_of(identity, str(source), stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_dev)
+
+
+@functools.lru_cache(maxsize=64)
+def _stamp_of(identity: str, source: str, size: int, mtime_ns: int, inode: int, device: int) -> str:
+    """The stamp of the file `source` resolves to, with these stats: computed once per stats (`refresh` runs
+    before every admission; a stat is all it costs then). A re-pointed link is another inode or device."""
+    text = json.dumps([identity, str(Path(source).resolve()), size, mtime_ns, inode])
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def build_lock(directory: Path, dataset: str) -> Iterator[None]:
+    """Held while a process checks, builds or opens `dataset`'s store: the processes of `serve --workers N` (and
+    `prepare` beside a server) build a store once, and the others open what it built. An advisory lock on a file
+    beside the stores; the kernel drops it with the process, so a crashed builder blocks no one."""
+    with open(Path(directory) / f".{dataset}.store.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def store_path(directory: Path, dataset: str, stamp: str) -> Path:
@@ -219,7 +241,7 @@ class BoundingStore(ABC, Generic[E]):
     def _refresh(self) -> None:
         if self._source_stamp() == self._stamp:
             return
-        with self._build:
+        with self._build, build_lock(self.directory, self.dataset):
             stamp = self._source_stamp()
             if stamp == self._stamp:
                 return
