@@ -5,8 +5,10 @@ sees it, where h11 hands every token to the app, which answers the documented JS
 (docs/errors.md), counted under the method label "other" (proxy/observe.py). So when the request that fails
 is an unknown method at the start of a connection's next request (nothing else of it parsed, no response
 pending), the connection is handed to uvicorn's h11 protocol with the bytes received, as uvicorn hands a
-WebSocket upgrade on: the app answers it as before, and the connection stays on h11 until it closes. Any
-other parse error keeps httptools' 400, as h11 answers malformed requests too.
+WebSocket upgrade on: the app answers it as before, and the connection stays on h11 until it closes (uvicorn
+has already logged its warning "Invalid HTTP request received." by then). Any other parse error keeps
+httptools' 400, as h11 answers malformed requests too; so does an unknown method that arrives split over two
+reads or pipelined behind another request on the same read (rare: clients send a request line in one write).
 """
 
 from __future__ import annotations
