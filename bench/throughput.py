@@ -186,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of the concurrent phase")
     parser.add_argument("--alone", type=int, default=300, help="requests of the one-client phase")
     parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "data-1m")
+    parser.add_argument("--http", choices=("httptools", "h11"), default=None,
+                        help="the server's HTTP parser (default: dpproxy serve's)")
+    parser.add_argument("--loop", choices=("uvloop", "asyncio"), default=None,
+                        help="the server's event loop (default: dpproxy serve's)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "throughput.json")
     args = parser.parse_args(argv)
 
@@ -203,8 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "DPPROXY_LEDGER": str(ledger)}
     log_path = directory / "throughput-server.log"
+    stack = [f"--{name}={value}" for name, value in (("http", args.http), ("loop", args.loop)) if value]
+    facts["server_stack"] = stack
     with log_path.open("w") as log, _server(
-        [sys.executable, "-m", "proxy", "serve", "--policy", str(policy), "--port", str(port)], env, log
+        [sys.executable, "-m", "proxy", "serve", "--policy", str(policy), "--port", str(port), *stack], env, log
     ) as proc:
         base = f"http://127.0.0.1:{port}"
         with httpx.Client(base_url=base) as probe:
@@ -213,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         results["concurrent"] = _cpu_per_answer(proc.pid, lambda: concurrent(base, key, args.clients, args.seconds))
     facts["loadavg_after"] = os.getloadavg()[0]
     print(f"dataset {meta['rows']:,} visits, {meta['users']:,} users; load {facts['loadavg_before']:.1f} -> "
-          f"{facts['loadavg_after']:.1f} on {facts['cores']} cores")
+          f"{facts['loadavg_after']:.1f} on {facts['cores']} cores; serve {' '.join(stack) or '(defaults)'}")
     print(f"plain DuckDB        p50 {results['plain']['p50_ms']:7.2f} ms  p95 {results['plain']['p95_ms']:7.2f} ms")
     print(f"HTTP, one client    p50 {results['alone']['p50_ms']:7.2f} ms  p95 {results['alone']['p95_ms']:7.2f} ms"
           f"  (x{results['alone']['p50_ms'] / results['plain']['p50_ms']:.1f} plain)"

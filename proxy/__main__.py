@@ -25,6 +25,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=None, help="listen port (default 8000)")
     serve.add_argument("--workers", type=int, default=None,
                        help="server processes on the one port, sharing the ledger and the stores (default 1)")
+    serve.add_argument("--http", choices=("httptools", "h11"), default=None,
+                       help="HTTP parser (default: httptools when installed, else h11)")
+    serve.add_argument("--loop", choices=("uvloop", "asyncio"), default=None,
+                       help="event loop (default: uvloop when installed, else asyncio)")
 
     prepare = commands.add_parser(
         "prepare", help='build the bounding store of each dataset with bounding = "store" (serve builds it too)'
@@ -128,9 +132,15 @@ def _serve(args: argparse.Namespace) -> int:
 
     from proxy.logs import dict_config
 
+    http, loop = protocol_stack(args.http, args.loop)
+    if http == "httptools":  # h11 for a method httptools does not know: the app's JSON 405, as before
+        from proxy.http_protocol import HttpToolsWithH11Methods
+
+        http = HttpToolsWithH11Methods  # type: ignore[assignment]
     options: dict[str, object] = {
         "host": settings.host, "port": settings.port, "access_log": False, "server_header": False,
         "log_config": dict_config(settings.log_format, settings.log_level),  # JSON from the first line on
+        "http": http, "loop": loop,
     }
     if settings.workers == 1:
         uvicorn.run(create_app(settings), **options)  # type: ignore[arg-type]
@@ -172,6 +182,26 @@ def _before_workers(settings: object) -> str | None:
             except EngineError as err:
                 return f"dataset {dataset.name}: {err}"
     return None
+
+
+def protocol_stack(http: str | None, loop: str | None) -> tuple[str, str]:
+    """uvicorn's HTTP parser and event loop: the ones asked for, else httptools and uvloop (the fast stack,
+    pinned in pyproject.toml), falling back to h11 and asyncio only where they cannot be imported.
+
+    Example:
+        >>> protocol_stack("h11", "asyncio")
+        ('h11', 'asyncio')
+    """
+    return http or ("httptools" if _importable("httptools") else "h11"), loop or (
+        "uvloop" if _importable("uvloop") else "asyncio")
+
+
+def _importable(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
 
 
 def _prepare(path: Path, only: str | None) -> int:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -29,6 +29,9 @@ ACCESS_FIELDS = ("request_id", "method", "route", "status", "code", "analyst", "
                  "stages_ms", "charge_id")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+_NOT_EXTRA = _RESERVED | {"color_message"}  # uvicorn's ANSI-coloured copy of msg
+# json.dumps(…, default=str, ensure_ascii=False) builds this encoder anew for every line; one serves them all
+_ENCODE = json.JSONEncoder(default=str, ensure_ascii=False).encode
 
 
 @dataclass(slots=True)
@@ -53,7 +56,22 @@ def request_id(offered: str | None) -> str:
     """
     if offered is not None and _REQUEST_ID.fullmatch(offered):
         return offered
-    return uuid.uuid4().hex
+    return _uuid4_hex()
+
+
+def _uuid4_hex() -> str:
+    """`uuid.uuid4().hex` without building the UUID object (a third of the time): 16 random bytes from the
+    OS with the version (4) and variant (RFC 4122) bits set, as uuid4 sets them.
+
+    Example:
+        >>> import uuid
+        >>> uuid.UUID(hex=_uuid4_hex()).version
+        4
+    """
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40
+    raw[8] = raw[8] & 0x3F | 0x80
+    return raw.hex()
 
 
 @contextmanager
@@ -72,7 +90,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, object] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "ts": timestamp(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -80,11 +98,20 @@ class JsonFormatter(logging.Formatter):
         context = CURRENT.get()
         if context is not None:
             line["request_id"] = context.request_id
-        line.update((k, v) for k, v in vars(record).items() if k not in _RESERVED and not k.startswith("_")
-                    and k != "color_message")  # uvicorn's ANSI-coloured copy of msg
+        line.update((k, v) for k, v in vars(record).items() if k not in _NOT_EXTRA and not k.startswith("_"))
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=str, ensure_ascii=False)
+        return _ENCODE(line)
+
+
+def timestamp(created: float) -> str:
+    """A record's time as `%Y-%m-%dT%H:%M:%S.%fZ` in UTC (isoformat: the same text, without strftime's cost).
+
+    Example:
+        >>> timestamp(1738324800.123456), timestamp(0.0)
+        ('2025-01-31T12:00:00.123456Z', '1970-01-01T00:00:00.000000Z')
+    """
+    return datetime.fromtimestamp(created, UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 class TextFormatter(logging.Formatter):
