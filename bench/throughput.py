@@ -7,7 +7,8 @@ Starts `python -m proxy serve` on the demo (bounding store, built first) on loop
 and plain DuckDB on the same query in the same run (a read-only connection with the engine's threads).
 Beside the wall times, the server's CPU time per answer (its process, from /proc): on a loaded machine it
 moves far less than latency, so it is the figure to compare between runs; and of it, the event loop's (the
-main thread: HTTP parsing, middlewares, routing, the access log), the HTTP layer's share.
+main thread: HTTP parsing, middlewares, routing, the access log), the HTTP layer's share. With `--workers N`
+the server is N processes (`dpproxy serve --workers N`): CPU is summed over them and their supervisor.
 Every request differs from all earlier ones (the output alias `n<i>`), so none is answered from a stored
 release; a non-200 answer fails the run. The bench analyst's per-analyst limits (proxy/limits.py: 600 queries
 per minute by default) are raised in the bench's policy, so the rate measured is the server's, not the
@@ -98,12 +99,35 @@ def loop_cpu_seconds(pid: int) -> float | None:
     return cpu_seconds(pid, task=pid)
 
 
+def servers(pid: int) -> list[int]:
+    """The processes that answer: `pid`, or with `serve --workers N` its worker processes (children of `pid`
+    other than multiprocessing's resource tracker)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and b"resource_tracker" not in cmdline:
+            children.append(int(stat.parent.name))
+    return children or [pid]
+
+
+def _tree_cpu(pid: int) -> tuple[float | None, float | None]:
+    """CPU seconds of the server (its supervisor and workers) and of the answering processes' event loops."""
+    answering = servers(pid)
+    total = [cpu_seconds(p) for p in {pid, *answering}]
+    loops = [loop_cpu_seconds(p) for p in answering]
+    return (None if None in total else sum(total)), (None if None in loops else sum(loops))  # type: ignore[arg-type]
+
+
 def _cpu_per_answer(pid: int, phase: Any) -> Any:
     """Run `phase()` (a summary with `n` answers) and add the server's CPU ms per answer during it, and the
     event loop's share of it."""
-    before, loop_before = cpu_seconds(pid), loop_cpu_seconds(pid)
+    before, loop_before = _tree_cpu(pid)
     result = phase()
-    after, loop_after = cpu_seconds(pid), loop_cpu_seconds(pid)
+    after, loop_after = _tree_cpu(pid)
     if before is not None and after is not None and result.get("n"):
         result["server_cpu_ms_per_answer"] = round((after - before) * 1000 / result["n"], 2)
     if loop_before is not None and loop_after is not None and result.get("n"):
@@ -190,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the server's HTTP parser (default: dpproxy serve's)")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default=None,
                         help="the server's event loop (default: dpproxy serve's)")
+    parser.add_argument("--workers", type=int, default=1, help="server processes (dpproxy serve --workers)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "throughput.json")
     args = parser.parse_args(argv)
 
@@ -208,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
            "DPPROXY_LEDGER": str(ledger)}
     log_path = directory / "throughput-server.log"
     stack = [f"--{name}={value}" for name, value in (("http", args.http), ("loop", args.loop)) if value]
+    stack += [f"--workers={args.workers}"] if args.workers > 1 else []
     facts["server_stack"] = stack
     with log_path.open("w") as log, _server(
         [sys.executable, "-m", "proxy", "serve", "--policy", str(policy), "--port", str(port), *stack], env, log
