@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
+from accountant import tallies
 from accountant.admission import POSTGRES_MIGRATIONS, append
 from accountant.chain import AuditRecord
 from accountant.filter import Entry, Spend, total
@@ -192,6 +193,8 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 2: the cells a charge could touch (accountant/cells.py), as JSON; NULL for every privacy unit
     "ALTER TABLE charges ADD COLUMN scope text",
+    # 3: the charges of each history counted by triggers, filled from the existing ones (accountant/tallies.py)
+    tallies.POSTGRES,
 )
 _COLUMNS = COLUMNS.format(at="at")
 
@@ -204,7 +207,8 @@ def _where(
 
 def _since(conn: Connection, analyst: str | None, dataset: str, seq: int) -> Since:
     clause, params = _where(analyst, dataset, None, None)
-    return since_of(conn.execute(since_sql(clause, "%s"), (*params, seq, *params, seq)).fetchall(), seq)
+    sql = since_sql(clause, "%s", everyone=analyst is None)
+    return since_of(conn.execute(sql, (*params, *params, seq)).fetchall(), seq)
 
 
 class PostgresLedger(_Admitting):
