@@ -207,7 +207,7 @@ def _where(
 
 def _since(conn: Connection, analyst: str | None, dataset: str, seq: int) -> Since:
     clause, params = _where(analyst, dataset, None, None)
-    sql = since_sql(clause, "%s", everyone=analyst is None)
+    sql = since_sql(clause, "%s")
     return since_of(conn.execute(sql, (*params, *params, seq)).fetchall(), seq)
 
 
@@ -222,7 +222,7 @@ class PostgresLedger(_Admitting):
     queues on the dataset's lock, taken second (always in that order, so they cannot deadlock). Under READ
     COMMITTED each statement takes a fresh snapshot, so the read after a lock sees every charge committed by
     earlier holders (PostgreSQL makes a commit visible before it releases the transaction's locks). Admits on
-    other pairs do not wait.
+    other pairs do not wait (the insert's trigger locks only the pair's own count, accountant/tallies.py).
 
     Why advisory locks: a `SELECT … FOR UPDATE` needs a row per (analyst, dataset) to exist first (an
     extra upsert per admit and a table of lock rows), and SERIALIZABLE needs a retry loop whose

@@ -82,14 +82,13 @@ def scope_of(text: str | None) -> CellScope | None:
     return None if text is None else CellScope.from_json(json.loads(text))
 
 
-def since_sql(clause: str, mark: str, *, everyone: bool) -> str:
+def since_sql(clause: str, mark: str) -> str:
     """One statement, so one snapshot even under READ COMMITTED: how many charges the history `clause`
     selects holds (its tally, accountant/tallies.py: no count of the history), and those after a sequence
     number, identical ones read once with their count (a history repeats a few query shapes many times).
-    `everyone`: the clause names no analyst. `mark` is the driver's placeholder; parameters: the clause's,
-    the clause's, the number."""
+    `mark` is the driver's placeholder; parameters: the clause's, the clause's, the number."""
     return (
-        f"WITH old AS ({tally_sql(clause, everyone=everyone)} AS n),"
+        f"WITH old AS ({tally_sql(clause)} AS n),"
         f" new AS (SELECT MAX(seq) AS last, event, epsilon, delta, scope, COUNT(*) AS k FROM charges"
         f" WHERE {clause} AND seq > {mark} GROUP BY event, epsilon, delta, scope)"
         " SELECT old.n, new.last, new.event, new.epsilon, new.delta, new.scope, new.k"

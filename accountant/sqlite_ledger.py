@@ -175,7 +175,7 @@ class SqliteLedger(_Admitting):
 
     def _since(self, analyst: str | None, dataset: str, seq: int) -> Since:
         clause, params = _where(analyst, dataset, None, None)
-        rows = self._conn.execute(since_sql(clause, "?", everyone=analyst is None), (*params, *params, seq)).fetchall()
+        rows = self._conn.execute(since_sql(clause, "?"), (*params, *params, seq)).fetchall()
         return since_of(rows, seq)
 
     def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:

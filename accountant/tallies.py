@@ -1,7 +1,9 @@
 """How many charges each history holds, kept by the database itself, so that an admit can check its memo
 (`_Admitting._tallied`) without counting the history.
 
-`tallies` holds one row per (analyst, dataset), `dataset_tallies` one per dataset: the number of charges.
+`tallies` holds one row per (dataset, analyst): the number of charges. A dataset's is the sum over its
+analysts (a read of one row per analyst, none per charge): a row per dataset would be locked by every admit
+on the dataset from its insert to its commit, which would make admits of different analysts queue.
 Triggers on `charges` keep them, in the statement that writes the charge, so a count commits atomically
 with its charges and any one statement sees the two agree; whoever writes `charges` (an older dp-proxy
 still running during an upgrade, an operator's script) keeps them too. An insert or a row moved to another
@@ -16,29 +18,25 @@ Example:
     >>> for statement in SQLITE: _ = conn.execute(statement)
     >>> _ = conn.executemany("INSERT INTO charges (analyst, dataset) VALUES (?, 'd')", [("a",), ("a",), ("b",)])
     >>> _ = conn.execute("DELETE FROM charges WHERE analyst = 'b'")
-    >>> conn.execute("SELECT * FROM tallies ORDER BY analyst").fetchall(), conn.execute(tally_sql("dataset = ?",
-    ...     everyone=True), ("d",)).fetchall()
-    ([('a', 'd', 2), ('b', 'd', 0)], [(2,)])
+    >>> conn.execute("SELECT * FROM tallies ORDER BY analyst").fetchall(), conn.execute(tally_sql("dataset = ?"),
+    ...     ("d",)).fetchall()
+    ([('d', 'a', 2), ('d', 'b', 0)], [(2,)])
 """
 
 from __future__ import annotations
 
-_TABLES = (
-    "CREATE TABLE IF NOT EXISTS tallies (analyst TEXT NOT NULL, dataset TEXT NOT NULL, charges BIGINT NOT NULL,"
-    " PRIMARY KEY (analyst, dataset))",
-    "CREATE TABLE IF NOT EXISTS dataset_tallies (dataset TEXT NOT NULL PRIMARY KEY, charges BIGINT NOT NULL)",
+_TABLE = (  # the key's order serves both reads: a pair's row, and a dataset's rows
+    "CREATE TABLE IF NOT EXISTS tallies (dataset TEXT NOT NULL, analyst TEXT NOT NULL, charges BIGINT NOT NULL,"
+    " PRIMARY KEY (dataset, analyst))"
 )
 
 
-def _add(rows: str, sign: str = "") -> tuple[str, str]:
-    """The two upserts adding (`sign` "-": taking) the charges of `rows` to (from) their counts."""
+def _add(rows: str, sign: str = "") -> str:
+    """The upsert adding (`sign` "-": taking) the charges of `rows` to (from) their counts."""
     return (
-        f"INSERT INTO tallies (analyst, dataset, charges) SELECT analyst, dataset, {sign}COUNT(*) FROM {rows}"
-        " WHERE TRUE GROUP BY analyst, dataset"  # WHERE: SQLite's upsert after a SELECT needs one
-        " ON CONFLICT (analyst, dataset) DO UPDATE SET charges = tallies.charges + excluded.charges",
-        f"INSERT INTO dataset_tallies (dataset, charges) SELECT dataset, {sign}COUNT(*) FROM {rows}"
-        " WHERE TRUE GROUP BY dataset"
-        " ON CONFLICT (dataset) DO UPDATE SET charges = dataset_tallies.charges + excluded.charges",
+        f"INSERT INTO tallies (dataset, analyst, charges) SELECT dataset, analyst, {sign}COUNT(*) FROM {rows}"
+        " WHERE TRUE GROUP BY dataset, analyst"  # WHERE: SQLite's upsert after a SELECT needs one
+        " ON CONFLICT (dataset, analyst) DO UPDATE SET charges = tallies.charges + excluded.charges"
     )
 
 
@@ -51,33 +49,32 @@ def _row(name: str) -> str:
 
 
 SQLITE: tuple[str, ...] = (  # SQLite triggers run for each row
-    *_TABLES,
-    f"CREATE TRIGGER IF NOT EXISTS charges_tally_insert AFTER INSERT ON charges BEGIN {_body(*_add(_row('NEW')))} END",
-    f"CREATE TRIGGER IF NOT EXISTS charges_tally_delete AFTER DELETE ON charges"
-    f" BEGIN {_body(*_add(_row('OLD'), '-'))} END",
+    _TABLE,
+    f"CREATE TRIGGER IF NOT EXISTS charges_tally_insert AFTER INSERT ON charges BEGIN {_body(_add(_row('NEW')))} END",
+    "CREATE TRIGGER IF NOT EXISTS charges_tally_delete AFTER DELETE ON charges"
+    f" BEGIN {_body(_add(_row('OLD'), '-'))} END",
     "CREATE TRIGGER IF NOT EXISTS charges_tally_move AFTER UPDATE OF analyst, dataset ON charges"
-    f" BEGIN {_body(*_add(_row('OLD'), '-'), *_add(_row('NEW')))} END",
+    f" BEGIN {_body(_add(_row('OLD'), '-'), _add(_row('NEW')))} END",
 )
 
 FILL: tuple[str, ...] = (
     "DELETE FROM tallies",
-    "INSERT INTO tallies (analyst, dataset, charges) SELECT analyst, dataset, COUNT(*) FROM charges"
-    " GROUP BY analyst, dataset",
-    "DELETE FROM dataset_tallies",
-    "INSERT INTO dataset_tallies (dataset, charges) SELECT dataset, COUNT(*) FROM charges GROUP BY dataset",
+    "INSERT INTO tallies (dataset, analyst, charges) SELECT dataset, analyst, COUNT(*) FROM charges"
+    " GROUP BY dataset, analyst",
 )
 
 # PostgreSQL's triggers run once per statement, on the rows it wrote (one upsert per history, however many
 # rows: a bulk load would otherwise stack a version of one row per charge in its transaction). The SHARE ROW
 # EXCLUSIVE lock, taken first and held to the commit, keeps every other writer out until the triggers exist
-# and the counts are filled. The indexes serve the admit's read past a watermark.
+# and the counts are filled. The functions find `tallies` where the migration made it, whoever writes. The
+# indexes serve the admit's read past a watermark.
 POSTGRES = f"""
     LOCK TABLE charges IN SHARE ROW EXCLUSIVE MODE;
-    {_body(*_TABLES)}
-    CREATE FUNCTION charges_tally() RETURNS trigger LANGUAGE plpgsql AS $$
+    {_body(_TABLE)}
+    CREATE FUNCTION charges_tally() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
     BEGIN
-        IF TG_OP IN ('DELETE', 'UPDATE') THEN {_body(*_add('old_rows', '-'))} END IF;
-        IF TG_OP IN ('INSERT', 'UPDATE') THEN {_body(*_add('new_rows'))} END IF;
+        IF TG_OP IN ('DELETE', 'UPDATE') THEN {_body(_add('old_rows', '-'))} END IF;
+        IF TG_OP IN ('INSERT', 'UPDATE') THEN {_body(_add('new_rows'))} END IF;
         RETURN NULL;
     END $$;
     CREATE TRIGGER charges_tally_insert AFTER INSERT ON charges REFERENCING NEW TABLE AS new_rows
@@ -86,8 +83,8 @@ POSTGRES = f"""
         FOR EACH STATEMENT EXECUTE FUNCTION charges_tally();
     CREATE TRIGGER charges_tally_update AFTER UPDATE ON charges REFERENCING OLD TABLE AS old_rows
         NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION charges_tally();
-    CREATE FUNCTION charges_untally() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN DELETE FROM tallies; DELETE FROM dataset_tallies; RETURN NULL; END $$;
+    CREATE FUNCTION charges_untally() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+    BEGIN DELETE FROM tallies; RETURN NULL; END $$;
     CREATE TRIGGER charges_untally AFTER TRUNCATE ON charges FOR EACH STATEMENT EXECUTE FUNCTION charges_untally();
     {_body(*FILL)}
     CREATE INDEX charges_by_pair ON charges (analyst, dataset, seq);
@@ -97,8 +94,7 @@ POSTGRES = f"""
 """
 
 
-def tally_sql(clause: str, *, everyone: bool) -> str:
-    """The count of the history `clause` selects (`dataset = …`, or `analyst = … AND dataset = …`), 0 when
-    it has none; one row."""
-    table = "dataset_tallies" if everyone else "tallies"
-    return f"SELECT COALESCE((SELECT charges FROM {table} WHERE {clause}), 0)"
+def tally_sql(clause: str) -> str:
+    """The count of the history `clause` selects (`dataset = …`: the sum over its analysts, or `analyst = …
+    AND dataset = …`), 0 when it has none; one row."""
+    return f"SELECT COALESCE((SELECT CAST(SUM(charges) AS BIGINT) FROM tallies WHERE {clause}), 0)"
