@@ -9,7 +9,9 @@ with its charges and any one statement sees the two agree; whoever writes `charg
 still running during an upgrade, an operator's script) keeps them too. An insert or a row moved to another
 analyst or dataset raises the count of its history and a delete lowers it, so a charge that appears below a
 memo's watermark (a late commit) changes the count without adding a row above it, and the memo is re-read.
-Upgrades fill the counts from the existing charges (`FILL`), with the triggers already in place.
+Upgrades fill the counts from the existing charges (`FILL`), with the triggers already in place. So the
+memo's safety now rests on the triggers: a writer that bypasses them (PostgreSQL's session_replication_role
+= replica, a disabled trigger) and commits a charge below a watermark would go unseen by the memo.
 
 Example:
     >>> import sqlite3
