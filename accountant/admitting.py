@@ -184,7 +184,10 @@ class _Admitting(ABC):
         watermark. Charges are only ever added, so if as many charges as the memo counted still lie at or
         below its watermark, they are the ones it summed. Otherwise (a charge that took its number early
         and committed late, which PostgreSQL allows across analysts, or a deleted row) it starts over from
-        the whole history. The memo lives in this process only: a restart reads everything once."""
+        the whole history. The memo lives in this process only: a restart reads everything once. The stores
+        take the count at or below the watermark from the history's tally less the charges after it
+        (accountant/tallies.py), so the check reads no history: O(new charges + log n), plus one count per
+        analyst of the dataset for everyone's history."""
         key = (analyst, dataset, rule)
         memo = self._memos.take(key) or _Memo(Running(rule), 0, 0)
         seen = self._since(analyst, dataset, memo.last)

@@ -10,7 +10,8 @@ transaction (only what is new since the last admit, see `_Admitting._tallied`).
 
 This module names the ledger's parts, each in a module of its own: the records and the `Ledger` protocol
 (charges.py), the one admit every store shares (admitting.py), the stores (memory_ledger.py,
-sqlite_ledger.py, postgres.py) and the SQL row codecs the last two share (sql_rows.py).
+sqlite_ledger.py, postgres.py), the SQL row codecs the last two share (sql_rows.py) and the per-history
+counts their triggers keep, which spare an admit counting the history (tallies.py).
 """
 
 from accountant.admitting import Since, _Admitting, _check_request, _check_window, _Memo, _Memos, event_of

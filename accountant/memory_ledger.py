@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import Counter
 from contextlib import AbstractContextManager
@@ -32,6 +33,7 @@ class MemoryLedger(_Admitting):
     def __init__(self, *, clock: Clock = _utcnow) -> None:
         self._lock = threading.Lock()
         self._rows: list[Charge] = []  # in insertion order
+        self._histories: dict[tuple[str | None, str], list[int]] = {}  # (analyst or None, dataset): row numbers
         self._releases: dict[tuple[str, str, str], StoredRelease] = {}
         self._clock = clock
         self._memos = _Memos()
@@ -45,6 +47,8 @@ class MemoryLedger(_Admitting):
 
     def _insert(self, charge: Charge) -> None:
         self._rows.append(charge)
+        for key in ((charge.analyst, charge.dataset), (None, charge.dataset)):
+            self._histories.setdefault(key, []).append(len(self._rows))  # its sequence number, counted from 1
 
     def _record(self, record: AuditRecord, at: datetime) -> None:
         self.admissions.append(record)
@@ -57,10 +61,10 @@ class MemoryLedger(_Admitting):
         return [entry_of(c) for c in self._rows if c.dataset == dataset and (analyst is None or c.analyst == analyst)]
 
     def _since(self, analyst: str | None, dataset: str, seq: int) -> Since:
-        mine = [(i, c) for i, c in enumerate(self._rows, start=1)
-                if c.dataset == dataset and (analyst is None or c.analyst == analyst)]
-        after = Counter(entry_of(c) for i, c in mine if i > seq)
-        return Since(sum(1 for i, _ in mine if i <= seq), list(after.items()), max((i for i, _ in mine), default=0))
+        mine = self._histories.get((analyst, dataset), [])
+        before = bisect.bisect_right(mine, seq)  # rows are only appended: the numbers are sorted
+        after = Counter(entry_of(self._rows[i - 1]) for i in mine[before:])
+        return Since(before, list(after.items()), mine[-1] if mine else 0)
 
     def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
         with self._lock:

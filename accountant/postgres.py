@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
+from accountant import tallies
 from accountant.admission import POSTGRES_MIGRATIONS, append
 from accountant.chain import AuditRecord
 from accountant.filter import Entry, Spend, total
@@ -192,6 +193,8 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 2: the cells a charge could touch (accountant/cells.py), as JSON; NULL for every privacy unit
     "ALTER TABLE charges ADD COLUMN scope text",
+    # 3: the charges of each history counted by triggers, filled from the existing ones (accountant/tallies.py)
+    tallies.POSTGRES,
 )
 _COLUMNS = COLUMNS.format(at="at")
 
@@ -204,7 +207,8 @@ def _where(
 
 def _since(conn: Connection, analyst: str | None, dataset: str, seq: int) -> Since:
     clause, params = _where(analyst, dataset, None, None)
-    return since_of(conn.execute(since_sql(clause, "%s"), (*params, seq, *params, seq)).fetchall(), seq)
+    sql = since_sql(clause, "%s")
+    return since_of(conn.execute(sql, (*params, *params, seq)).fetchall(), seq)
 
 
 class PostgresLedger(_Admitting):
@@ -218,7 +222,7 @@ class PostgresLedger(_Admitting):
     queues on the dataset's lock, taken second (always in that order, so they cannot deadlock). Under READ
     COMMITTED each statement takes a fresh snapshot, so the read after a lock sees every charge committed by
     earlier holders (PostgreSQL makes a commit visible before it releases the transaction's locks). Admits on
-    other pairs do not wait.
+    other pairs do not wait (the insert's trigger locks only the pair's own count, accountant/tallies.py).
 
     Why advisory locks: a `SELECT … FOR UPDATE` needs a row per (analyst, dataset) to exist first (an
     extra upsert per admit and a table of lock rows), and SERIALIZABLE needs a retry loop whose

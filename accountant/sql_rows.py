@@ -1,7 +1,8 @@
 """How charges are stored as SQL rows, shared by the SQLite and PostgreSQL ledgers: a charge as a row and back
 (`charge_row`, `charge_of`: events and scopes as JSON text; only the time's encoding differs per store), the
 filters of a listing (`where`), and the one statement that reads a history against a watermark (`since_sql`,
-`since_of`). `entry_of` is a charge as the filter sees it, for every ledger.
+`since_of`; a history's count is its tally, accountant/tallies.py). `entry_of` is a charge as the filter sees
+it, for every ledger.
 
 Example:
     >>> from datetime import UTC, datetime
@@ -31,6 +32,7 @@ from accountant.cells import CellScope
 from accountant.charges import Charge
 from accountant.events import to_json
 from accountant.filter import Entry
+from accountant.tallies import tally_sql
 
 COLUMNS = "id, analyst, dataset, {at}, sql_sha256, event, epsilon, delta, composition, scope"  # {at}: the store's
 
@@ -81,12 +83,12 @@ def scope_of(text: str | None) -> CellScope | None:
 
 
 def since_sql(clause: str, mark: str) -> str:
-    """One statement, so one snapshot even under READ COMMITTED: the count of the charges matching `clause`
-    up to a sequence number, and those after it, identical ones read once with their count (a history
-    repeats a few query shapes many times). `mark` is the driver's placeholder; parameters: the clause's,
-    the number, the clause's, the number."""
+    """One statement, so one snapshot even under READ COMMITTED: how many charges the history `clause`
+    selects holds (its tally, accountant/tallies.py: no count of the history), and those after a sequence
+    number, identical ones read once with their count (a history repeats a few query shapes many times).
+    `mark` is the driver's placeholder; parameters: the clause's, the clause's, the number."""
     return (
-        f"WITH old AS (SELECT COUNT(*) AS n FROM charges WHERE {clause} AND seq <= {mark}),"
+        f"WITH old AS ({tally_sql(clause)} AS n),"
         f" new AS (SELECT MAX(seq) AS last, event, epsilon, delta, scope, COUNT(*) AS k FROM charges"
         f" WHERE {clause} AND seq > {mark} GROUP BY event, epsilon, delta, scope)"
         " SELECT old.n, new.last, new.event, new.epsilon, new.delta, new.scope, new.k"
@@ -95,6 +97,8 @@ def since_sql(clause: str, mark: str) -> str:
 
 
 def since_of(rows: list[tuple[int, int | None, str, float, float, str | None, int | None]], seq: int) -> Since:
+    """The `Since` of `since_sql`'s rows: the charges at or below the number are the tally less those after."""
     after = [(Entry(event_of(text), epsilon, delta, scope_of(scope)), k)
              for _, _, text, epsilon, delta, scope, k in rows if k is not None]
-    return Since(rows[0][0], after, max((last for _, last, *_ in rows if last is not None), default=seq))
+    before = rows[0][0] - sum(k for _, k in after)
+    return Since(before, after, max((last for _, last, *_ in rows if last is not None), default=seq))

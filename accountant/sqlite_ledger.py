@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 
+from accountant import tallies
 from accountant.admission import append, migrate_sqlite
 from accountant.admitting import Since, _Admitting, _check_window, _Memos
 from accountant.chain import AuditRecord
@@ -35,7 +36,7 @@ from accountant.sql_rows import COLUMNS, charge_of, charge_row, since_of, since_
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
-SCHEMA_VERSION = 2  # 2: charges.scope
+SCHEMA_VERSION = 3  # 2: charges.scope; 3: tallies (accountant/tallies.py)
 # --- SQLite -----------------------------------------------------------------------------------------
 
 _SCHEMA = (
@@ -64,9 +65,10 @@ _SCHEMA = (
     )""",
     "CREATE INDEX IF NOT EXISTS charges_by_time ON charges (at_us, seq)",
     "CREATE INDEX IF NOT EXISTS charges_by_dataset ON charges (dataset)",  # the dataset budget's reads
+    *tallies.SQLITE,  # an index ends with the rowid (seq): the owner's and the dataset's serve seq > ? too
 )
 _COLUMNS = COLUMNS.format(at="at_us")
-_UPGRADES = {1: "ALTER TABLE charges ADD COLUMN scope TEXT"}  # from version k to k + 1
+_UPGRADES = {1: ("ALTER TABLE charges ADD COLUMN scope TEXT",), 2: tallies.FILL}  # from version k to k + 1
 
 
 def _to_us(moment: datetime) -> int:
@@ -140,7 +142,8 @@ class SqliteLedger(_Admitting):
                 return
             while len(versions) == 1 and versions[0][0] in _UPGRADES:  # an older file: upgrade in place
                 (version,) = versions[0]
-                self._conn.execute(_UPGRADES[version])
+                for statement in _UPGRADES[version]:
+                    self._conn.execute(statement)
                 self._conn.execute("UPDATE schema_version SET version = ?", (version + 1,))
                 versions = [(version + 1,)]
             if versions != [(SCHEMA_VERSION,)]:
@@ -172,7 +175,7 @@ class SqliteLedger(_Admitting):
 
     def _since(self, analyst: str | None, dataset: str, seq: int) -> Since:
         clause, params = _where(analyst, dataset, None, None)
-        rows = self._conn.execute(since_sql(clause, "?"), (*params, seq, *params, seq)).fetchall()
+        rows = self._conn.execute(since_sql(clause, "?"), (*params, *params, seq)).fetchall()
         return since_of(rows, seq)
 
     def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:

@@ -420,7 +420,7 @@ def test_sqlite_file_is_wal_and_versioned(tmp_path: Path) -> None:
     SqliteLedger(path).close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
     conn.close()
 
 
