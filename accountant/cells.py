@@ -138,6 +138,13 @@ def _exact(scaled: int) -> Fraction:
     return Fraction(scaled, 1 << _SCALE)
 
 
+def _unscaled(exact: Fraction) -> int:
+    """The inverse of `_exact`."""
+    scaled = exact * (1 << _SCALE)
+    assert scaled.denominator == 1, "a per-cell sum is always a multiple of 2**-_SCALE"
+    return scaled.numerator
+
+
 def _units(scaled: int) -> int:
     """A sum in grid units of 2**-_GRID, rounded up (exact for anything coarser than the grid)."""
     return -((-scaled) >> (_SCALE - _GRID))
@@ -233,6 +240,29 @@ class Running:
         self._total = [0, 0]  # times 2**_SCALE
         self._spaces: dict[tuple[str, str], _Space] = {}
 
+    @classmethod
+    def resume(cls, history: Ledgered) -> Running:
+        """A Running that holds `history`'s sums, to add more to (its arrays are shared: `add` never writes
+        them in place). Exact: every sum is a multiple of 2**-_SCALE.
+
+        Example:
+            >>> from accountant.events import LaplaceEvent
+            >>> q = Entry(LaplaceEvent(1, 2.0), 0.5, 0.0, CellScope.of("t", "s1", 3, [0]))
+            >>> resumed = Running.resume(ledgered([q], "basic"))
+            >>> resumed.add([(q, 1)])
+            >>> once, twice = resumed.ledgered(), ledgered([q, q], "basic")
+            >>> once.total == twice.total and once.bound(q.scope) == twice.bound(q.scope)
+            True
+        """
+        running = cls(history.rule)
+        running._total = [_unscaled(part) for part in history.total]
+        for usage in history.spaces:
+            space = _Space(usage.size)
+            space.inside = [_unscaled(history.total[i] - usage.base[i]) for i in range(2)]
+            space.amount, space.delta = usage.amount, usage.delta
+            running._spaces[usage.key] = space
+        return running
+
     @property
     def cells(self) -> int:
         """How many per-cell sums this holds (what its memory grows with)."""
@@ -325,6 +355,17 @@ def ledgered(entries: Iterable[Entry], rule: Rule) -> Ledgered:
         (1.5, 1.0, 1.0)
     """
     return tally(Counter(entries).items(), rule)
+
+
+def plus(history: Ledgered, entry: Entry) -> Ledgered:
+    """`history` with one more charge, from its sums alone (a preview's "after": no history read again).
+
+    Raises:
+        UnsupportedEvent: as `filter.cost`, for an event the rule cannot account for.
+    """
+    running = Running.resume(history)
+    running.add([(entry, 1)])
+    return running.ledgered()
 
 
 def tally(counted: Iterable[tuple[Entry, int]], rule: Rule) -> Ledgered:

@@ -1,5 +1,5 @@
 """The budget as every response shows it: spent and remaining under each rule, per cell, and the shared
-dataset budget, from the ledger's per-cell sums (the admit's memo) or from a history given as entries.
+dataset budget, from the ledger's per-cell sums (the admit's memo), with a previewed charge added or not.
 
 Split from proxy/routes.py: the query answer, the preview, GET /v1/budget and the metrics all render a
 budget through `budget_now` / `budget_out` here, so they agree.
@@ -17,8 +17,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from accountant import report
-from accountant.cells import CellScope, Ledgered, ledgered
+from accountant import cells, report
+from accountant.cells import CellScope, Ledgered
 from accountant.errors import UnsupportedEvent
 from accountant.filter import Accounting, Budget, Entry, Rule, Usage
 from proxy.pipeline import Env
@@ -66,9 +66,9 @@ def stored(env: Env, dataset: str, analyst: str | None) -> View:
     return functools.cache(lambda rule: env.ledger.tallied(dataset=dataset, analyst=analyst, rule=rule))
 
 
-def given(entries: tuple[Entry, ...]) -> View:
-    """A history given as entries (e.g. with a charge that is only being previewed)."""
-    return functools.cache(lambda rule: ledgered(entries, rule))
+def plus(history: View, entry: Entry) -> View:
+    """A history with one more charge (one only being previewed), from the history's sums (cells.plus)."""
+    return functools.cache(lambda rule: cells.plus(history(rule), entry))
 
 
 def budget_now(env: Env, analyst: str, dataset: DatasetPolicy, allowed: Budget) -> BudgetOut:

@@ -16,7 +16,7 @@ from proxy import auth, auto_run, budget_detail, output_formats, repeat_bars
 from proxy.answer_view import charge_out, partitions_out
 from proxy.answer_view import noise as noise_out
 from proxy.audit_trail import answered
-from proxy.budget_view import budget_now, budget_out, given, json_value, refusal, scope_out
+from proxy.budget_view import budget_now, budget_out, json_value, plus, refusal, scope_out
 from proxy.budget_view import stored as history
 from proxy.deadline import Deadline
 from proxy.decimal_json import DecimalJSONRoute
@@ -168,17 +168,15 @@ def _preview(body: QueryRequest, analyst: AnalystPolicy, env: Env) -> PreviewRes
     before, before_all = history(env, dataset.name, analyst.name), history(env, dataset.name, None) if shared else None
     entry = Entry(price.event, price.epsilon, price.delta, prepared.plan.scope)
     refused = refusal(before, before_all, entry, prepared.budget, dataset)
-    # after: the history with this charge, which exists nowhere yet, summed afresh
-    mine = env.ledger.entries(dataset=dataset.name, analyst=analyst.name)
-    everyone = env.ledger.entries(dataset=dataset.name) if shared else ()
     return PreviewResponse(
         dataset=dataset.name,
         sql=prepared.plan.sql,
         columns=[o.name for o in prepared.plan.analysis.outputs],
         charge=charge_out(price, None, dataset, prepared.plan.scope),
         budget=budget_out(dataset, prepared.budget, before, before_all),
-        budget_after=budget_out(dataset, prepared.budget, given((*mine, entry)),
-                             given((*everyone, entry)) if shared else None),
+        # after: this charge, which exists nowhere yet, added to the sums the ledger keeps (no history read)
+        budget_after=budget_out(dataset, prepared.budget, plus(before, entry),
+                                plus(before_all, entry) if before_all is not None else None),
         admissible=refused is None,
         refusal=None if refused is None else str(refused),
         noise=noise_out(prepared.plan.analysis, price, body.confidence),

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accountant.cells import CellScope, ledgered
-from accountant.errors import BudgetExceeded
+from accountant.cells import CellScope, ledgered, plus
+from accountant.errors import BudgetExceeded, UnsupportedEvent
 from accountant.events import GaussianEvent, LaplaceEvent
 from accountant.filter import Accounting, Budget, Entry, additive, cost, usage
 from accountant.ledger import MemoryLedger, SqliteLedger
@@ -154,6 +154,34 @@ def test_every_cell_sum_is_exact(history: list[tuple[object, object, float, floa
         peaks.append(space.peak())
     expected = (min([found.total[0], *(p[0] for p in peaks)]), min([found.total[1], *(p[1] for p in peaks)]))
     assert found.bound().amount >= expected[0] and found.bound().delta >= expected[1]
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(events, scopes, st.floats(1e-9, 3.0), st.floats(0, 1e-6)), min_size=1, max_size=25),
+       st.sampled_from(["basic", "zcdp", "gdp"]))
+def test_one_charge_added_to_the_sums_is_the_history_summed_with_it(
+    history: list[tuple[object, object, float, float]], rule: str
+) -> None:
+    """A preview's "after" (cells.plus: the kept sums plus one charge) equals summing the whole history afresh,
+    total and every cell, whatever the charge's scope: a space the history has, a new one, or none."""
+    entries = [
+        Entry(event, epsilon, delta, None if s is None else CellScope.of(s[0], "s", SIZE, sorted(s[1])))  # type: ignore[arg-type, index]
+        for event, s, epsilon, delta in history
+    ]
+    *before, last = entries
+    try:
+        want = ledgered(entries, rule)  # type: ignore[arg-type]
+    except UnsupportedEvent:  # a Gaussian σ outside the proven range of μ-GDP: plus refuses alike
+        with pytest.raises(UnsupportedEvent):
+            plus(ledgered(before, rule), last)  # type: ignore[arg-type]
+        return
+    got = plus(ledgered(before, rule), last)  # type: ignore[arg-type]
+    assert got.rule == want.rule and got.total == want.total
+    assert sorted(s.key for s in got.spaces) == sorted(s.key for s in want.spaces)
+    for space in want.spaces:
+        mine = got.space(space.key)
+        assert mine is not None and mine.base == space.base
+        assert [mine.cell(c) for c in range(SIZE)] == [space.cell(c) for c in range(SIZE)]
 
 
 def test_sums_stay_exact_across_many_limbs_and_thousands_of_cells() -> None:

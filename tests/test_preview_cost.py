@@ -1,0 +1,78 @@
+"""A preview costs the same however many charges came before (issue #12: nothing per query that grows with the
+number of earlier queries): its budget after the charge adds the charge to the sums the ledger keeps
+(accountant/cells.py `plus`) instead of reading and summing the whole history again.
+
+The cost is measured as work, never as time: the SQLite virtual machine's instructions while the preview runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from accountant.sqlite_ledger import SqliteLedger
+from proxy import routes
+from proxy.app import build_env
+from proxy.demo import DemoFiles
+from proxy.pipeline import Env
+from proxy.schemas import QueryRequest
+from proxy.settings import Settings
+from tests.conftest import policy_copy
+
+EVENT_TEXT = '{"kind":"laplace","sensitivity":1,"scale":1000.0}'  # ε = 0.001
+SQL = "SELECT region, COUNT(*) AS n FROM visits GROUP BY region"
+
+
+@pytest.fixture
+def env(demo: DemoFiles, tmp_path: Path) -> Iterator[Env]:
+    built = build_env(Settings(policy=policy_copy(demo, tmp_path, epsilon=1e6, delta=1e-6)))
+    try:
+        yield built
+    finally:
+        built.ledger.close()
+        for _, engine in built.engines:
+            engine.close()
+
+
+def _fill(path: Path, first: int, last: int) -> None:
+    """The analyst's earlier charges on the demo, written behind the ledger's back (as other processes would)."""
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(
+            "INSERT INTO charges (id, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition)"
+            " WITH RECURSIVE n(i) AS (SELECT ? UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
+            " SELECT 'fill' || i, 'analyst', 'demo', 0, 'q', ?, 0.001, 0.0, 'parallel' FROM n",
+            (first, last, EVENT_TEXT),
+        )
+
+
+def _instructions(env: Env) -> tuple[int, dict[str, object]]:
+    """The SQLite instructions one preview executes, and its budget after the charge."""
+    ledger = env.ledger
+    assert isinstance(ledger, SqliteLedger)
+    analyst = next(a for a in env.policy.analysts if a.name == "analyst")
+    steps = itertools.count()
+    ledger._conn.set_progress_handler(lambda: next(steps) and 0, 1)
+    try:
+        preview = routes._preview(QueryRequest(sql=SQL, epsilon=0.5), analyst, env)
+    finally:
+        ledger._conn.set_progress_handler(None, 1)
+    return next(steps), preview.budget_after.model_dump()
+
+
+def test_a_preview_reads_no_more_at_20k_earlier_charges_than_at_2k(env: Env) -> None:
+    ledger = env.ledger
+    assert isinstance(ledger, SqliteLedger)
+    path = Path(ledger._conn.execute("PRAGMA database_list").fetchone()[2])
+    measured = []
+    for first, last in ((1, 2_000), (2_001, 20_000)):
+        _fill(path, first, last)
+        _instructions(env)  # the ledger's memo reads the new charges once
+        work, after = _instructions(env)
+        measured.append(work)
+        assert after["epsilon_spent"] == pytest.approx(0.001 * last + 0.5, rel=1e-12)  # the history and this charge
+    assert measured[0] == measured[1]  # summing the history afresh read every earlier charge: 10x the work
