@@ -1,6 +1,6 @@
 """Admit and tallied latency as the ledger's history grows: 1k, 10k, 100k, 1M earlier charges.
 
-    /work/main/.venv/bin/python bench/ledger_growth.py [--sizes 1000,10000,100000,1000000] [--calls 200]
+    python bench/ledger_growth.py [--sizes 1000,10000,100000,1000000] [--calls 200]
         [--stores sqlite,postgresql] [--postgres URL]
 
 The history is on one dataset, spread over 100 analysts, and written behind the ledger's back in one
