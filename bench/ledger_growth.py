@@ -30,15 +30,15 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psycopg
+from ledger_latency import pg_schema
 
 from accountant.events import LaplaceEvent
 from accountant.filter import Budget
@@ -116,19 +116,6 @@ def _measure(ledger: _Admitting, fill: Callable[[int, int], None], sizes: list[i
         yield f"{size:>9,}  " + "  ".join(f"{cpu:>7.3f} {wall:>7.3f}" for cpu, wall in figures)
 
 
-@contextmanager
-def _schema(url: str) -> Iterator[str]:
-    schema = f"bench_{uuid.uuid4().hex}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        separator = "&" if "?" in url else "?"
-        yield f"{url}{separator}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,100000,1000000")
@@ -151,7 +138,7 @@ def main() -> int:
             finally:
                 ledger.close()
     if "postgresql" in stores:
-        with _schema(args.postgres) as url:
+        with pg_schema(args.postgres) as url:
             pg = PostgresLedger(url, pool_size=2)
             try:
                 for row in _measure(pg, lambda first, last: _fill_postgres(url, first, last), sizes, args.calls):

@@ -87,7 +87,8 @@ def _measure(open_ledger: Callable[[], _Admitting], charges: int, owners: int, a
 
 
 @contextmanager
-def _schema(url: str) -> Iterator[str]:
+def pg_schema(url: str) -> Iterator[str]:
+    """`url` in a fresh PostgreSQL schema, dropped afterwards."""
     schema = f"bench_{uuid.uuid4().hex}"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
@@ -113,7 +114,7 @@ def main() -> int:
             path = Path(directory) / "ledger.sqlite"
             for row in _measure(partial(SqliteLedger, path), args.charges, owners, args.admits):
                 print(f"{'sqlite':<10}  {layout:<6}  {row}")
-        with _schema(args.postgres) as url:
+        with pg_schema(args.postgres) as url:
             for row in _measure(partial(PostgresLedger, url), args.charges, owners, args.admits):
                 print(f"{'postgresql':<10}  {layout:<6}  {row}")
     pairs = [(EPSILON, 0.0)] * args.charges

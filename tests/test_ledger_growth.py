@@ -29,6 +29,7 @@ from accountant.filter import Budget
 from accountant.ledger import Ledger, SqliteLedger
 from accountant.postgres import MIGRATIONS, Pool, PostgresLedger, migrate
 from accountant.sql_rows import since_sql
+from tests.ledger_rows import insert_charges
 from tests.pg_fixtures import execute, fresh_schema
 
 EVENT_TEXT = '{"kind":"laplace","sensitivity":1,"scale":4.0}'  # ε = 0.25
@@ -135,17 +136,6 @@ def test_postgres_a_charge_that_took_its_number_early_and_committed_late_is_read
 # --- the memo's check does not read the history ----------------------------------------------------
 
 
-def _fill_sqlite(path: Path, first: int, last: int) -> None:
-    """Charges over 10 analysts on `sales`, written behind the ledger's back (as other processes would)."""
-    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
-        conn.execute(
-            "INSERT INTO charges (id, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition)"
-            " WITH RECURSIVE n(i) AS (SELECT ? UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
-            " SELECT 'fill' || i, 'a' || (i % 10), 'sales', 0, 'q', ?, 1e-9, 0.0, 'basic' FROM n",
-            (first, last, EVENT_TEXT),
-        )
-
-
 def _instructions(ledger: SqliteLedger) -> tuple[int, ...]:
     """The SQLite instructions one admit (with a dataset budget) and each tallied read execute."""
     counts = []
@@ -167,7 +157,7 @@ def test_sqlite_admit_and_tallied_execute_as_many_instructions_at_2k_and_40k_cha
     try:
         measured = []
         for first, last in ((1, 2_000), (2_001, 40_000)):
-            _fill_sqlite(path, first, last)
+            insert_charges(path, first, last, dataset="sales", event=EVENT_TEXT, epsilon=1e-9)
             ledger.tallied(dataset="sales")  # the memos read the new rows once
             ledger.tallied(dataset="sales", analyst="a0")
             _admit(ledger, 1e-9, analyst="a0", dataset_budget=BIG)

@@ -7,9 +7,7 @@ The cost is measured as work, never as time: the SQLite virtual machine's instru
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from proxy.pipeline import Env
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
 from tests.conftest import policy_copy
+from tests.ledger_rows import insert_charges
 
 EVENT_TEXT = '{"kind":"laplace","sensitivity":1,"scale":1000.0}'  # ε = 0.001
 SQL = "SELECT region, COUNT(*) AS n FROM visits GROUP BY region"
@@ -37,17 +36,6 @@ def env(demo: DemoFiles, tmp_path: Path) -> Iterator[Env]:
         built.ledger.close()
         for _, engine in built.engines:
             engine.close()
-
-
-def _fill(path: Path, first: int, last: int) -> None:
-    """The analyst's earlier charges on the demo, written behind the ledger's back (as other processes would)."""
-    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
-        conn.execute(
-            "INSERT INTO charges (id, analyst, dataset, at_us, sql_sha256, event, epsilon, delta, composition)"
-            " WITH RECURSIVE n(i) AS (SELECT ? UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
-            " SELECT 'fill' || i, 'analyst', 'demo', 0, 'q', ?, 0.001, 0.0, 'parallel' FROM n",
-            (first, last, EVENT_TEXT),
-        )
 
 
 def _instructions(env: Env) -> tuple[int, dict[str, object]]:
@@ -70,7 +58,8 @@ def test_a_preview_reads_no_more_at_20k_earlier_charges_than_at_2k(env: Env) -> 
     path = Path(ledger._conn.execute("PRAGMA database_list").fetchone()[2])
     measured = []
     for first, last in ((1, 2_000), (2_001, 20_000)):
-        _fill(path, first, last)
+        insert_charges(path, first, last, dataset="demo", event=EVENT_TEXT, epsilon=0.001, analyst="analyst",
+                       composition="parallel")
         _instructions(env)  # the ledger's memo reads the new charges once
         work, after = _instructions(env)
         measured.append(work)

@@ -23,6 +23,8 @@ from accountant.audit import open_audit
 from accountant.sqlite_ledger import SqliteLedger
 from proxy.demo import DemoFiles
 from tests.conftest import REPO, StartFresh, policy_copy
+from tests.test_spark_policy import GOOD_SPARK
+from tests.test_spark_policy import _policy as spark_policy
 
 THREADS = 8
 REQUESTS = 5  # per thread: 40 in all
@@ -84,33 +86,8 @@ def test_worker_processes_share_one_budget_and_one_audit_chain(
         audit.close()
 
 
-SPARK_POLICY = """
-ledger = "ledger.sqlite"
-
-[datasets.big]
-engine = "spark"
-[datasets.big.spark]
-master = "local[1]"
-tables = { visits = { parquet = "visits" } }
-[datasets.big.tables.visits]
-privacy_unit = "user_id"
-max_groups = 2
-max_rows = 5
-
-[datasets.big.tables.visits.columns]
-user_id = { type = "BIGINT" }
-
-[analysts.a]
-role = "analyst"
-key_sha256 = "%s"
-budgets = { big = { epsilon = 1.0, delta = 1e-6 } }
-""" % ("0123456789abcdef" * 4)
-
-
 def test_workers_refuse_a_spark_dataset_before_starting(tmp_path: Path) -> None:
-    (tmp_path / "visits").mkdir()
-    policy = tmp_path / "policy.toml"
-    policy.write_text(SPARK_POLICY)
+    policy = spark_policy(tmp_path, 'engine = "spark"', GOOD_SPARK)  # a valid policy: only --workers is refused
     done = subprocess.run([sys.executable, "-m", "proxy", "serve", "--policy", str(policy), "--workers", "2"],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stderr[-2000:]
