@@ -318,7 +318,8 @@ class PostgresLedger(_Admitting):
         _check_window(since, until, 0, 0)
         clause, params = _where(analyst, dataset, since, until)
         with self._pool.connection() as conn:
-            row = conn.execute(f"SELECT count(*) FROM charges WHERE {clause}", params).fetchone()
+            row = conn.execute(tallies.count_sql(clause, timed=since is not None or until is not None),
+                               params).fetchone()
         assert row is not None
         return int(row[0])
 

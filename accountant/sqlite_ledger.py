@@ -210,8 +210,9 @@ class SqliteLedger(_Admitting):
     ) -> int:
         _check_window(since, until, 0, 0)
         clause, params = _where(analyst, dataset, since, until)
+        sql = tallies.count_sql(clause, timed=since is not None or until is not None)
         with self._lock:
-            (number,) = self._conn.execute(f"SELECT COUNT(*) FROM charges WHERE {clause}", params).fetchone()
+            (number,) = self._conn.execute(sql, params).fetchone()
         return int(number)
 
     def stored_release(self, analyst: str, dataset: str, request_sha256: str) -> StoredRelease | None:

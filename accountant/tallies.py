@@ -96,6 +96,12 @@ POSTGRES = f"""
 """
 
 
+def count_sql(clause: str, *, timed: bool) -> str:
+    """The number of charges a listing's filters select: their tallies' sum when the filters name only the
+    analyst and dataset (`timed` False; the row count is never read), else a count of the rows."""
+    return f"SELECT COUNT(*) FROM charges WHERE {clause}" if timed else tally_sql(clause)
+
+
 def tally_sql(clause: str) -> str:
     """The count of the history `clause` selects (`dataset = …`: the sum over its analysts, or `analyst = …
     AND dataset = …`), 0 when it has none; one row."""

@@ -13,6 +13,7 @@ import itertools
 import json
 import sqlite3
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -284,3 +285,44 @@ def test_postgres_reads_past_a_watermark_through_an_index(pg_url: str) -> None:
         sql = since_sql(clause, "%s")
         (plan,) = execute(pg_url, "EXPLAIN (FORMAT JSON) " + sql, (*params, *params, 4_990))[0]
         assert index in json.dumps(plan) and "Seq Scan" not in json.dumps(plan)
+
+
+# --- a listing's total reads the tallies too ---------------------------------------------------------
+
+
+def _counts_agree(ledger: Ledger, last: int) -> None:
+    """`count` without a time window (tallies) against the charges counted: the readiness probe, the metrics,
+    the dashboard and the ledger listing's total all call it."""
+    assert ledger.count() == ledger.count(dataset="sales") == last
+    assert ledger.count(analyst="a3", dataset="sales") == ledger.count(analyst="a3") == (last + 7) // 10
+    assert ledger.count(dataset="hr") == ledger.count(analyst="nobody") == 0
+    assert ledger.count(since=datetime(1970, 1, 1, tzinfo=UTC)) == last  # a time window counts the rows
+
+
+def test_sqlite_count_reads_as_much_at_20k_charges_as_at_2k(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    ledger = SqliteLedger(path)
+    try:
+        work = []
+        for first, last in ((1, 2_000), (2_001, 20_000)):
+            insert_charges(path, first, last, dataset="sales", event=EVENT_TEXT, epsilon=1e-9)
+            _counts_agree(ledger, last)
+            steps = itertools.count()
+            ledger._conn.set_progress_handler(lambda: next(steps) and 0, 1)  # noqa: B023 (called within the loop)
+            try:
+                ledger.count(dataset="sales")
+            finally:
+                ledger._conn.set_progress_handler(None, 1)
+            work.append(next(steps))
+        assert work[0] == work[1]  # COUNT(*) of the rows visited every charge: 10x the rows, 10x the work
+    finally:
+        ledger.close()
+
+
+def test_postgres_count_is_the_tallies_sum(pg_url: str) -> None:
+    ledger = PostgresLedger(pg_url)
+    try:
+        _pg_fill(pg_url, 1, 2_345)
+        _counts_agree(ledger, 2_345)
+    finally:
+        ledger.close()
