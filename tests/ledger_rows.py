@@ -4,8 +4,13 @@ histories of any length for the tests that measure what a ledger read costs as t
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def insert_charges(path: Path, first: int, last: int, *, dataset: str, event: str, epsilon: float,
@@ -20,3 +25,15 @@ def insert_charges(path: Path, first: int, last: int, *, dataset: str, event: st
             f" SELECT 'fill' || i, {who}, ?, 0, 'q', ?, ?, 0.0, ? FROM n",
             (first, last, *([analyst] if analyst is not None else []), dataset, event, epsilon, composition),
         )
+
+
+def instructions(conn: sqlite3.Connection, call: Callable[[], T]) -> tuple[int, T]:
+    """How many SQLite virtual-machine instructions `call` executes on `conn`, and what it returns: the work a
+    read does, which does not move with the machine's load as time does."""
+    steps = itertools.count()
+    conn.set_progress_handler(lambda: next(steps) and 0, 1)  # 0: never interrupt
+    try:
+        result = call()
+    finally:
+        conn.set_progress_handler(None, 1)
+    return next(steps), result

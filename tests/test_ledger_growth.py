@@ -9,10 +9,9 @@ called at every one) and the rows each PostgreSQL plan node visits (`EXPLAIN (AN
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
@@ -30,7 +29,7 @@ from accountant.filter import Budget
 from accountant.ledger import Ledger, SqliteLedger
 from accountant.postgres import MIGRATIONS, Pool, PostgresLedger, migrate
 from accountant.sql_rows import since_sql
-from tests.ledger_rows import insert_charges
+from tests.ledger_rows import T, insert_charges, instructions
 from tests.pg_fixtures import execute, fresh_schema
 
 EVENT_TEXT = '{"kind":"laplace","sensitivity":1,"scale":4.0}'  # ε = 0.25
@@ -139,36 +138,39 @@ def test_postgres_a_charge_that_took_its_number_early_and_committed_late_is_read
 
 def _instructions(ledger: SqliteLedger) -> tuple[int, ...]:
     """The SQLite instructions one admit (with a dataset budget) and each tallied read execute."""
-    counts = []
-    for call in (lambda: _admit(ledger, 1e-9, analyst="a0", dataset_budget=BIG),
-                 lambda: ledger.tallied(dataset="sales"), lambda: ledger.tallied(dataset="sales", analyst="a0")):
-        steps = itertools.count()
-        ledger._conn.set_progress_handler(lambda: next(steps) and 0, 1)  # noqa: B023 (called within the loop)
-        try:
-            call()
-        finally:
-            ledger._conn.set_progress_handler(None, 1)
-        counts.append(next(steps))
-    return tuple(counts)
+    return tuple(instructions(ledger._conn, call)[0] for call in (
+        lambda: _admit(ledger, 1e-9, analyst="a0", dataset_budget=BIG),
+        lambda: ledger.tallied(dataset="sales"), lambda: ledger.tallied(dataset="sales", analyst="a0")))
+
+
+def _as_history_grows(path: Path, sizes: tuple[int, ...], measure: Callable[[SqliteLedger, int], T]) -> list[T]:
+    """`measure(ledger, n)` once the ledger at `path` holds n charges on `sales` (over a0 … a9), for each size."""
+    ledger = SqliteLedger(path)
+    try:
+        found, first = [], 1
+        for last in sizes:
+            insert_charges(path, first, last, dataset="sales", event=EVENT_TEXT, epsilon=1e-9)
+            found.append(measure(ledger, last))
+            first = last + 1
+        return found
+    finally:
+        ledger.close()
+
+
+def _warm_then_count(ledger: SqliteLedger, _: int) -> tuple[int, ...]:
+    ledger.tallied(dataset="sales")  # the memos read the new rows once
+    ledger.tallied(dataset="sales", analyst="a0")
+    _admit(ledger, 1e-9, analyst="a0", dataset_budget=BIG)
+    return _instructions(ledger)
 
 
 def test_sqlite_admit_and_tallied_execute_as_many_instructions_at_2k_and_40k_charges(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite"
-    ledger = SqliteLedger(path)
-    try:
-        measured = []
-        for first, last in ((1, 2_000), (2_001, 40_000)):
-            insert_charges(path, first, last, dataset="sales", event=EVENT_TEXT, epsilon=1e-9)
-            ledger.tallied(dataset="sales")  # the memos read the new rows once
-            ledger.tallied(dataset="sales", analyst="a0")
-            _admit(ledger, 1e-9, analyst="a0", dataset_budget=BIG)
-            measured.append(_instructions(ledger))
-        assert measured[0] == measured[1]  # the old COUNT visited every earlier charge: 20x the rows, 20x the work
-        plan = ledger._conn.execute("EXPLAIN QUERY PLAN " + since_sql("dataset = ?", "?"),
-                                    ("sales", "sales", 1)).fetchall()
-        assert not [row for row in plan if row[3].startswith(("SCAN charges", "SCAN tallies"))], plan  # searched
-    finally:
-        ledger.close()
+    measured = _as_history_grows(path, (2_000, 40_000), _warm_then_count)
+    assert measured[0] == measured[1]  # the old COUNT visited every earlier charge: 20x the rows, 20x the work
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        plan = conn.execute("EXPLAIN QUERY PLAN " + since_sql("dataset = ?", "?"), ("sales", "sales", 1)).fetchall()
+    assert not [row for row in plan if row[3].startswith(("SCAN charges", "SCAN tallies"))], plan  # searched
 
 
 def _visited(plan: dict[str, Any]) -> int:
@@ -299,24 +301,14 @@ def _counts_agree(ledger: Ledger, last: int) -> None:
     assert ledger.count(since=datetime(1970, 1, 1, tzinfo=UTC)) == last  # a time window counts the rows
 
 
+def _count_work(ledger: SqliteLedger, last: int) -> int:
+    _counts_agree(ledger, last)
+    return instructions(ledger._conn, lambda: ledger.count(dataset="sales"))[0]
+
+
 def test_sqlite_count_reads_as_much_at_20k_charges_as_at_2k(tmp_path: Path) -> None:
-    path = tmp_path / "ledger.sqlite"
-    ledger = SqliteLedger(path)
-    try:
-        work = []
-        for first, last in ((1, 2_000), (2_001, 20_000)):
-            insert_charges(path, first, last, dataset="sales", event=EVENT_TEXT, epsilon=1e-9)
-            _counts_agree(ledger, last)
-            steps = itertools.count()
-            ledger._conn.set_progress_handler(lambda: next(steps) and 0, 1)  # noqa: B023 (called within the loop)
-            try:
-                ledger.count(dataset="sales")
-            finally:
-                ledger._conn.set_progress_handler(None, 1)
-            work.append(next(steps))
-        assert work[0] == work[1]  # COUNT(*) of the rows visited every charge: 10x the rows, 10x the work
-    finally:
-        ledger.close()
+    work = _as_history_grows(tmp_path / "ledger.sqlite", (2_000, 20_000), _count_work)
+    assert work[0] == work[1]  # COUNT(*) of the rows visited every charge: 10x the rows, 10x the work
 
 
 def test_postgres_count_is_the_tallies_sum(pg_url: str) -> None:

@@ -7,7 +7,6 @@ The cost is measured as work, never as time: the SQLite virtual machine's instru
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from proxy.pipeline import Env
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
 from tests.conftest import policy_copy
-from tests.ledger_rows import insert_charges
+from tests.ledger_rows import insert_charges, instructions
 
 EVENT_TEXT = '{"kind":"laplace","sensitivity":1,"scale":1000.0}'  # ε = 0.001
 SQL = "SELECT region, COUNT(*) AS n FROM visits GROUP BY region"
@@ -43,13 +42,9 @@ def _instructions(env: Env) -> tuple[int, dict[str, object]]:
     ledger = env.ledger
     assert isinstance(ledger, SqliteLedger)
     analyst = next(a for a in env.policy.analysts if a.name == "analyst")
-    steps = itertools.count()
-    ledger._conn.set_progress_handler(lambda: next(steps) and 0, 1)
-    try:
-        preview = routes._preview(QueryRequest(sql=SQL, epsilon=0.5), analyst, env)
-    finally:
-        ledger._conn.set_progress_handler(None, 1)
-    return next(steps), preview.budget_after.model_dump()
+    work, preview = instructions(ledger._conn, lambda: routes._preview(QueryRequest(sql=SQL, epsilon=0.5), analyst,
+                                                                      env))
+    return work, preview.budget_after.model_dump()
 
 
 def test_a_preview_reads_no_more_at_20k_earlier_charges_than_at_2k(env: Env) -> None:
