@@ -164,3 +164,17 @@ def test_a_sum_keeps_its_cap_and_declared_clamp_when_the_columns_median_chooses_
     assert summed.release_l1(1, 2) == 7
     declared = auto.at_bound(alone, 2, 1).measures[0]
     assert (summed.lo, summed.hi) == (declared.lo, declared.hi) and (ranked.lo, ranked.hi) != (declared.lo, declared.hi)
+
+
+@settings(max_examples=300, deadline=None)
+@given(above=st.lists(st.integers(0, 10**7), min_size=1, max_size=90),
+       t=st.fractions(min_value=0, max_value=10**6, max_denominator=10**9),
+       epsilon=st.fractions(min_value=Fraction(1, 10**9), max_value=100, max_denominator=10**12),
+       anchor=st.integers(0, 90))
+def test_integer_exponents_equal_the_rational_scores(above: list[int], t: Fraction, epsilon: Fraction,
+                                                     anchor: int) -> None:
+    """`exponents` in integers is exactly ε·|N_i − t|/2 + (7/10)·max(0, i − anchor) over their least common
+    denominator, as summing the Fractions gives it."""
+    values = [epsilon * abs(n - t) / 2 + auto_total.PRIOR_STEP * max(0, i - anchor) for i, n in enumerate(above)]
+    denominator = math.lcm(*(v.denominator for v in values))
+    assert auto_total.exponents(above, t, epsilon, anchor) == ([int(v * denominator) for v in values], denominator)

@@ -92,9 +92,15 @@ def exponents(above: Sequence[int], t: Fraction, epsilon: Fraction, anchor: int)
         >>> exponents([3, 1, 0], Fraction(1), Fraction(1), 2), exponents([3, 1, 0], Fraction(1), Fraction(1), 0)
         (([2, 0, 1], 2), ([10, 7, 19], 10))
     """
-    values = [epsilon * abs(n - t) / 2 + PRIOR_STEP * max(0, i - anchor) for i, n in enumerate(above)]
-    denominator = math.lcm(*(v.denominator for v in values))
-    return [int(v * denominator) for v in values], denominator
+    # In integers over D = lcm(2·den(ε)·den(t), den(step)), then reduced: the same pair as summing the Fractions
+    # (the least common denominator of Nᵢ/D is D/gcd(D, N…)), at a tenth of the cost (~80 candidates per query).
+    a, b, c, d = epsilon.numerator, epsilon.denominator, t.numerator, t.denominator
+    p, q = PRIOR_STEP.numerator, PRIOR_STEP.denominator
+    whole = math.lcm(2 * b * d, q)
+    per_score, per_step = a * (whole // (2 * b * d)), p * (whole // q)
+    numerators = [per_score * abs(n * d - c) + per_step * max(0, i - anchor) for i, n in enumerate(above)]
+    common = math.gcd(whole, *numerators)
+    return [n // common for n in numerators], whole // common
 
 
 def counts_above(rows: Sequence[Sequence[object]], size: int) -> list[int]:
