@@ -116,15 +116,15 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
     for i, key in enumerate(analysis.keys):
         spec = table.column(key)
         assert spec is not None
-        keys.append(exp.alias_(types.column(spec.name, spec.type), f"__k{i}"))
+        keys.append(exp.alias_(types.column(spec.name, spec.type), f"__k{i}", copy=False))
     # `__units` feeds private partition selection only (release.py); elsewhere it is never read, so not computed
     measure_of = _first_row_count if counting else _measure
     units = measure_of(Measure("units"), None, analysis) if analysis.partitions == "private" else exp.Literal.number(0)
     # Every node below is built here for this query alone: the builders need not copy them (copy=False), which
     # is a third of the small-query planning time (bench/throughput.py).
-    projections = [*keys, exp.alias_(units, UNITS)]
+    projections = [*keys, exp.alias_(units, UNITS, copy=False)]
     projections += [exp.alias_(_uncapped_sum(j, bool(keys)) if corrected and measure.cap else
-                               measure_of(measure, sources.get(j), analysis), f"__m{j}")
+                               measure_of(measure, sources.get(j), analysis), f"__m{j}", copy=False)
                     for j, measure in enumerate(analysis.measures)]
     select = exp.Select(expressions=projections).from_(source.copy() if corrected else source, copy=False)
     if conditions:
@@ -148,7 +148,7 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         select = select.having(exp.and_(*inside, copy=False), copy=False)
     if corrected:
         select = _with_corrections(analysis, select, source, keys)
-    return select.sql(dialect="duckdb")
+    return select.sql(dialect="duckdb", copy=False)
 
 
 def _uncapped_sum(j: int, grouped: bool) -> exp.Expr:
@@ -196,18 +196,18 @@ def _with_corrections(analysis: Analysis, select: exp.Select, capped_rows: exp.E
         name = f"__fix{j}"
         value, total = exp.column(f"__cap_v{j}"), exp.column(f"__cap_t{j}")
         delta = exp.Sub(this=auto_total.scaled(value, total, measure.cap).args["default"], expression=value.copy())
-        fix = exp.Select(expressions=[*(k.copy() for k in keys), exp.alias_(exp.Sum(this=delta), "__d")])
+        fix = exp.Select(expressions=[*(k.copy() for k in keys), exp.alias_(exp.Sum(this=delta), "__d", copy=False)])
         fix = fix.from_(capped_rows.copy(), copy=False).where(
             exp.GT(this=total.copy(), expression=exp.Literal.number(measure.cap)), copy=False)
         if keys:
             fix = fix.group_by(*(exp.column(f"__k{i}") for i in range(len(keys))), copy=False)
         on: exp.Expr = exp.and_(*(exp.NullSafeEQ(this=exp.column(f"__k{i}", table=main),
                                                  expression=exp.column(f"__k{i}", table=name))
-                                  for i in range(len(keys)))) if keys else exp.true()
-        joins.append((fix.subquery(name), on))
+                                  for i in range(len(keys))), copy=False) if keys else exp.true()
+        joins.append((fix.subquery(name, copy=False), on))
         out.append(exp.alias_(exp.Add(this=exp.column(f"__m{j}", table=main), expression=exp.Coalesce(
-            this=exp.column("__d", table=name), expressions=[exp.Literal.number(0)])), f"__m{j}"))
-    result = exp.Select(expressions=out).from_(select.subquery(main), copy=False)
+            this=exp.column("__d", table=name), expressions=[exp.Literal.number(0)])), f"__m{j}", copy=False))
+    result = exp.Select(expressions=out).from_(select.subquery(main, copy=False), copy=False)
     for table, on in joins:
         result = result.join(table, on=on, join_type="LEFT", copy=False)
     return result
@@ -309,13 +309,13 @@ def _capped_rows(analysis: Analysis, source: exp.Expr, conditions: list[exp.Expr
                 value = row_value(analysis.measures[sources[j]], sources[j]).this
                 total = exp.Window(this=exp.Sum(this=exp.Abs(this=exp.func("COALESCE", value.copy(), exp.Literal.number(
                     0)))), partition_by=[unit.copy()])
-            raw, value = value, exp.func("COALESCE", value.copy(), exp.Literal.number(0))
-            rows = rows.select(exp.alias_(raw, f"__cap_r{j}"), exp.alias_(value, f"__cap_v{j}"),
-                               exp.alias_(total, f"__cap_t{j}"), append=True)
-    rows = rows.from_(source)
+            raw, value = value, exp.func("COALESCE", value.copy(), exp.Literal.number(0), copy=False)
+            rows = rows.select(exp.alias_(raw, f"__cap_r{j}", copy=False), exp.alias_(value, f"__cap_v{j}", copy=False),
+                               exp.alias_(total, f"__cap_t{j}", copy=False), append=True, copy=False)
+    rows = rows.from_(source, copy=False)  # every node here is built for this query alone (as in rewrite_ranked)
     if conditions:
-        rows = rows.where(exp.and_(*conditions))
-    return rows.subquery("__capped")
+        rows = rows.where(exp.and_(*conditions, copy=False), copy=False)
+    return rows.subquery("__capped", copy=False)
 
 
 def _spec(analysis: Analysis, name: str) -> ColumnSpec:
