@@ -80,12 +80,14 @@ def clamp_sql(analysis: Analysis, spec: ColumnSpec, part: int, source: exp.Expr,
     assert spec.bounds is not None
     lo, hi = (float(b) for b in spec.bounds)
     column = exp.column(spec.name, quoted=True)
-    clamped = exp.Least(this=exp.Greatest(this=exp.cast(column.copy(), "DOUBLE"), expressions=[exp.Literal.number(lo)]),
+    clamped = exp.Least(this=exp.Greatest(this=exp.cast(column.copy(), "DOUBLE", copy=False),
+                                          expressions=[exp.Literal.number(lo)]),
                         expressions=[exp.Literal.number(hi)])
     conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=column.copy(), expression=exp.Null()))]
     if analysis.where is not None:
         conditions.append(analysis.where.copy())
-    values = exp.select(exp.alias_(clamped, "__x")).from_(source.copy())
+    # every node below is built for this query alone (shared ones copied in): the builders need not copy it
+    values = exp.select(exp.alias_(clamped, "__x", copy=False)).from_(source.copy(), copy=False)
     m = exp.Literal.number(VALUES_PER_UNIT)
     if rank_filter:
         conditions.insert(0, exp.LTE(this=exp.column(ranked.ROW_RANK), expression=m))
@@ -96,8 +98,8 @@ def clamp_sql(analysis: Analysis, spec: ColumnSpec, part: int, source: exp.Expr,
                  [exp.Ordered(this=exp.Anonymous(this="HASH", expressions=[column.copy()])),
                   exp.Ordered(this=column.copy())])
         rank = exp.Window(this=exp.RowNumber(), partition_by=[unit], order=exp.Order(expressions=order))
-        values = values.qualify(exp.LTE(this=rank, expression=m))
-    values = values.where(exp.and_(*conditions))
+        values = values.qualify(exp.LTE(this=rank, expression=m), copy=False)
+    values = values.where(exp.and_(*conditions, copy=False), copy=False)
     x = exp.column("__x")
     magnitude = max(abs(lo), abs(hi))
     step = exp.Cast(this=exp.Floor(this=exp.Least(this=exp.Mul(this=exp.Literal.number(2), expression=exp.Anonymous(
@@ -105,9 +107,10 @@ def clamp_sql(analysis: Analysis, spec: ColumnSpec, part: int, source: exp.Expr,
         expressions=[exp.Literal.number(STEPS)])), to=exp.DataType.build("BIGINT"))
     bucket = exp.Case(ifs=[exp.If(this=exp.EQ(this=x.copy(), expression=exp.Literal.number(0)),
                                   true=exp.Literal.number(0))], default=step)
-    return (exp.select(exp.alias_(exp.Anonymous(this="SIGN", expressions=[x.copy()]), "__a"),
-                       exp.alias_(bucket, "__b"), exp.alias_(exp.Count(this=exp.Star()), "__n"))
-            .from_(values.subquery("__values")).group_by(exp.column("__a"), exp.column("__b")))
+    return (exp.select(exp.alias_(exp.Anonymous(this="SIGN", expressions=[x.copy()]), "__a", copy=False),
+                       exp.alias_(bucket, "__b", copy=False), exp.alias_(exp.Count(this=exp.Star()), "__n", copy=False))
+            .from_(values.subquery("__values", copy=False), copy=False)
+            .group_by(exp.column("__a"), exp.column("__b"), copy=False))
 
 
 def histograms(rows: Sequence[Sequence[object]], limit: tuple[float, float], kind: str

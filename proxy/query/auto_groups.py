@@ -82,13 +82,15 @@ def groups_sql(analysis: Analysis, source: exp.Expr) -> exp.Select:
     conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))]
     if analysis.where is not None:
         conditions.append(analysis.where.copy())
-    cells = exp.select(unit.copy()).from_(source.copy()).where(exp.and_(*conditions)).group_by(unit.copy(), *keys)
-    units = exp.select(exp.alias_(exp.Count(this=exp.Star()), "__g")).from_(cells.subquery("__cells")).group_by(
-        unit.copy())
+    # every node below is built for this query alone (shared ones copied in): the builders need not copy it
+    cells = (exp.select(unit.copy()).from_(source.copy(), copy=False)
+             .where(exp.and_(*conditions, copy=False), copy=False).group_by(unit.copy(), *keys, copy=False))
+    units = (exp.select(exp.alias_(exp.Count(this=exp.Star()), "__g", copy=False))
+             .from_(cells.subquery("__cells", copy=False), copy=False).group_by(unit.copy(), copy=False))
     capped = exp.Least(this=exp.column("__g"), expressions=[exp.Literal.number(analysis.max_groups)])
-    return (exp.select(exp.alias_(capped, "__a"), exp.alias_(exp.Literal.number(EXACT), "__b"),
-                       exp.alias_(exp.Count(this=exp.Star()), "__n"))
-            .from_(units.subquery("__units")).group_by(exp.column("__a")))
+    return (exp.select(exp.alias_(capped, "__a", copy=False), exp.alias_(exp.Literal.number(EXACT), "__b", copy=False),
+                       exp.alias_(exp.Count(this=exp.Star()), "__n", copy=False))
+            .from_(units.subquery("__units", copy=False), copy=False).group_by(exp.column("__a"), copy=False))
 
 
 def store_groups_sql(analysis: Analysis, source: exp.Expr | None = None) -> exp.Select:
@@ -120,10 +122,11 @@ def store_groups_sql(analysis: Analysis, source: exp.Expr | None = None) -> exp.
         exp.LTE(this=exp.column(ranked.group_rank(key)), expression=exp.Literal.number(analysis.max_groups))]
     if analysis.where is not None:
         conditions.append(analysis.where.copy())
-    return (exp.select(exp.alias_(exp.column(ranked.group_rank(key)), "__a"),
-                       exp.alias_(exp.Literal.number(AT_LEAST), "__b"), exp.alias_(exp.Count(this=exp.Star()), "__n"))
-            .from_(source.copy() if source is not None else exp.table_(analysis.table.name, quoted=True))
-            .where(exp.and_(*conditions)).group_by(exp.column("__a")))
+    return (exp.select(exp.alias_(exp.column(ranked.group_rank(key)), "__a", copy=False),
+                       exp.alias_(exp.Literal.number(AT_LEAST), "__b", copy=False),
+                       exp.alias_(exp.Count(this=exp.Star()), "__n", copy=False))
+            .from_(source.copy() if source is not None else exp.table_(analysis.table.name, quoted=True), copy=False)
+            .where(exp.and_(*conditions, copy=False), copy=False).group_by(exp.column("__a"), copy=False))
 
 
 def histogram(rows: Sequence[Sequence[object]], limit: int) -> list[int]:

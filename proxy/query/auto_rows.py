@@ -71,25 +71,27 @@ def selection_sql(analysis: Analysis, source: exp.Expr, ranks: bool = False) -> 
     conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))]
     if analysis.where is not None:
         conditions.append(analysis.where.copy())
-    cells = exp.select(exp.alias_(exp.Count(this=exp.Star()), "__n")).from_(source.copy())
-    cells = cells.where(exp.and_(*conditions)).group_by(unit.copy(), *row_keys)
+    # every node below is built for this query alone (shared ones copied in): the builders need not copy it
+    cells = exp.select(exp.alias_(exp.Count(this=exp.Star()), "__n", copy=False)).from_(source.copy(), copy=False)
+    cells = cells.where(exp.and_(*conditions, copy=False), copy=False).group_by(unit.copy(), *row_keys, copy=False)
     rank: exp.Expr = exp.Literal.number(1)
     if row_keys:  # the unit's largest cells: a function of its own rows, so the histogram moves by <= L0
         largest = exp.Window(this=exp.RowNumber(), partition_by=[unit.copy()], order=exp.Order(
             expressions=[exp.Ordered(this=exp.Count(this=exp.Star()), desc=True)]))
-        cells = cells.qualify(exp.LTE(this=largest.copy(), expression=exp.Literal.number(analysis.max_groups)))
+        cells = cells.qualify(exp.LTE(this=largest.copy(), expression=exp.Literal.number(analysis.max_groups)),
+                              copy=False)
         rank = largest
     if ranks:
-        cells = cells.select(exp.alias_(rank, "__r"))
+        cells = cells.select(exp.alias_(rank, "__r", copy=False), copy=False)
     capped = exp.Least(this=exp.column("__n"), expressions=[exp.Literal.number(table.max_rows)])
-    return _histogram(capped, ranks, exp.column("__r")).from_(cells.subquery("__cells"))
+    return _histogram(capped, ranks, exp.column("__r")).from_(cells.subquery("__cells", copy=False), copy=False)
 
 
 def _histogram(capped: exp.Expr, ranks: bool, rank: exp.Expr) -> exp.Select:
     """SELECT capped AS __c[, rank AS __r], COUNT(*) AS __cells … GROUP BY __c[, __r]."""
-    projections = [exp.alias_(capped, "__c"), *([exp.alias_(rank, "__r")] if ranks else []),
-                   exp.alias_(exp.Count(this=exp.Star()), "__cells")]
-    return exp.select(*projections).group_by(exp.column("__c"), *([exp.column("__r")] if ranks else []))
+    projections = [exp.alias_(capped, "__c", copy=False), *([exp.alias_(rank, "__r", copy=False)] if ranks else []),
+                   exp.alias_(exp.Count(this=exp.Star()), "__cells", copy=False)]
+    return exp.select(*projections).group_by(exp.column("__c"), *([exp.column("__r")] if ranks else []), copy=False)
 
 
 def bound_grid(limit: int) -> tuple[int, ...]:
@@ -146,7 +148,8 @@ def store_selection_sql(analysis: Analysis, ranks: bool = False, source: exp.Exp
         conditions.append(analysis.where.copy())
     capped = exp.Least(this=rows, expressions=[exp.Literal.number(table.max_rows)])
     read = source.copy() if source is not None else exp.table_(table.name, quoted=True)  # a join: store_source
-    return _histogram(capped, ranks, rank).from_(read).where(exp.and_(*conditions))
+    return _histogram(capped, ranks, rank).from_(read, copy=False).where(exp.and_(*conditions, copy=False),
+                                                                         copy=False)
 
 
 def selection_text(analysis: Analysis, store: bool, target: Target, ranks: bool = False,
@@ -156,11 +159,13 @@ def selection_text(analysis: Analysis, store: bool, target: Target, ranks: bool 
     for `target` (render.py checks it for Spark; the DuckDB store has no target: DuckDB's text); a join's or
     computed keys' virtual table as the query reads it. `served` (default: the rank filter serves the query)
     is False where the plan does not read the store's ranks (auto_sql.histograms)."""
+    # each tree is built here for this call alone: rendered without copying it (render's `fresh`)
     if store and (uses_rank_filter(analysis) if served is None else served):
-        return render(store_selection_sql(analysis, ranks, store_source(analysis)), target)
+        return render(store_selection_sql(analysis, ranks, store_source(analysis)), target, fresh=True)
     if store:
-        return render(selection_sql(analysis, store_source(analysis), ranks), target)
-    return render(selection_sql(analysis, with_computed(analysis, source_table(analysis)), ranks), target)
+        return render(selection_sql(analysis, store_source(analysis), ranks), target, fresh=True)
+    return render(selection_sql(analysis, with_computed(analysis, source_table(analysis)), ranks), target,
+                  fresh=True)
 
 
 def choose_bound(

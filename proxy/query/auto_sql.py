@@ -40,7 +40,9 @@ def histograms(analysis: Analysis, chooser: auto.AutoBounds, store: bool, target
     served = store and ranked and uses_rank_filter(analysis)
 
     def text(tree: exp.Select) -> str:
-        return render(tree, target)  # the DuckDB store's target is DUCKDB (its text); Spark's store has its own
+        # built for this histogram alone (every shared node copied in): rendered without another copy. The DuckDB
+        # store's target is DUCKDB (its text); Spark's store has its own
+        return render(tree, target, fresh=True)
 
     out: list[str] = []
     for part, slot in zip(chooser.parts, slots(chooser), strict=True):

@@ -149,22 +149,25 @@ def histogram_sql(analysis: Analysis, spec: ColumnSpec, source: exp.Expr, limit:
     conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))]
     if analysis.where is not None:
         conditions.append(analysis.where.copy())
-    totals = (exp.select(exp.alias_(exp.Sum(this=exp.Abs(this=value)), "__t")).from_(source.copy())
-              .where(exp.and_(*conditions)).group_by(unit.copy()))
+    # every node below is built for this query alone (shared ones copied in): the builders need not copy it (the
+    # ~80-branch CASE below was copied on each builder call, then again to render)
+    totals = (exp.select(exp.alias_(exp.Sum(this=exp.Abs(this=value)), "__t", copy=False))
+              .from_(source.copy(), copy=False).where(exp.and_(*conditions, copy=False), copy=False)
+              .group_by(unit.copy(), copy=False))
     # bin i = the least i with T_u <= C_i: T_u is a whole number of grid units, so T_u <= 2^(i/2) exactly when
     # T_u <= ⌊2^(i/2)⌋ = C_i. Comparisons with integers, not CEIL(2·LOG2(T_u)): Spark's LOG2 is ln(x)/ln(2),
     # which misses some powers of two (2^29 -> 29.000000000000004), and both engines must bin alike.
     grid = cap_grid(limit)
-    t = exp.column("__t")
     firsts = [i for i, c in enumerate(grid) if i == 0 or c > grid[i - 1]]
-    ifs = [exp.If(this=exp.LTE(this=exp.func("COALESCE", t.copy(), exp.Literal.number(0)),
+    # a new __t per branch (building one costs half of copying one)
+    ifs = [exp.If(this=exp.LTE(this=exp.func("COALESCE", exp.column("__t"), exp.Literal.number(0), copy=False),
                                expression=exp.Literal.number(grid[0])), true=exp.Literal.number(0))]
-    ifs += [exp.If(this=exp.LTE(this=t.copy(), expression=exp.Literal.number(grid[i])), true=exp.Literal.number(i))
-            for i in firsts[1:-1]]
+    ifs += [exp.If(this=exp.LTE(this=exp.column("__t"), expression=exp.Literal.number(grid[i])),
+                   true=exp.Literal.number(i)) for i in firsts[1:-1]]
     bin_ = exp.Case(ifs=ifs, default=exp.Literal.number(len(grid) - 1))
-    return (exp.select(exp.alias_(bin_, "__a"), exp.alias_(exp.Literal.number(0), "__b"),
-                       exp.alias_(exp.Count(this=exp.Star()), "__n"))
-            .from_(totals.subquery("__totals")).group_by(exp.column("__a")))
+    return (exp.select(exp.alias_(bin_, "__a", copy=False), exp.alias_(exp.Literal.number(0), "__b", copy=False),
+                       exp.alias_(exp.Count(this=exp.Star()), "__n", copy=False))
+            .from_(totals.subquery("__totals", copy=False), copy=False).group_by(exp.column("__a"), copy=False))
 
 
 def scaled(value: exp.Expr, total: exp.Expr, cap: int) -> exp.Expr:
@@ -181,10 +184,12 @@ def scaled(value: exp.Expr, total: exp.Expr, cap: int) -> exp.Expr:
     """
     c = exp.Literal.number(cap)
     magnitude = exp.Abs(this=value.copy())
-    factor = exp.Div(this=exp.cast(c.copy(), "DOUBLE"), expression=exp.cast(total.copy(), "DOUBLE"))
-    product = exp.Mul(this=exp.Mul(this=exp.cast(magnitude.copy(), "DOUBLE"), expression=factor),
-                      expression=exp.cast(exp.Literal.number(SAFETY), "DOUBLE"))
-    shrunk = exp.func("LEAST", exp.cast(exp.Floor(this=product), "BIGINT"), magnitude.copy())
+    # every node placed below is built here or copied in (value, total, c and magnitude are read more than once)
+    factor = exp.Div(this=exp.cast(c.copy(), "DOUBLE", copy=False),
+                     expression=exp.cast(total.copy(), "DOUBLE", copy=False))
+    product = exp.Mul(this=exp.Mul(this=exp.cast(magnitude.copy(), "DOUBLE", copy=False), expression=factor),
+                      expression=exp.cast(exp.Literal.number(SAFETY), "DOUBLE", copy=False))
+    shrunk = exp.func("LEAST", exp.cast(exp.Floor(this=product), "BIGINT", copy=False), magnitude.copy(), copy=False)
     negative = exp.LT(this=value.copy(), expression=exp.Literal.number(0))  # not SIGN: Spark's is a DOUBLE
     signed = exp.Case(ifs=[exp.If(this=negative, true=exp.Neg(this=shrunk.copy()))], default=shrunk)
     few = exp.LTE(this=total.copy(), expression=c.copy())
@@ -201,17 +206,20 @@ def capped_cells(measures: Sequence[Measure], columns: Sequence[str], unit: str,
         ...                    "__cells").sql("duckdb")[:96])
         SELECT __cap_cells.*, CASE WHEN __cap_totals.__c1__total <= 5 THEN COALESCE(__cap_cells.__c1, 0)
     """
+    # every node is built here for this query alone: the builders need not copy the growing trees
     out = exp.select("__cap_cells.*")
-    totals = exp.select(exp.alias_(exp.column(unit), "__cap_unit"))
+    totals = exp.select(exp.alias_(exp.column(unit), "__cap_unit", copy=False))
     for measure, name in zip(measures, columns, strict=True):
         if measure.cap:
-            value = exp.func("COALESCE", exp.column(name, table="__cap_cells"), exp.Literal.number(0))
+            value = exp.func("COALESCE", exp.column(name, table="__cap_cells"), exp.Literal.number(0), copy=False)
             total = exp.column(f"{name}__total", table="__cap_totals")
-            out = out.select(exp.alias_(scaled(value, total, measure.cap), f"{name}__capped"), append=True)
-            summed = exp.Sum(this=exp.Abs(this=exp.func("COALESCE", exp.column(name), exp.Literal.number(0))))
-            totals = totals.select(exp.alias_(summed, f"{name}__total"), append=True)
-    totals = totals.from_(cells).group_by(exp.column(unit))
+            out = out.select(exp.alias_(scaled(value, total, measure.cap), f"{name}__capped", copy=False),
+                             append=True, copy=False)
+            summed = exp.Sum(this=exp.Abs(this=exp.func("COALESCE", exp.column(name), exp.Literal.number(0),
+                                                        copy=False)))
+            totals = totals.select(exp.alias_(summed, f"{name}__total", copy=False), append=True, copy=False)
+    totals = totals.from_(cells, copy=False).group_by(exp.column(unit), copy=False)
     joined = exp.EQ(this=exp.column(unit, table="__cap_cells"),
                     expression=exp.column("__cap_unit", table="__cap_totals"))
-    return (out.from_(exp.alias_(exp.to_table(cells), "__cap_cells", table=True))
-            .join(totals.subquery("__cap_totals"), on=joined))
+    return (out.from_(exp.alias_(exp.to_table(cells), "__cap_cells", table=True, copy=False), copy=False)
+            .join(totals.subquery("__cap_totals", copy=False), on=joined, copy=False))

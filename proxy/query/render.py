@@ -86,17 +86,21 @@ DOUBLE_MAX = "1.7976931348623157E308"
 WHOLE = 2**52  # every DOUBLE at least this large in magnitude is a whole number
 
 
-def render(tree: exp.Expr, target: Target) -> str:
+def render(tree: exp.Expr, target: Target, *, fresh: bool = False) -> str:
     """The SQL text `target`'s engine runs for the generated query `tree` (module docstring).
+
+    `fresh`: the tree was built for this call alone and is not read again (a selection histogram, a parsed
+    text): it is rendered, and for Spark rewritten, in place, without copying it. Otherwise (a plan's tree,
+    which may be rendered again) the tree is left as it was: one copy is rewritten and rendered.
 
     Raises:
         UnsupportedQuery: (Spark) the tree holds a construct the rewrite never emits, or an undeclared table.
     """
     if target.dialect == "duckdb":
-        return tree.sql(dialect="duckdb")
-    totals = tree.copy().transform(_total_for_spark)
+        return tree.sql(dialect="duckdb", copy=not fresh)
+    totals = tree.transform(_total_for_spark, copy=not fresh)  # a copy unless fresh: the rest rewrites it in place
     _check(totals, dict(target.tables))
-    return totals.transform(_for_spark, dict(target.tables)).sql(dialect="spark")
+    return totals.transform(_for_spark, dict(target.tables), copy=False).sql(dialect="spark", copy=False)
 
 
 def render_text(sql: str, target: Target) -> str:
@@ -107,7 +111,7 @@ def render_text(sql: str, target: Target) -> str:
         >>> render_text('SELECT COUNT(*) FILTER(WHERE __row_rank = 1) FROM "t"', Target("spark", (("t", "v"),)))
         'SELECT COUNT(*) FILTER(WHERE __row_rank = 1) FROM `v`'
     """
-    return render(parse_one(sql, read="duckdb"), target)
+    return render(parse_one(sql, read="duckdb"), target, fresh=True)
 
 
 def render_built(sql: str, target: Target) -> str:
@@ -120,9 +124,9 @@ def render_built(sql: str, target: Target) -> str:
         ...              Target("spark", (("t", "v"),)))
         'SELECT * EXCEPT (__unit), DENSE_RANK() OVER (ORDER BY `g` NULLS LAST) FROM `v`'
     """
-    tree = parse_one(sql, read="duckdb")
-    return tree.sql(dialect="duckdb") if target.dialect == "duckdb" else tree.transform(
-        _for_spark, dict(target.tables)).sql(dialect="spark")
+    tree = parse_one(sql, read="duckdb")  # parsed here: rewritten and rendered in place
+    return tree.sql(dialect="duckdb", copy=False) if target.dialect == "duckdb" else tree.transform(
+        _for_spark, dict(target.tables), copy=False).sql(dialect="spark", copy=False)
 
 
 def _check(tree: exp.Expr, tables: dict[str, str]) -> None:

@@ -44,13 +44,15 @@ def rewrite(analysis: Analysis, salt: int = 0) -> str:
         >>> print(rewrite(analyse(parse("SELECT SUM(qty) FROM orders WHERE qty > 1"), Catalog((t,))), 7))
         WITH __src AS (SELECT "cid" AS __unit, CASE WHEN "qty" IS NULL THEN NULL ELSE LEAST(GREATEST(CAST(ROUND(LEAST(GREATEST(CAST("qty" AS DOUBLE), 0), 10) * 1) AS BIGINT), 0), 10) END AS __v0 FROM "orders" WHERE NOT "cid" IS NULL AND "qty" > 1), __rows AS (SELECT * FROM (SELECT *, COALESCE((XOR(CAST(__unit % 4611686018427387904 AS BIGINT) & 4294967295, (CAST(__unit % 4611686018427387904 AS BIGINT) >> 32) & 4294967295)), 4294967295) AS __n__unit_0, COALESCE(__v0, 4294967295) AS __n__v0_0 FROM __src) AS __numbered QUALIFY ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY ((XOR(((XOR(CAST(7 AS BIGINT), __n__unit_0)) * 625341585 & 4294967295), __n__v0_0)) * 625341585 & 4294967295) * 2147483648 + ((XOR(((XOR(CAST(0 AS BIGINT), __n__unit_0)) * 1540483477 & 4294967295), __n__v0_0)) * 1540483477 & 4294967295) // 2) <= 2), __cells AS (SELECT __unit, SUM(__v0) AS __c0 FROM __rows GROUP BY __unit) SELECT COUNT(*) AS __units, SUM(__c0) AS __m0 FROM __cells
     """
-    return rewrite_tree(analysis, salt).sql(dialect="duckdb")
+    return rewrite_tree(analysis, salt).sql(dialect="duckdb", copy=False)  # a tree of its own: no copy
 
 
 def rewrite_tree(analysis: Analysis, salt: int = 0) -> exp.Select:
     """The bounded, clamped query for `analysis` as one syntax tree, which each engine renders through its
     sqlglot dialect (proxy/query/render.py). Bounding orders rows and groups by the keyed hash of
     proxy/query/keyed_hash.py, so both engines keep exactly the same rows."""
+    # Every node below is built here for this query alone (a shared one, such as the WHERE, is copied in): the
+    # builders need not copy the growing tree (copy=False). The tree is the plan's; render.py copies it to render.
     keys = [f"__k{i}" for i in range(len(analysis.keys))]
     source = _source(analysis)
     inputs = _inputs(analysis.measures)
@@ -63,24 +65,25 @@ def rewrite_tree(analysis: Analysis, salt: int = 0) -> exp.Select:
         # partition, so they are left out (no MD5 per row for a text key). The numbers are computed once per row.
         row_parts = [unit, *((v, "integer") for v in values)]
         small = {f"__v{j}" for j in set(inputs.values()) if _small(analysis.measures[j])}
-        numbered = exp.select("*", *(exp.alias_(n, f"__n{name}_{i}") for name, kind in row_parts
+        numbered = exp.select("*", *(exp.alias_(n, f"__n{name}_{i}", copy=False) for name, kind in row_parts
                                      for i, n in enumerate(numbers(exp.column(name), kind, name in small))))
         order = keyed_order(salt, _numbers_of(row_parts), [])
         row_rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(p) for p in ["__unit", *keys]],
                               order=exp.Order(expressions=order))
-        ctes.append(("__rows", exp.select("*").from_(numbered.from_("__src").subquery("__numbered")).qualify(
-            exp.LTE(this=row_rank, expression=exp.Literal.number(analysis.table.max_rows)))))
+        numbered = numbered.from_("__src", copy=False).subquery("__numbered", copy=False)
+        ctes.append(("__rows", exp.select("*").from_(numbered, copy=False).qualify(
+            exp.LTE(this=row_rank, expression=exp.Literal.number(analysis.table.max_rows)), copy=False)))
     # Without a per-row value no measure can tell which rows a unit keeps, only how many: min(rows, max_rows)
     # per (unit, group), the same count as the ranked rows, without ranking the rows.
     capped = None if values else analysis.table.max_rows
     cells = exp.select("__unit", *keys, *(_cell_measure(m, j, inputs.get(j), capped)
                                           for j, m in enumerate(analysis.measures)))
-    cells = cells.from_("__rows" if values else "__src").group_by("__unit", *keys)
+    cells = cells.from_("__rows" if values else "__src", copy=False).group_by("__unit", *keys, copy=False)
     if keys:  # without GROUP BY each unit has exactly one cell: nothing to bound
         domains = analysis.domains if analysis.partitions == "public" else ()
         cells = ranked_cells(cells, unit, list(zip(keys, kinds, strict=True)), domains, salt, analysis.max_groups)
     ctes.append(("__cells", cells))
-    result = exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), UNITS))
+    result = exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), UNITS, copy=False))
     capping = any(m.cap for m in analysis.measures)
     if capping:  # each unit's kept cells scaled together to its L1 cap (auto_total.py, docs/privacy.md §10.2)
         from proxy.query.auto_total import capped_cells  # lazily: auto_total reads this module's row_value
@@ -89,14 +92,16 @@ def rewrite_tree(analysis: Analysis, salt: int = 0) -> exp.Select:
         ctes.append(("__capped", capped_cells(analysis.measures, names, "__unit", "__cells")))
     for j, measure in enumerate(analysis.measures):
         if measure.cap:
-            result = result.select(exp.alias_(exp.Sum(this=exp.column(f"__c{j}__capped")), f"__m{j}"), append=True)
+            summed = exp.Sum(this=exp.column(f"__c{j}__capped"))
+            result = result.select(exp.alias_(summed, f"__m{j}", copy=False), append=True, copy=False)
         else:
-            result = result.select(exp.alias_(_group_measure(measure, j), f"__m{j}"), append=True)
-    result = result.from_("__capped" if capping else "__cells")
+            result = result.select(exp.alias_(_group_measure(measure, j), f"__m{j}", copy=False), append=True,
+                                   copy=False)
+    result = result.from_("__capped" if capping else "__cells", copy=False)
     if keys:
-        result = result.group_by(*keys)
+        result = result.group_by(*keys, copy=False)
     for name, cte in ctes:
-        result = result.with_(name, as_=cte)
+        result = result.with_(name, as_=cte, copy=False)
     return result
 
 
@@ -104,21 +109,21 @@ def _source(analysis: Analysis) -> exp.Select:
     table = analysis.table
     # Units and keys are read under binary collation (types.column): a COLLATE NOCASE column would merge
     # distinct units in the bounding, or make 'N' and 'n' one group of two scopes.
-    projections: list[exp.Expr] = [exp.alias_(_typed(table, table.privacy_unit), "__unit")]
-    projections += [exp.alias_(_typed(table, key), f"__k{i}") for i, key in enumerate(analysis.keys)]
+    projections: list[exp.Expr] = [exp.alias_(_typed(table, table.privacy_unit), "__unit", copy=False)]
+    projections += [exp.alias_(_typed(table, key), f"__k{i}", copy=False) for i, key in enumerate(analysis.keys)]
     projections += [_row_value(analysis.measures[j], j) for j in sorted(set(_inputs(analysis.measures).values()))]
-    source = exp.select(*projections).from_(with_computed(analysis, _table(analysis)))
+    source = exp.select(*projections).from_(with_computed(analysis, _table(analysis)), copy=False)
     # Rows of no privacy unit belong to nobody we can bound: they are dropped, never pooled into one unit.
     conditions = [exp.Not(this=exp.Is(this=_quoted(table.privacy_unit), expression=exp.Null()))]
     if analysis.where is not None:
-        conditions.append(analysis.where)
+        conditions.append(analysis.where.copy())  # the analysis's own: the tree gets a copy
     if analysis.partitions == "public":
         # Rows outside the public domain are dropped before bounding: no unit spends its L0 on them.
         for key, domain in zip(analysis.keys, analysis.domains, strict=True):
             spec = table.column(key)
             assert spec is not None
             conditions.append(types.member(spec.name, spec.type, list(domain)))
-    return source.where(exp.and_(*conditions))
+    return source.where(exp.and_(*conditions, copy=False), copy=False)
 
 
 def with_computed(analysis: Analysis, table: exp.Expr) -> exp.Expr:
@@ -126,8 +131,8 @@ def with_computed(analysis: Analysis, table: exp.Expr) -> exp.Expr:
     declared columns (after the canonical values, when there are), before bounding, like any key column."""
     if not analysis.computed:
         return table
-    extended = exp.select("*", *(exp.alias_(sql.copy(), name, quoted=True) for name, sql in analysis.computed))
-    return exp.Subquery(this=extended.from_(table), alias=exp.TableAlias(this=exp.to_identifier("__computed")))
+    extended = exp.select("*", *(exp.alias_(sql.copy(), name, quoted=True, copy=False) for name, sql in analysis.computed))
+    return exp.Subquery(this=extended.from_(table, copy=False), alias=exp.TableAlias(this=exp.to_identifier("__computed")))
 
 
 def _typed(table: TableSchema, name: str) -> exp.Expr:
@@ -159,8 +164,8 @@ def _table(analysis: Analysis) -> exp.Expr:
         ref: exp.Expr = exp.column(column.name, quoted=True)
         if column.name in analysis.canonical:
             ref = exp.Window(this=exp.Min(this=_typed(analysis.table, column.name)), partition_by=[unit.copy()])
-        projections.append(exp.alias_(ref, exp.to_identifier(column.name, quoted=True)))
-    canonical = exp.select(*projections).from_(table)
+        projections.append(exp.alias_(ref, exp.to_identifier(column.name, quoted=True), copy=False))
+    canonical = exp.select(*projections).from_(table, copy=False)
     return exp.Subquery(this=canonical, alias=exp.TableAlias(this=exp.to_identifier("__canon")))
 
 
@@ -200,7 +205,7 @@ def _row_value(measure: Measure, j: int) -> exp.Expr:
     value = _unfiltered(measure)
     if measure.where:
         value = exp.Case(ifs=[exp.If(this=parse_one(measure.where, read="duckdb"), true=value)])
-    return exp.alias_(value, f"__v{j}")
+    return exp.alias_(value, f"__v{j}", copy=False)
 
 
 def _read(measure: Measure) -> exp.Expr:
@@ -214,7 +219,7 @@ def _unfiltered(measure: Measure) -> exp.Expr:
     if measure.kind == "values":
         if measure.column is None and not measure.expr:
             return exp.Literal.number(1)  # COUNT(*) FILTER (WHERE …): every row meeting the condition
-        return exp.cast(exp.Not(this=exp.Is(this=_read(measure), expression=exp.Null())), "INTEGER")
+        return exp.cast(exp.Not(this=exp.Is(this=_read(measure), expression=exp.Null())), "INTEGER", copy=False)
     if measure.kind == "histogram":
         return histogram_point(measure)
     assert measure.kind in ("sum", "centred_sum", "centred_squares")
@@ -222,10 +227,13 @@ def _unfiltered(measure: Measure) -> exp.Expr:
     grid, lo, hi = measure.grid, measure.lo, measure.hi
     # Clamp in DOUBLE first (NaN and ±inf land on a bound), scale to the grid, round, then clamp again in
     # integers: the result lies in [lo, hi] for every input, so no cast can fail on the data.
-    as_double = exp.cast(column, "DOUBLE")
-    clamped = exp.func("LEAST", exp.func("GREATEST", as_double, _number(lo / grid)), _number(hi / grid))
-    scaled = exp.cast(exp.func("ROUND", exp.Mul(this=clamped, expression=_number(grid))), "BIGINT")
-    bounded = exp.func("LEAST", exp.func("GREATEST", scaled, _number(lo)), _number(hi))
+    # every node is built here (`column` is placed once, then copied): the builders need not copy it
+    as_double = exp.cast(column, "DOUBLE", copy=False)
+    clamped = exp.func("LEAST", exp.func("GREATEST", as_double, _number(lo / grid), copy=False), _number(hi / grid),
+                       copy=False)
+    scaled = exp.cast(exp.func("ROUND", exp.Mul(this=clamped, expression=_number(grid)), copy=False), "BIGINT",
+                      copy=False)
+    bounded = exp.func("LEAST", exp.func("GREATEST", scaled, _number(lo), copy=False), _number(hi), copy=False)
     # DuckDB's GREATEST/LEAST skip NULLs, so NULL is kept explicitly: a missing value contributes nothing.
     return exp.Case(
         ifs=[exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()), true=exp.Null())], default=bounded
@@ -247,15 +255,17 @@ def histogram_point(measure: Measure) -> exp.Expr:
     column = _read(measure)  # a DATE column's histogram reads its days after the first declared day
     lo, hi = measure.lo / measure.grid, measure.hi / measure.grid
     last = max(measure.points - 1, 0)
-    clamped = exp.func("LEAST", exp.func("GREATEST", exp.cast(column, "DOUBLE"), _number(lo)), _number(hi))
+    clamped = exp.func("LEAST", exp.func("GREATEST", exp.cast(column, "DOUBLE", copy=False), _number(lo), copy=False),
+                       _number(hi), copy=False)
     if last == 0:
         index: exp.Expr = exp.Literal.number(0)
     else:
         scaled = exp.Div(this=exp.Mul(this=exp.Paren(this=exp.Sub(this=clamped, expression=_number(lo))),
                                          expression=_number(last)),
                          expression=_number(hi - lo))
-        rounded = exp.cast(exp.func("ROUND", scaled), "BIGINT")
-        index = exp.func("LEAST", exp.func("GREATEST", rounded, exp.Literal.number(0)), exp.Literal.number(last))
+        rounded = exp.cast(exp.func("ROUND", scaled, copy=False), "BIGINT", copy=False)
+        index = exp.func("LEAST", exp.func("GREATEST", rounded, exp.Literal.number(0), copy=False),
+                         exp.Literal.number(last), copy=False)
     return exp.Case(ifs=[exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()), true=exp.Null())],
                     default=index)
 
@@ -264,7 +274,8 @@ def _group_measure(measure: Measure, j: int) -> exp.Expr:
     """A group's measure from its cells: a sum, or for a histogram the MAP point → rows of the cells' points."""
     cell = exp.column(f"__c{j}")
     if measure.kind == "histogram":
-        return exp.func("LIST_AGGREGATE", exp.func("FLATTEN", exp.func("LIST", cell)), exp.Literal.string("histogram"))
+        return exp.func("LIST_AGGREGATE", exp.func("FLATTEN", exp.func("LIST", cell, copy=False), copy=False),
+                        exp.Literal.string("histogram"), copy=False)
     return exp.Sum(this=cell)
 
 
@@ -273,11 +284,11 @@ def _cell_measure(measure: Measure, j: int, source: int | None, capped: int | No
     match measure.kind:
         case "histogram":  # the unit's (at most max_rows) points in this group
             kept = exp.Where(this=exp.Not(this=exp.Is(this=exp.column(f"__v{source}"), expression=exp.Null())))
-            value: exp.Expr = exp.Filter(this=exp.func("LIST", exp.column(f"__v{source}")), expression=kept)
+            value: exp.Expr = exp.Filter(this=exp.func("LIST", exp.column(f"__v{source}"), copy=False), expression=kept)
         case "rows":
             value = exp.Count(this=exp.Star())
             if capped is not None:
-                value = exp.func("LEAST", value, exp.Literal.number(capped))
+                value = exp.func("LEAST", value, exp.Literal.number(capped), copy=False)
         case "units":
             value = exp.Literal.number(1)  # summed over cells: one per unit in the group
         case "values" | "sum":
@@ -287,7 +298,7 @@ def _cell_measure(measure: Measure, j: int, source: int | None, capped: int | No
         case "centred_squares":  # |v − c| < 2^21 on the spread grid: the square is exact in BIGINT
             deviation = exp.Paren(this=exp.Sub(this=exp.column(f"__v{source}"), expression=_number(measure.centre)))
             value = exp.Sum(this=exp.Mul(this=deviation, expression=deviation.copy()))
-    return exp.alias_(value, f"__c{j}")
+    return exp.alias_(value, f"__c{j}", copy=False)
 
 
 def ranked_cells(grouped: exp.Select, unit: tuple[str, Kind], keys: list[tuple[str, Kind]],
@@ -296,7 +307,8 @@ def ranked_cells(grouped: exp.Select, unit: tuple[str, Kind], keys: list[tuple[s
     per-unit pseudo-random order, the same on every engine (proxy/query/keyed_hash.py); DOUBLE keys break its
     ties. Each part's numbers are computed once per cell, in a projection under the window (not once per lane);
     a text key with a public domain (`domains`) maps its few values to their numbers computed here, so MD5 runs
-    only for other text and DECIMAL keys."""
+    only for other text and DECIMAL keys. `grouped` is built by the caller for this call alone: it is wrapped
+    in place, not copied."""
     columns: list[exp.Expr] = [exp.Star()]
     parts: list[exp.Expr] = []
     for index, (name, kind) in enumerate([unit, *keys]):
@@ -306,14 +318,14 @@ def ranked_cells(grouped: exp.Select, unit: tuple[str, Kind], keys: list[tuple[s
         else:
             found = numbers(exp.column(name), kind)
         for i, n in enumerate(found):
-            columns.append(exp.alias_(n, f"__n{name}_{i}"))
+            columns.append(exp.alias_(n, f"__n{name}_{i}", copy=False))
             parts.append(exp.column(f"__n{name}_{i}"))
     floats = [exp.column(name) for name, kind in keys if kind == "float"]
     rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("__unit")],
                       order=exp.Order(expressions=keyed_order(salt, parts, floats)))
-    numbered = exp.select(*columns).from_(grouped.subquery("__grouped"))
-    return exp.select("*").from_(numbered.subquery("__numbered")).qualify(
-        exp.LTE(this=rank, expression=exp.Literal.number(max_groups)))
+    numbered = exp.select(*columns).from_(grouped.subquery("__grouped", copy=False), copy=False)
+    return exp.select("*").from_(numbered.subquery("__numbered", copy=False), copy=False).qualify(
+        exp.LTE(this=rank, expression=exp.Literal.number(max_groups)), copy=False)
 
 
 def _domain_numbers(value: exp.Column, domain: list[str]) -> list[exp.Expr]:

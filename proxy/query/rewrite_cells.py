@@ -76,15 +76,17 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
     if split:
         size = exp.column(ranked.cell_rows(row_keys[0]) if row_keys else ranked.UNIT_ROWS)
         unit = exp.Case(ifs=[exp.If(this=exp.GT(this=size, expression=exp.Literal.number(k)), true=unit)])
-    cells = _keyed(analysis, keys, [exp.alias_(unit, "__unit")])
-    # Every node below is built here for this query alone: the builders need not copy the growing tree
-    # (copy=False), as in rewrite_ranked.py (about half the planning time of a per-cell query, bench/request_cost.py).
-    cells = cells.select(exp.alias_(exp.Count(this=exp.Star()), "__n"), append=True, copy=False)
+    # Every node below is built here for this query alone (the WHERE is copied in): the builders need not copy the
+    # growing tree (copy=False), as in rewrite_ranked.py (about half the planning time of a per-cell query,
+    # bench/request_cost.py).
+    cells = _keyed(analysis, keys, [exp.alias_(unit, "__unit", copy=False)])
+    cells = cells.select(exp.alias_(exp.Count(this=exp.Star()), "__n", copy=False), append=True, copy=False)
     for j, measure in enumerate(analysis.measures):
-        cells = cells.select(exp.alias_(_row_total(measure, j, analysis), f"__c{j}"), append=True, copy=False)
+        cells = cells.select(exp.alias_(_row_total(measure, j, analysis), f"__c{j}", copy=False), append=True,
+                             copy=False)
     cells = cells.from_(store_source(analysis), copy=False)
     if conditions:
-        cells = cells.where(exp.and_(*conditions), copy=False)
+        cells = cells.where(exp.and_(*conditions, copy=False), copy=False)
     cells = cells.group_by("__unit", *keys, copy=False)
     if windowed:  # no stored rank for these keys: keep max_groups cells per unit, ranked by the keyed hash under
         # the query's salt, as the per-query rewrite ranks them: the same cells on DuckDB and Spark (keyed_hash.py)
@@ -94,7 +96,7 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
         cells = ranked_cells(cells, ("__unit", unit_kind), list(zip(keys, kinds, strict=True)), domains, salt,
                               analysis.max_groups)
     units = exp.Count(this=exp.Star()) if analysis.partitions == "private" else exp.Literal.number(0)
-    result = exp.select(*keys, exp.alias_(units, UNITS))
+    result = exp.select(*keys, exp.alias_(units, UNITS, copy=False))
     contributions = []
     for j, measure in enumerate(analysis.measures):
         contribution = _bounded(measure, j, k)
@@ -105,13 +107,15 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
     source: exp.Expr = exp.to_identifier("__cells")
     if capping:  # each cell's bounded contributions, then scaled by its unit's total (auto_total.py)
         named = [f"__b{j}" for j in range(len(contributions))]
-        bounded = exp.select("__unit", *keys, *(exp.alias_(c, n) for c, n in zip(contributions, named, strict=True)))
+        bounded = exp.select("__unit", *keys, *(exp.alias_(c, n, copy=False)
+                                                for c, n in zip(contributions, named, strict=True)))
         capped = auto_total.capped_cells(analysis.measures, named, "__unit", "__bounded")
-        source = capped.with_("__bounded", as_=bounded.from_("__cells")).subquery("__capped")
+        source = capped.with_("__bounded", as_=bounded.from_("__cells", copy=False), copy=False).subquery(
+            "__capped", copy=False)
         contributions = [exp.column(f"{n}__capped" if m.cap else n) for n, m in zip(named, analysis.measures,
                                                                                        strict=True)]
     for j, contribution in enumerate(contributions):
-        result = result.select(exp.alias_(exp.Sum(this=contribution), f"__m{j}"), append=True, copy=False)
+        result = result.select(exp.alias_(exp.Sum(this=contribution), f"__m{j}", copy=False), append=True, copy=False)
     result = result.from_(source, copy=False)
     if keys:
         result = result.group_by(*keys, copy=False)
@@ -124,9 +128,9 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
             name, type_name = _typed(analysis, key)
             test, ref = types.member(name, type_name, list(domain)), types.column(name, type_name)
             inside.append(test.transform(lambda node, ref=ref, alias=alias: exp.AnyValue(this=exp.column(alias))
-                                         if node == ref else node))
-        result = result.having(exp.and_(*inside), copy=False)
-    return result.with_("__cells", as_=cells, copy=False).sql(dialect="duckdb")
+                                         if node == ref else node, copy=False))
+        result = result.having(exp.and_(*inside, copy=False), copy=False)
+    return result.with_("__cells", as_=cells, copy=False).sql(dialect="duckdb", copy=False)
 
 
 def unranked_keys(analysis: Analysis) -> tuple[str, ...]:
@@ -183,7 +187,7 @@ def store_source(analysis: Analysis) -> exp.Expr:
 
 def _keyed(analysis: Analysis, keys: list[str], first: list[exp.Expr]) -> exp.Select:
     """SELECT <first>, the group keys (binary collation) AS __k0, __k1, …"""
-    projections = [*first, *(exp.alias_(types.column(*_typed(analysis, key)), alias)
+    projections = [*first, *(exp.alias_(types.column(*_typed(analysis, key)), alias, copy=False)
                              for alias, key in zip(keys, analysis.keys, strict=True))]
     return exp.select(*projections)
 
@@ -223,7 +227,7 @@ def _bounded(measure: Measure, j: int, k: int) -> exp.Expr:
         case "units":
             return total
         case "rows":
-            return exp.func("LEAST", total, exp.Literal.number(k))
+            return exp.func("LEAST", total, exp.Literal.number(k), copy=False)
         case "values":
             lo, hi = 0, k
         case "sum":  # 0 is in range: a cell whose values are all NULL (or fewer than k) adds nothing
@@ -235,8 +239,9 @@ def _bounded(measure: Measure, j: int, k: int) -> exp.Expr:
     # n <= k: the cell's exact total (integers, no rounding); else scaled by k / n in DOUBLE, rounded, and then
     # clamped in integers, so that rounding can never carry a contribution past the sensitivity
     scaled = exp.cast(exp.Round(this=exp.Div(
-        this=exp.Mul(this=exp.cast(total.copy(), "DOUBLE"), expression=exp.Literal.number(k)),
-        expression=exp.column("__n"))), "BIGINT")
+        this=exp.Mul(this=exp.cast(total.copy(), "DOUBLE", copy=False), expression=exp.Literal.number(k)),
+        expression=exp.column("__n"))), "BIGINT", copy=False)
     few = exp.LTE(this=exp.column("__n"), expression=exp.Literal.number(k))
     chosen = exp.Case(ifs=[exp.If(this=few, true=total)], default=scaled)
-    return exp.func("LEAST", exp.func("GREATEST", chosen, exp.Literal.number(lo)), exp.Literal.number(hi))
+    return exp.func("LEAST", exp.func("GREATEST", chosen, exp.Literal.number(lo), copy=False), exp.Literal.number(hi),
+                    copy=False)
