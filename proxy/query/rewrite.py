@@ -89,7 +89,7 @@ def rewrite_tree(analysis: Analysis, salt: int = 0) -> exp.Select:
         from proxy.query.auto_total import capped_cells  # lazily: auto_total reads this module's row_value
 
         names = [f"__c{j}" for j in range(len(analysis.measures))]
-        ctes.append(("__capped", capped_cells(analysis.measures, names, "__unit", "__cells")))
+        ctes.append(("__capped", capped_cells(analysis.measures, names, "__unit", "__cells", not keys)))
     for j, measure in enumerate(analysis.measures):
         if measure.cap:
             summed = exp.Sum(this=exp.column(f"__c{j}__capped"))

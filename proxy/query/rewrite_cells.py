@@ -109,7 +109,8 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
         named = [f"__b{j}" for j in range(len(contributions))]
         bounded = exp.select("__unit", *keys, *(exp.alias_(c, n, copy=False)
                                                 for c, n in zip(contributions, named, strict=True)))
-        capped = auto_total.capped_cells(analysis.measures, named, "__unit", "__bounded")
+        capped = auto_total.capped_cells(analysis.measures, named, "__unit", "__bounded",
+                                         not keys)
         source = capped.with_("__bounded", as_=bounded.from_("__cells", copy=False), copy=False).subquery(
             "__capped", copy=False)
         contributions = [exp.column(f"{n}__capped" if m.cap else n) for n, m in zip(named, analysis.measures,
