@@ -216,7 +216,7 @@ def _with_corrections(analysis: Analysis, select: exp.Select, capped_rows: exp.E
 def counts_from_first_rows(analysis: Analysis, row_where: RowWhere = "window") -> bool:
     """Whether the rank-filter query counts each kept cell from its rank-1 row alone: every measure counts rows or
     units, and the query has no WHERE. (The identity below holds under a unit-level WHERE too, but a selective
-    one leaves few rows to count, and reading each row's cell size then costs more than it saves: 30 -> 39 ms
+    one leaves few rows to count, and reading each row's cell size then costs more than it saves: 28 -> 34 ms
     CPU for the drill-down at 10M rows, bench/README.md.)
 
     Why it is the same answer, exactly (docs/privacy.md §10.7): a cell is (unit, value of the row-level key) or,
