@@ -25,7 +25,7 @@ from proxy.engine import QueryEngine
 from proxy.query import QueryPlan, auto_clamp, auto_groups, auto_total, bounded_sql
 from proxy.query import auto_bounds as auto
 from proxy.query.analyse import Analysis
-from proxy.query.auto_sql import histograms, slots
+from proxy.query.auto_sql import selection, slots
 from proxy.query.measures import fixed_point
 from proxy.query.render import DUCKDB
 from proxy.query.rewrite_ranked import rewrite_ranked
@@ -38,10 +38,8 @@ def selection_text(planned: QueryPlan, engine: QueryEngine | StoreEngine) -> str
     if not planned.auto.parts:  # at the declared limits (auto_bounds.limits_reason): nothing to read
         return ""
     # the store's ranks serve the selection only where they serve the query (bounded_sql: its tree is None)
-    parts = histograms(planned.analysis, planned.auto, planned.bounding == "store", getattr(engine, "target", DUCKDB),
-                       ranked=planned.tree is None)
-    return " UNION ALL ".join(f"SELECT {i} AS __part, __a, __b, __n FROM ({sql}) AS __p{i}"
-                              for i, sql in enumerate(parts))
+    return selection(planned.analysis, planned.auto, planned.bounding == "store", getattr(engine, "target", DUCKDB),
+                     ranked=planned.tree is None)
 
 
 def choose(

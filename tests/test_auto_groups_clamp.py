@@ -22,7 +22,7 @@ from proxy.policy import load_policy, policy_problems
 from proxy.query import auto_bounds as auto
 from proxy.query import auto_clamp, auto_groups, auto_total, plan, ranked
 from proxy.query.analyse import Analysis, analyse
-from proxy.query.auto_sql import histograms, slots
+from proxy.query.auto_sql import selection, slots, standalone
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.measures import Measure, fixed_point
 from proxy.query.parse import parse
@@ -184,7 +184,7 @@ def test_every_step_moves_within_its_stated_sensitivity(
     assert [m.cap for m in at.measures if m.kind == "sum"] == [c for _, c in caps] or not caps
     firsts = _first_parts(chooser)
     selections = [f"SELECT __a, __b, __n FROM ({sql})" for store in (True, False)
-                  for sql in histograms(analysis, chooser, store, DUCKDB)]
+                  for sql in standalone(analysis, chooser, store, DUCKDB)]
     sql = rewrite_ranked(auto.for_sql(at, AUTO), salt)  # as auto_run.plan_at renders it
     per_query = rewrite(auto.for_sql(at, AUTO), salt)  # the per-query path, over the store's table
     (*big, before, before_q), (*small, after, after_q) = (_on_store([*selections, sql, per_query], d)
@@ -329,3 +329,24 @@ def test_an_auto_clamp_never_reads_the_stores_grid_even_when_the_spec_carries_th
     sql = rewrite_ranked(analyse(parse(f"SELECT SUM(x) FROM t{where}"), Catalog((chosen,))))
     assert "__grid__x" not in sql
     assert "LEAST(GREATEST(" in sql and "8" in sql
+
+
+SHARED = ["SELECT g, COUNT(*), SUM(x) FROM t WHERE n > 2 GROUP BY g",
+          "SELECT g, r, AVG(n) FROM t WHERE x < 50 GROUP BY g, r", "SELECT g, COUNT(*) FROM t GROUP BY g"]
+
+
+@pytest.mark.parametrize("query", SHARED)
+@settings(max_examples=10, deadline=None)
+@given(data=rows)
+def test_the_shared_cells_give_the_histograms_of_separate_scans(query: str, data: list[tuple[object, ...]]) -> None:
+    """Where the rows per cell and the groups per unit are both read per query, they come from one CTE of the
+    (unit, group) cells (auto_sql.selection): the same rows as grouping the cells once per histogram."""
+    analysis = analyse(parse(query), CATALOG, canonical_units=True)
+    chooser = auto.auto_bounds(analysis, 0.1, 0.9)
+    assert chooser.part("max_rows") is not None and chooser.part("max_groups") is not None
+    for store in (True, False):
+        together, apart = (selection(analysis, chooser, store, DUCKDB, share=share) for share in (True, False))
+        assert ("WITH __sel_cells" in together) == (not store or analysis.where is not None)
+        assert "__sel_cells" not in apart
+        shared_rows, separate_rows = _on_store([together, apart], data)
+        assert sorted(shared_rows, key=repr) == sorted(separate_rows, key=repr)

@@ -20,7 +20,7 @@ from proxy import auto_run
 from proxy.query import auto_bounds as auto
 from proxy.query import auto_clamp, plan, ranked
 from proxy.query.auto_gauss import sigma_at
-from proxy.query.auto_sql import histograms
+from proxy.query.auto_sql import standalone
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.quantile_noise import counts
 from proxy.query.render import DUCKDB
@@ -243,7 +243,7 @@ def test_joins_computed_keys_spreads_and_filters_move_every_step_within_its_sens
     assert planned.auto is not None and planned.auto.parts, query
     analysis, chooser = planned.analysis, planned.auto
     selections = [f"SELECT __a, __b, __n FROM ({sql})" for store in (True, False)
-                  for sql in histograms(analysis, chooser, store, DUCKDB)]
+                  for sql in standalone(analysis, chooser, store, DUCKDB)]
     clamps = []
     for name, (i, j) in (("x", ends[:2]), ("n", ends[2:])):
         if chooser.part("upper", name) is not None:  # the columns whose clamp the query chooses

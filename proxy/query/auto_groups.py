@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
-from proxy.query import ranked, types
+from proxy.query import ranked
 from proxy.query.analyse import Analysis
 
 AT_LEAST, EXACT = 1, 0  # how a row of the selection counts units: with >= c groups (the store), or exactly c
@@ -58,7 +58,8 @@ def groups_sql(analysis: Analysis, source: exp.Expr) -> exp.Select:
             COUNT(*) AS __g
           FROM (
             SELECT
-              "u"
+              "u" AS __unit,
+              COUNT(*) AS __n
             FROM "t"
             WHERE
               NOT "u" IS NULL AND "g" COLLATE "binary" <> 'x'
@@ -67,26 +68,22 @@ def groups_sql(analysis: Analysis, source: exp.Expr) -> exp.Select:
               "g" COLLATE "binary"
           ) AS __cells
           GROUP BY
-            "u"
+            __unit
         ) AS __units
         GROUP BY
           __a
     """
-    table = analysis.table
-    unit = exp.column(table.privacy_unit, quoted=True)
-    keys = []
-    for name in row_keys(analysis):
-        spec = table.column(name)
-        assert spec is not None
-        keys.append(types.column(spec.name, spec.type))
-    conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))]
-    if analysis.where is not None:
-        conditions.append(analysis.where.copy())
-    # every node below is built for this query alone (shared ones copied in): the builders need not copy it
-    cells = (exp.select(unit.copy()).from_(source.copy(), copy=False)
-             .where(exp.and_(*conditions, copy=False), copy=False).group_by(unit.copy(), *keys, copy=False))
+    from proxy.query.auto_rows import unit_cells  # lazily: auto_rows reads the rewrite modules
+
+    return groups_of_cells(analysis, unit_cells(analysis, source).subquery("__cells", copy=False))
+
+
+def groups_of_cells(analysis: Analysis, cells: exp.Expr) -> exp.Select:
+    """(c, EXACT, units) from `cells` (auto_rows.unit_cells, as a subquery or a CTE's name): each unit's cells
+    counted, capped at G."""
+    # every node below is built for this query alone: the builders need not copy it
     units = (exp.select(exp.alias_(exp.Count(this=exp.Star()), "__g", copy=False))
-             .from_(cells.subquery("__cells", copy=False), copy=False).group_by(unit.copy(), copy=False))
+             .from_(cells, copy=False).group_by(exp.column("__unit"), copy=False))
     capped = exp.Least(this=exp.column("__g"), expressions=[exp.Literal.number(analysis.max_groups)])
     return (exp.select(exp.alias_(capped, "__a", copy=False), exp.alias_(exp.Literal.number(EXACT), "__b", copy=False),
                        exp.alias_(exp.Count(this=exp.Star()), "__n", copy=False))

@@ -47,44 +47,63 @@ def selection_sql(analysis: Analysis, source: exp.Expr, ranks: bool = False) -> 
           COUNT(*) AS __cells
         FROM (
           SELECT
-            COUNT(*) AS __n
-          FROM "t"
-          WHERE
-            NOT "u" IS NULL AND "r" COLLATE "binary" = 'N'
-          GROUP BY
-            "u",
-            "g" COLLATE "binary"
+            __n
+          FROM (
+            SELECT
+              "u" AS __unit,
+              COUNT(*) AS __n
+            FROM "t"
+            WHERE
+              NOT "u" IS NULL AND "r" COLLATE "binary" = 'N'
+            GROUP BY
+              "u",
+              "g" COLLATE "binary"
+          ) AS __cells
           QUALIFY
-            ROW_NUMBER() OVER (PARTITION BY "u" ORDER BY COUNT(*) DESC) <= 2
-        ) AS __cells
+            ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY __n DESC) <= 2
+        ) AS __kept
         GROUP BY
           __c
     """
+    return cells_histogram(analysis, unit_cells(analysis, source).subquery("__cells", copy=False), ranks)
+
+
+def unit_cells(analysis: Analysis, source: exp.Expr) -> exp.Select:
+    """The query's (unit, group) cells under its WHERE, read from `source`: (`__unit`, rows `__n`), one row per
+    cell of a row-level key (a unit-level key is one value per unit: the unit alone is the cell). Both
+    selection histograms of such a query read them (auto_sql.selection shares them between the two)."""
     table = analysis.table
     unit = exp.column(table.privacy_unit, quoted=True)
     row_keys = []
     for key in analysis.keys:
         spec = table.column(key)
         assert spec is not None
-        if not spec.unit_level:  # a unit-level key is one value per unit: the unit alone is the cell
+        if not spec.unit_level:
             row_keys.append(types.column(spec.name, spec.type))
     conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))]
     if analysis.where is not None:
         conditions.append(analysis.where.copy())
     # every node below is built for this query alone (shared ones copied in): the builders need not copy it
-    cells = exp.select(exp.alias_(exp.Count(this=exp.Star()), "__n", copy=False)).from_(source.copy(), copy=False)
-    cells = cells.where(exp.and_(*conditions, copy=False), copy=False).group_by(unit.copy(), *row_keys, copy=False)
+    return (exp.select(exp.alias_(unit.copy(), "__unit", copy=False), exp.alias_(exp.Count(this=exp.Star()), "__n",
+                                                                                copy=False))
+            .from_(source.copy(), copy=False).where(exp.and_(*conditions, copy=False), copy=False)
+            .group_by(unit, *row_keys, copy=False))
+
+
+def cells_histogram(analysis: Analysis, cells: exp.Expr, ranks: bool = False) -> exp.Select:
+    """The histogram of `cells` (`unit_cells`, as a subquery or a CTE's name): (capped rows, [rank,] cells), each
+    unit keeping its L0 largest cells (with a row-level key; one cell per unit without)."""
+    row_keyed = any(not spec.unit_level for key in analysis.keys if (spec := analysis.table.column(key)) is not None)
     rank: exp.Expr = exp.Literal.number(1)
-    if row_keys:  # the unit's largest cells: a function of its own rows, so the histogram moves by <= L0
-        largest = exp.Window(this=exp.RowNumber(), partition_by=[unit.copy()], order=exp.Order(
-            expressions=[exp.Ordered(this=exp.Count(this=exp.Star()), desc=True)]))
-        cells = cells.qualify(exp.LTE(this=largest.copy(), expression=exp.Literal.number(analysis.max_groups)),
-                              copy=False)
-        rank = largest
+    kept = exp.select("__n").from_(cells, copy=False)
+    if row_keyed:  # the unit's largest cells: a function of its own rows, so the histogram moves by <= L0
+        rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("__unit")], order=exp.Order(
+            expressions=[exp.Ordered(this=exp.column("__n"), desc=True)]))
+        kept = kept.qualify(exp.LTE(this=rank.copy(), expression=exp.Literal.number(analysis.max_groups)), copy=False)
     if ranks:
-        cells = cells.select(exp.alias_(rank, "__r", copy=False), copy=False)
-    capped = exp.Least(this=exp.column("__n"), expressions=[exp.Literal.number(table.max_rows)])
-    return _histogram(capped, ranks, exp.column("__r")).from_(cells.subquery("__cells", copy=False), copy=False)
+        kept = kept.select(exp.alias_(rank, "__r", copy=False), copy=False)
+    capped = exp.Least(this=exp.column("__n"), expressions=[exp.Literal.number(analysis.table.max_rows)])
+    return _histogram(capped, ranks, exp.column("__r")).from_(kept.subquery("__kept", copy=False), copy=False)
 
 
 def _histogram(capped: exp.Expr, ranks: bool, rank: exp.Expr) -> exp.Select:
