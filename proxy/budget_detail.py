@@ -6,22 +6,24 @@ Both are reports of the history, never admit rules (DESIGN.md §4)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from accountant import tradeoff
-from accountant.cells import bound
+from accountant.cells import Ledgered
 from accountant.errors import UnsupportedEvent
-from accountant.filter import Budget, Entry
+from accountant.filter import Budget, Entry, Rule
 from accountant.pld_cells import pld_report_cells
 from proxy.policy import DatasetPolicy
 from proxy.schemas import BudgetReportOut, CurveOut, HistoryReportOut, PairOut, TradeoffOut
 
 
-def curves(entries: Sequence[Entry], dataset: DatasetPolicy, allowed: Budget) -> TradeoffOut | None:
-    """The trade-off curves of the worst-off unit's history (as admit sees it) and of the whole budget."""
+def curves(sums: Callable[[Rule], Ledgered], dataset: DatasetPolicy, allowed: Budget) -> TradeoffOut | None:
+    """The trade-off curves of the worst-off unit's history (as admit sees it) and of the whole budget. `sums`:
+    the history's per-cell sums under a rule, as the ledger keeps them (budget_view.stored: only what is new
+    since the last read is read, never the whole history)."""
     accounting = dataset.accounting
     try:
-        used = bound(entries, accounting.rule)
+        used = sums(accounting.rule).bound()
         history, whole = tradeoff.curves(used, allowed, accounting)
     except (UnsupportedEvent, ValueError):
         return None
@@ -42,7 +44,9 @@ def history_report(entries: Sequence[Entry], allowed: Budget) -> HistoryReportOu
     return None if found is None else HistoryReportOut(epsilon=found.epsilon, delta=found.delta)
 
 
-def detailed(entries: Sequence[Entry], dataset: DatasetPolicy, allowed: Budget) -> BudgetReportOut:
-    """The trade-off curves and the PLD report of one budget's history."""
-    return BudgetReportOut(dataset=dataset.name, tradeoff=curves(entries, dataset, allowed),
-                           history_report=history_report(entries, allowed))
+def detailed(sums: Callable[[Rule], Ledgered], entries: Callable[[], Sequence[Entry]], dataset: DatasetPolicy,
+             allowed: Budget) -> BudgetReportOut:
+    """The trade-off curves and the PLD report of one budget's history; the history's charges are read only for
+    the PLD report (a budget with a δ)."""
+    return BudgetReportOut(dataset=dataset.name, tradeoff=curves(sums, dataset, allowed),
+                           history_report=history_report(entries(), allowed) if allowed.delta > 0 else None)

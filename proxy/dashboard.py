@@ -23,6 +23,7 @@ from accountant.filter import Budget
 from accountant.ledger import Charge
 from mechanisms.rounding import up as _up  # how the ledger rounds a spend
 from proxy import auth, budget_detail
+from proxy.budget_view import stored
 from proxy.metrics import budget_figures
 from proxy.observe import Rejections
 from proxy.ops import CREDENTIALED, NO_STORE, AnalystDep, EnvDep
@@ -152,8 +153,7 @@ def _tradeoff(env: Env, analyst: str, figures: BudgetOut) -> TradeoffOut | None:
     dataset = env.policy.dataset(figures.dataset)
     if dataset is None:
         return None
-    entries = env.ledger.entries(dataset=dataset.name, analyst=analyst)
-    return budget_detail.curves(entries, dataset, Budget(figures.epsilon, figures.delta))
+    return budget_detail.curves(stored(env, dataset.name, analyst), dataset, Budget(figures.epsilon, figures.delta))
 
 
 def _spend_series(env: Env, newest_first: tuple[Charge, ...], truncated: bool) -> list[SpendSeries]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -206,8 +207,9 @@ def budget(analyst: AnalystDep, env: EnvDep) -> BudgetsResponse:
         dataset = env.policy.dataset(name)
         assert dataset is not None  # the policy loader checks that budgets name known datasets
         budgets.append(budget_now(env, analyst.name, dataset, allowed))
-        mine = env.ledger.entries(dataset=name, analyst=analyst.name)  # curves and PLD report (budget_detail)
-        reports.append(budget_detail.detailed(mine, dataset, allowed))
+        mine = history(env, name, analyst.name)  # the curves read the ledger's sums; the PLD report, the charges
+        charges = functools.partial(env.ledger.entries, dataset=name, analyst=analyst.name)
+        reports.append(budget_detail.detailed(mine, charges, dataset, allowed))
     return BudgetsResponse(analyst=analyst.name, budgets=budgets, reports=reports)
 
 

@@ -1,6 +1,7 @@
 """A preview costs the same however many charges came before (issue #12: nothing per query that grows with the
 number of earlier queries): its budget after the charge adds the charge to the sums the ledger keeps
-(accountant/cells.py `plus`) instead of reading and summing the whole history again.
+(accountant/cells.py `plus`) instead of reading and summing the whole history again. So do the trade-off curves
+the dashboard draws per budget (and GET /v1/budget shows): they read the same sums.
 
 The cost is measured as work, never as time: the SQLite virtual machine's instructions while the preview runs.
 """
@@ -12,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from accountant.cells import ledgered
 from accountant.sqlite_ledger import SqliteLedger
-from proxy import routes
+from proxy import budget_detail, dashboard, routes
 from proxy.app import build_env
+from proxy.budget_view import budget_now
 from proxy.demo import DemoFiles
 from proxy.pipeline import Env
 from proxy.schemas import QueryRequest
@@ -60,3 +63,24 @@ def test_a_preview_reads_no_more_at_20k_earlier_charges_than_at_2k(env: Env) -> 
         measured.append(work)
         assert after["epsilon_spent"] == pytest.approx(0.001 * last + 0.5, rel=1e-12)  # the history and this charge
     assert measured[0] == measured[1]  # summing the history afresh read every earlier charge: 10x the work
+
+
+def test_the_dashboards_curves_read_no_more_at_20k_earlier_charges_than_at_2k(env: Env) -> None:
+    """The curves of one budget from the ledger's kept sums: as much SQLite work at 20k charges as at 2k, and the
+    same curves as summing every charge afresh."""
+    ledger = env.ledger
+    assert isinstance(ledger, SqliteLedger)
+    path = Path(ledger._conn.execute("PRAGMA database_list").fetchone()[2])
+    analyst = next(a for a in env.policy.analysts if a.name == "analyst")
+    (name, allowed), = [(n, b) for n, b in analyst.budgets if n == "demo"]
+    dataset = env.policy.dataset(name)
+    assert dataset is not None
+    measured = []
+    for first, last in ((1, 2_000), (2_001, 20_000)):
+        insert_charges(path, first, last, dataset="demo", event=EVENT_TEXT, epsilon=0.001, analyst="analyst")
+        figures = budget_now(env, "analyst", dataset, allowed)
+        work, curves = instructions(ledger._conn, lambda f=figures: dashboard._tradeoff(env, "analyst", f))
+        measured.append(work)
+        fresh = ledgered(ledger.entries(dataset="demo", analyst="analyst"), dataset.accounting.rule)
+        assert curves is not None and curves == budget_detail.curves(lambda rule, h=fresh: h, dataset, allowed)
+    assert measured[0] == measured[1]  # reading the charges to sum them read every one: 10x the work
