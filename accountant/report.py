@@ -343,16 +343,44 @@ def pld_report(history: Sequence[Entry], delta: float) -> HistoryReport | None:
     return HistoryReport(_pld_epsilon(tuple(sorted(counts.items())), rest), delta)
 
 
+FINE = 1e-4  # dp-accounting's default step between privacy-loss values
+PURE_STEPS = 100_000  # a history's pure ε in at most about this many steps (its PLD's support, hence its cost)
+
+
+def discretisation(counts: tuple[tuple[tuple[str, float], int], ...]) -> float:
+    """The step between privacy-loss values: dp-accounting's 1e-4 until the pure ε composed passes 10, then about
+    that total / 100 000, at most a tenth of the smallest pure ε and dividing it exactly. A PLD's support, and with
+    it the composition's time, grows with the total loss it spans (1,000 charges of ε = 0.25 took 0.5 s, 100,000
+    took 56 s). A coarser step only rounds each loss up (pessimistic), so the report stays an upper bound: by
+    nothing for the smallest ε (on the grid; a history of one ε is exact), by under 10 % for any other.
+
+    Example:
+        >>> discretisation(((("pure", 0.25), 40),)), discretisation(((("pure", 0.25), 4000), (("gdp", 0.1), 9)))
+        (0.0001, 0.01)
+        >>> discretisation(((("pure", 0.25), 100_000),)), discretisation(((("pure", 0.3), 4000), (("pure", 2.0), 1)))
+        (0.025, 0.012)
+    """
+    pure = [(value, count) for (kind, value), count in counts if kind == "pure" and value > 0]
+    if not pure:
+        return FINE
+    smallest = min(value for value, _ in pure)
+    step = min(math.fsum(value * count for value, count in pure) / PURE_STEPS, smallest / 10)
+    return FINE if step <= FINE else smallest / math.ceil(smallest / step)
+
+
 @lru_cache(maxsize=256)
 def _pld_epsilon(counts: tuple[tuple[tuple[str, float], int], ...], delta: float) -> float:
     """ε at `delta` of the composition of (part, how many times): cached, since /v1/budget and the dashboard
     ask again for a history that has not changed (a PLD composition costs tens of milliseconds)."""
     composed = None
+    step = discretisation(counts)
     for (kind, value), count in counts:
         if kind == "gdp":
-            one = pld.from_gaussian_mechanism(standard_deviation=1.0, sensitivity=value)
+            one = pld.from_gaussian_mechanism(standard_deviation=1.0, sensitivity=value,
+                                              value_discretization_interval=step)
         else:
-            one = pld.from_privacy_parameters(common.DifferentialPrivacyParameters(value, 0.0))
+            one = pld.from_privacy_parameters(common.DifferentialPrivacyParameters(value, 0.0),
+                                              value_discretization_interval=step)
         one = one.self_compose(count) if count > 1 else one
         composed = one if composed is None else composed.compose(one)
     assert composed is not None
