@@ -48,7 +48,10 @@ def groups_sql(analysis: Analysis, source: exp.Expr) -> exp.Select:
         >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True)),
         ...     max_groups=9, auto_max_groups=True)
         >>> a = analyse(parse("SELECT g, COUNT(*) FROM t WHERE g <> 'x' GROUP BY g"), Catalog((t,)))
-        >>> print(groups_sql(a, exp.table_("t", quoted=True)).sql("duckdb", pretty=True))
+        >>> sql = groups_sql(a, exp.table_("t", quoted=True)).sql("duckdb")  # over auto_rows.unit_cells:
+        >>> 'WHERE NOT "u" IS NULL AND "g" COLLATE "binary" <> ' in sql and 'GROUP BY "u", "g" COLLATE "binary"' in sql
+        True
+        >>> print(groups_of_cells(a, exp.to_table("__cells")).sql("duckdb", pretty=True))
         SELECT
           CASE WHEN __g IS NULL OR 9 IS NULL THEN NULL ELSE LEAST(__g, 9) END AS __a,
           0 AS __b,
@@ -56,17 +59,7 @@ def groups_sql(analysis: Analysis, source: exp.Expr) -> exp.Select:
         FROM (
           SELECT
             COUNT(*) AS __g
-          FROM (
-            SELECT
-              "u" AS __unit,
-              COUNT(*) AS __n
-            FROM "t"
-            WHERE
-              NOT "u" IS NULL AND "g" COLLATE "binary" <> 'x'
-            GROUP BY
-              "u",
-              "g" COLLATE "binary"
-          ) AS __cells
+          FROM __cells
           GROUP BY
             __unit
         ) AS __units
