@@ -80,7 +80,7 @@ def clamp_sql(analysis: Analysis, spec: ColumnSpec, part: int, source: exp.Expr,
     assert spec.bounds is not None
     lo, hi = (float(b) for b in spec.bounds)
     column = exp.column(spec.name, quoted=True)
-    clamped = exp.Least(this=exp.Greatest(this=exp.cast(column.copy(), "DOUBLE", copy=False),
+    clamped = exp.Least(this=exp.Greatest(this=exp.cast(column.copy(), exp.DataType.Type.DOUBLE, copy=False),
                                           expressions=[exp.Literal.number(lo)]),
                         expressions=[exp.Literal.number(hi)])
     conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=column.copy(), expression=exp.Null()))]
@@ -104,7 +104,7 @@ def clamp_sql(analysis: Analysis, spec: ColumnSpec, part: int, source: exp.Expr,
     magnitude = max(abs(lo), abs(hi))
     step = exp.Cast(this=exp.Floor(this=exp.Least(this=exp.Mul(this=exp.Literal.number(2), expression=exp.Anonymous(
         this="LOG2", expressions=[exp.Div(this=exp.Literal.number(magnitude), expression=exp.Abs(this=x.copy()))])),
-        expressions=[exp.Literal.number(STEPS)])), to=exp.DataType.build("BIGINT"))
+        expressions=[exp.Literal.number(STEPS)])), to=exp.DataType.build(exp.DataType.Type.BIGINT))
     bucket = exp.Case(ifs=[exp.If(this=exp.EQ(this=x.copy(), expression=exp.Literal.number(0)),
                                   true=exp.Literal.number(0))], default=step)
     return (exp.select(exp.alias_(exp.Anonymous(this="SIGN", expressions=[x.copy()]), "__a", copy=False),

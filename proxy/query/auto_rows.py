@@ -95,7 +95,7 @@ def cells_histogram(analysis: Analysis, cells: exp.Expr, ranks: bool = False) ->
     unit keeping its L0 largest cells (with a row-level key; one cell per unit without)."""
     row_keyed = any(not spec.unit_level for key in analysis.keys if (spec := analysis.table.column(key)) is not None)
     rank: exp.Expr = exp.Literal.number(1)
-    kept = exp.select("__n").from_(cells, copy=False)
+    kept = exp.select(exp.column("__n")).from_(cells, copy=False)
     if row_keyed:  # the unit's largest cells: a function of its own rows, so the histogram moves by <= L0
         rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("__unit")], order=exp.Order(
             expressions=[exp.Ordered(this=exp.column("__n"), desc=True)]))

@@ -69,7 +69,7 @@ def histograms(analysis: Analysis, chooser: auto.AutoBounds, store: bool, target
     # (on DuckDB: render.py checks a Spark query's tables against the declared ones, which a CTE's name is not)
     shared = (share and not served and target.dialect == "duckdb" and chooser.part("max_rows") is not None
               and chooser.part("max_groups") is not None)
-    cells = exp.to_table(SHARED_CELLS)
+    cells = exp.table_(SHARED_CELLS)
 
     def text(tree: exp.Select) -> str:
         # built for this histogram alone (every shared node copied in): rendered without another copy. The DuckDB

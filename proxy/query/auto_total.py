@@ -185,11 +185,11 @@ def scaled(value: exp.Expr, total: exp.Expr, cap: int) -> exp.Expr:
     c = exp.Literal.number(cap)
     magnitude = exp.Abs(this=value.copy())
     # every node placed below is built here or copied in (value, total, c and magnitude are read more than once)
-    factor = exp.Div(this=exp.cast(c.copy(), "DOUBLE", copy=False),
-                     expression=exp.cast(total.copy(), "DOUBLE", copy=False))
-    product = exp.Mul(this=exp.Mul(this=exp.cast(magnitude.copy(), "DOUBLE", copy=False), expression=factor),
-                      expression=exp.cast(exp.Literal.number(SAFETY), "DOUBLE", copy=False))
-    shrunk = exp.func("LEAST", exp.cast(exp.Floor(this=product), "BIGINT", copy=False), magnitude.copy(), copy=False)
+    double, bigint = exp.DataType.Type.DOUBLE, exp.DataType.Type.BIGINT  # enum types: a name is parsed per call
+    factor = exp.Div(this=exp.cast(c.copy(), double, copy=False), expression=exp.cast(total.copy(), double, copy=False))
+    product = exp.Mul(this=exp.Mul(this=exp.cast(magnitude.copy(), double, copy=False), expression=factor),
+                      expression=exp.cast(exp.Literal.number(SAFETY), double, copy=False))
+    shrunk = exp.func("LEAST", exp.cast(exp.Floor(this=product), bigint, copy=False), magnitude.copy(), copy=False)
     negative = exp.LT(this=value.copy(), expression=exp.Literal.number(0))  # not SIGN: Spark's is a DOUBLE
     signed = exp.Case(ifs=[exp.If(this=negative, true=exp.Neg(this=shrunk.copy()))], default=shrunk)
     few = exp.LTE(this=total.copy(), expression=c.copy())
@@ -213,7 +213,7 @@ def capped_cells(measures: Sequence[Measure], columns: Sequence[str], unit: str,
         SELECT __cap_cells.*, CASE WHEN ABS(COALESCE(__cap_cells.__c0, 0)) <= 5 THEN COALESCE(__cap_cells.__c0, 0)
     """
     # every node is built here for this query alone: the builders need not copy the growing trees
-    out = exp.select("__cap_cells.*")
+    out = exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier("__cap_cells")))
     totals = exp.select(exp.alias_(exp.column(unit), "__cap_unit", copy=False))
     for measure, name in zip(measures, columns, strict=True):
         if measure.cap:
@@ -227,11 +227,11 @@ def capped_cells(measures: Sequence[Measure], columns: Sequence[str], unit: str,
             summed = exp.Sum(this=exp.Abs(this=exp.func("COALESCE", exp.column(name), exp.Literal.number(0),
                                                         copy=False)))
             totals = totals.select(exp.alias_(summed, f"{name}__total", copy=False), append=True, copy=False)
-    read = out.from_(exp.alias_(exp.to_table(cells), "__cap_cells", table=True, copy=False), copy=False)
+    read = out.from_(exp.alias_(exp.table_(cells), "__cap_cells", table=True, copy=False), copy=False)
     if one_per_unit:  # as the join, which matches no NULL unit (the sources drop them: never there)
         return read.where(exp.Not(this=exp.Is(this=exp.column(unit, table="__cap_cells"), expression=exp.Null())),
                           copy=False)
-    totals = totals.from_(cells, copy=False).group_by(exp.column(unit), copy=False)
+    totals = totals.from_(exp.table_(cells), copy=False).group_by(exp.column(unit), copy=False)
     joined = exp.EQ(this=exp.column(unit, table="__cap_cells"),
                     expression=exp.column("__cap_unit", table="__cap_totals"))
     return read.join(totals.subquery("__cap_totals", copy=False), on=joined, copy=False)

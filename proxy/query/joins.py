@@ -194,8 +194,9 @@ def _virtual(base: TableSchema, base_alias: str, other: TableSchema | PublicTabl
         added.append(virtual)
         projections.append(exp.alias_(exp.column(spec.name, table=OTHER, quoted=True), name, quoted=True))
     on = exp.EQ(this=_typed(pair[0], BASE), expression=_typed(pair[1], OTHER))
-    query = exp.select(*projections).from_(exp.table_(base.name, quoted=True, alias=BASE)).join(
-        exp.table_(other.name, quoted=True, alias=OTHER), on=on, join_type="LEFT" if left_join else "INNER")
+    join = exp.Join(this=exp.table_(other.name, quoted=True, alias=OTHER), on=on,
+                    **({"side": "LEFT"} if left_join else {"kind": "INNER"}))  # built, not parsed from a join type
+    query = exp.select(*projections).from_(exp.table_(base.name, quoted=True, alias=BASE)).join(join)
     bounds = base
     if isinstance(other, TableSchema) and (base.one_row_per_unit or (other.max_rows, other.max_groups) > (
             base.max_rows, base.max_groups)) and not other.one_row_per_unit:

@@ -54,7 +54,7 @@ def _fold(value: exp.Expr) -> exp.Expr:
 
 
 def _bigint(value: exp.Expr) -> exp.Expr:
-    return exp.cast(value, "BIGINT")
+    return exp.cast(value, exp.DataType.Type.BIGINT)
 
 
 def part_numbers(value: exp.Expr, kind: Kind) -> list[exp.Expr]:
@@ -70,14 +70,14 @@ def part_numbers(value: exp.Expr, kind: Kind) -> list[exp.Expr]:
         case "boolean":
             return [_bigint(value)]
         case "date":
-            epoch = exp.cast(exp.Literal.string(EPOCH), "DATE")
+            epoch = exp.cast(exp.Literal.string(EPOCH), exp.DataType.Type.DATE)
             return [_fold(_bigint(exp.DateDiff(this=value, expression=epoch, unit=exp.var("DAY"))))]
         case "float":
             scaled = _bigint(exp.func("ROUND", exp.Mul(this=value, expression=exp.Literal.number(FLOAT_SCALE))))
             small = exp.LT(this=exp.Abs(this=value.copy()), expression=exp.Literal.number(f"{FLOAT_LIMIT:.0e}"))
             # NaN and ±inf fail the test on both engines (NaN compares greater than every number on each)
             return [exp.Case(ifs=[exp.If(this=small, true=_fold(scaled))], default=exp.Literal.number(0))]
-    digest = exp.MD5(this=exp.cast(value, "VARCHAR"))
+    digest = exp.MD5(this=exp.cast(value, exp.DataType.Type.VARCHAR))
     # DuckDB reads '0x…' text as a hexadecimal integer; render.py writes CONV(…, 16, 10) for Spark
     return [_bigint(exp.DPipe(this=exp.Literal.string("0x"), expression=exp.Substring(
         this=digest.copy(), start=exp.Literal.number(start), length=exp.Literal.number(HEX_DIGITS))))

@@ -65,25 +65,26 @@ def rewrite_tree(analysis: Analysis, salt: int = 0) -> exp.Select:
         # partition, so they are left out (no MD5 per row for a text key). The numbers are computed once per row.
         row_parts = [unit, *((v, "integer") for v in values)]
         small = {f"__v{j}" for j in set(inputs.values()) if _small(analysis.measures[j])}
-        numbered = exp.select("*", *(exp.alias_(n, f"__n{name}_{i}", copy=False) for name, kind in row_parts
-                                     for i, n in enumerate(numbers(exp.column(name), kind, name in small))))
+        numbered = exp.select(exp.Star(), *(exp.alias_(n, f"__n{name}_{i}", copy=False) for name, kind in row_parts
+                                            for i, n in enumerate(numbers(exp.column(name), kind, name in small))))
         order = keyed_order(salt, _numbers_of(row_parts), [])
         row_rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(p) for p in ["__unit", *keys]],
                               order=exp.Order(expressions=order))
-        numbered = numbered.from_("__src", copy=False).subquery("__numbered", copy=False)
-        ctes.append(("__rows", exp.select("*").from_(numbered, copy=False).qualify(
+        numbered = numbered.from_(exp.table_("__src"), copy=False).subquery("__numbered", copy=False)
+        ctes.append(("__rows", exp.select(exp.Star()).from_(numbered, copy=False).qualify(
             exp.LTE(this=row_rank, expression=exp.Literal.number(analysis.table.max_rows)), copy=False)))
     # Without a per-row value no measure can tell which rows a unit keeps, only how many: min(rows, max_rows)
     # per (unit, group), the same count as the ranked rows, without ranking the rows.
     capped = None if values else analysis.table.max_rows
-    cells = exp.select("__unit", *keys, *(_cell_measure(m, j, inputs.get(j), capped)
-                                          for j, m in enumerate(analysis.measures)))
-    cells = cells.from_("__rows" if values else "__src", copy=False).group_by("__unit", *keys, copy=False)
+    cells = exp.select(*map(exp.column, ["__unit", *keys]), *(_cell_measure(m, j, inputs.get(j), capped)
+                                                            for j, m in enumerate(analysis.measures)))
+    cells = cells.from_(exp.table_("__rows" if values else "__src"), copy=False).group_by(
+        *map(exp.column, ["__unit", *keys]), copy=False)
     if keys:  # without GROUP BY each unit has exactly one cell: nothing to bound
         domains = analysis.domains if analysis.partitions == "public" else ()
         cells = ranked_cells(cells, unit, list(zip(keys, kinds, strict=True)), domains, salt, analysis.max_groups)
     ctes.append(("__cells", cells))
-    result = exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), UNITS, copy=False))
+    result = exp.select(*map(exp.column, keys), exp.alias_(exp.Count(this=exp.Star()), UNITS, copy=False))
     capping = any(m.cap for m in analysis.measures)
     if capping:  # each unit's kept cells scaled together to its L1 cap (auto_total.py, docs/privacy.md §10.2)
         from proxy.query.auto_total import capped_cells  # lazily: auto_total reads this module's row_value
@@ -97,11 +98,11 @@ def rewrite_tree(analysis: Analysis, salt: int = 0) -> exp.Select:
         else:
             result = result.select(exp.alias_(_group_measure(measure, j), f"__m{j}", copy=False), append=True,
                                    copy=False)
-    result = result.from_("__capped" if capping else "__cells", copy=False)
+    result = result.from_(exp.table_("__capped" if capping else "__cells"), copy=False)
     if keys:
-        result = result.group_by(*keys, copy=False)
+        result = result.group_by(*map(exp.column, keys), copy=False)
     for name, cte in ctes:
-        result = result.with_(name, as_=cte, copy=False)
+        result = result.with_(exp.TableAlias(this=exp.to_identifier(name)), as_=cte, copy=False)
     return result
 
 
@@ -131,7 +132,7 @@ def with_computed(analysis: Analysis, table: exp.Expr) -> exp.Expr:
     declared columns (after the canonical values, when there are), before bounding, like any key column."""
     if not analysis.computed:
         return table
-    extended = exp.select("*", *(exp.alias_(sql.copy(), name, quoted=True, copy=False) for name, sql in analysis.computed))
+    extended = exp.select(exp.Star(), *(exp.alias_(sql.copy(), name, quoted=True, copy=False) for name, sql in analysis.computed))
     return exp.Subquery(this=extended.from_(table, copy=False), alias=exp.TableAlias(this=exp.to_identifier("__computed")))
 
 
@@ -219,7 +220,7 @@ def _unfiltered(measure: Measure) -> exp.Expr:
     if measure.kind == "values":
         if measure.column is None and not measure.expr:
             return exp.Literal.number(1)  # COUNT(*) FILTER (WHERE …): every row meeting the condition
-        return exp.cast(exp.Not(this=exp.Is(this=_read(measure), expression=exp.Null())), "INTEGER", copy=False)
+        return exp.cast(exp.Not(this=exp.Is(this=_read(measure), expression=exp.Null())), exp.DataType.Type.INT, copy=False)
     if measure.kind == "histogram":
         return histogram_point(measure)
     assert measure.kind in ("sum", "centred_sum", "centred_squares")
@@ -228,10 +229,10 @@ def _unfiltered(measure: Measure) -> exp.Expr:
     # Clamp in DOUBLE first (NaN and ±inf land on a bound), scale to the grid, round, then clamp again in
     # integers: the result lies in [lo, hi] for every input, so no cast can fail on the data.
     # every node is built here (`column` is placed once, then copied): the builders need not copy it
-    as_double = exp.cast(column, "DOUBLE", copy=False)
+    as_double = exp.cast(column, exp.DataType.Type.DOUBLE, copy=False)
     clamped = exp.func("LEAST", exp.func("GREATEST", as_double, _number(lo / grid), copy=False), _number(hi / grid),
                        copy=False)
-    scaled = exp.cast(exp.func("ROUND", exp.Mul(this=clamped, expression=_number(grid)), copy=False), "BIGINT",
+    scaled = exp.cast(exp.func("ROUND", exp.Mul(this=clamped, expression=_number(grid)), copy=False), exp.DataType.Type.BIGINT,
                       copy=False)
     bounded = exp.func("LEAST", exp.func("GREATEST", scaled, _number(lo), copy=False), _number(hi), copy=False)
     # DuckDB's GREATEST/LEAST skip NULLs, so NULL is kept explicitly: a missing value contributes nothing.
@@ -255,7 +256,7 @@ def histogram_point(measure: Measure) -> exp.Expr:
     column = _read(measure)  # a DATE column's histogram reads its days after the first declared day
     lo, hi = measure.lo / measure.grid, measure.hi / measure.grid
     last = max(measure.points - 1, 0)
-    clamped = exp.func("LEAST", exp.func("GREATEST", exp.cast(column, "DOUBLE", copy=False), _number(lo), copy=False),
+    clamped = exp.func("LEAST", exp.func("GREATEST", exp.cast(column, exp.DataType.Type.DOUBLE, copy=False), _number(lo), copy=False),
                        _number(hi), copy=False)
     if last == 0:
         index: exp.Expr = exp.Literal.number(0)
@@ -263,7 +264,7 @@ def histogram_point(measure: Measure) -> exp.Expr:
         scaled = exp.Div(this=exp.Mul(this=exp.Paren(this=exp.Sub(this=clamped, expression=_number(lo))),
                                          expression=_number(last)),
                          expression=_number(hi - lo))
-        rounded = exp.cast(exp.func("ROUND", scaled, copy=False), "BIGINT", copy=False)
+        rounded = exp.cast(exp.func("ROUND", scaled, copy=False), exp.DataType.Type.BIGINT, copy=False)
         index = exp.func("LEAST", exp.func("GREATEST", rounded, exp.Literal.number(0), copy=False),
                          exp.Literal.number(last), copy=False)
     return exp.Case(ifs=[exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()), true=exp.Null())],
@@ -324,7 +325,7 @@ def ranked_cells(grouped: exp.Select, unit: tuple[str, Kind], keys: list[tuple[s
     rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("__unit")],
                       order=exp.Order(expressions=keyed_order(salt, parts, floats)))
     numbered = exp.select(*columns).from_(grouped.subquery("__grouped", copy=False), copy=False)
-    return exp.select("*").from_(numbered.subquery("__numbered", copy=False), copy=False).qualify(
+    return exp.select(exp.Star()).from_(numbered.subquery("__numbered", copy=False), copy=False).qualify(
         exp.LTE(this=rank, expression=exp.Literal.number(max_groups)), copy=False)
 
 

@@ -87,7 +87,7 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
     cells = cells.from_(store_source(analysis), copy=False)
     if conditions:
         cells = cells.where(exp.and_(*conditions, copy=False), copy=False)
-    cells = cells.group_by("__unit", *keys, copy=False)
+    cells = cells.group_by(*map(exp.column, ["__unit", *keys]), copy=False)
     if windowed:  # no stored rank for these keys: keep max_groups cells per unit, ranked by the keyed hash under
         # the query's salt, as the per-query rewrite ranks them: the same cells on DuckDB and Spark (keyed_hash.py)
         domains = analysis.domains if analysis.partitions == "public" else ()
@@ -96,7 +96,7 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
         cells = ranked_cells(cells, ("__unit", unit_kind), list(zip(keys, kinds, strict=True)), domains, salt,
                               analysis.max_groups)
     units = exp.Count(this=exp.Star()) if analysis.partitions == "private" else exp.Literal.number(0)
-    result = exp.select(*keys, exp.alias_(units, UNITS, copy=False))
+    result = exp.select(*map(exp.column, keys), exp.alias_(units, UNITS, copy=False))
     contributions = []
     for j, measure in enumerate(analysis.measures):
         contribution = _bounded(measure, j, k)
@@ -107,11 +107,12 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
     source: exp.Expr = exp.to_identifier("__cells")
     if capping:  # each cell's bounded contributions, then scaled by its unit's total (auto_total.py)
         named = [f"__b{j}" for j in range(len(contributions))]
-        bounded = exp.select("__unit", *keys, *(exp.alias_(c, n, copy=False)
+        bounded = exp.select(*map(exp.column, ["__unit", *keys]), *(exp.alias_(c, n, copy=False)
                                                 for c, n in zip(contributions, named, strict=True)))
         capped = auto_total.capped_cells(analysis.measures, named, "__unit", "__bounded",
                                          not keys)
-        source = capped.with_("__bounded", as_=bounded.from_("__cells", copy=False), copy=False).subquery(
+        source = capped.with_(exp.TableAlias(this=exp.to_identifier("__bounded")), as_=bounded.from_(exp.table_("__cells"), copy=False),
+                              copy=False).subquery(
             "__capped", copy=False)
         contributions = [exp.column(f"{n}__capped" if m.cap else n) for n, m in zip(named, analysis.measures,
                                                                                        strict=True)]
@@ -119,7 +120,7 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
         result = result.select(exp.alias_(exp.Sum(this=contribution), f"__m{j}", copy=False), append=True, copy=False)
     result = result.from_(source, copy=False)
     if keys:
-        result = result.group_by(*keys, copy=False)
+        result = result.group_by(*map(exp.column, keys), copy=False)
     if analysis.partitions == "public":  # whole groups outside the domain dropped after aggregation
         # The test reads the group's key through ANY_VALUE (one value per group, the same test), as rewrite_ranked.py
         # does: on the key itself DuckDB pushes it down into the scan as a join against the domain's list, which
@@ -131,7 +132,7 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
             inside.append(test.transform(lambda node, ref=ref, alias=alias: exp.AnyValue(this=exp.column(alias))
                                          if node == ref else node, copy=False))
         result = result.having(exp.and_(*inside, copy=False), copy=False)
-    return result.with_("__cells", as_=cells, copy=False).sql(dialect="duckdb", copy=False)
+    return result.with_(exp.TableAlias(this=exp.to_identifier("__cells")), as_=cells, copy=False).sql(dialect="duckdb", copy=False)
 
 
 def unranked_keys(analysis: Analysis) -> tuple[str, ...]:
@@ -240,8 +241,8 @@ def _bounded(measure: Measure, j: int, k: int) -> exp.Expr:
     # n <= k: the cell's exact total (integers, no rounding); else scaled by k / n in DOUBLE, rounded, and then
     # clamped in integers, so that rounding can never carry a contribution past the sensitivity
     scaled = exp.cast(exp.Round(this=exp.Div(
-        this=exp.Mul(this=exp.cast(total.copy(), "DOUBLE", copy=False), expression=exp.Literal.number(k)),
-        expression=exp.column("__n"))), "BIGINT", copy=False)
+        this=exp.Mul(this=exp.cast(total.copy(), exp.DataType.Type.DOUBLE, copy=False), expression=exp.Literal.number(k)),
+        expression=exp.column("__n"))), exp.DataType.Type.BIGINT, copy=False)
     few = exp.LTE(this=exp.column("__n"), expression=exp.Literal.number(k))
     chosen = exp.Case(ifs=[exp.If(this=few, true=total)], default=scaled)
     return exp.func("LEAST", exp.func("GREATEST", chosen, exp.Literal.number(lo), copy=False), exp.Literal.number(hi),

@@ -209,7 +209,7 @@ def _with_corrections(analysis: Analysis, select: exp.Select, capped_rows: exp.E
             this=exp.column("__d", table=name), expressions=[exp.Literal.number(0)])), f"__m{j}", copy=False))
     result = exp.Select(expressions=out).from_(select.subquery(main, copy=False), copy=False)
     for table, on in joins:
-        result = result.join(table, on=on, join_type="LEFT", copy=False)
+        result = result.join(exp.Join(this=table, on=on, side="LEFT"), copy=False)
     return result
 
 
@@ -296,7 +296,7 @@ def _capped_rows(analysis: Analysis, source: exp.Expr, conditions: list[exp.Expr
     min(1, C/T) toward zero keeps the unit's rows, hence its cells, within C in L1: |Σ_cell v'| <= Σ_cell |v'|."""
     spec = _spec(analysis, analysis.table.privacy_unit)
     unit = types.column(spec.name, spec.type)
-    rows = exp.select("*")
+    rows = exp.select(exp.Star())
     for j, measure in enumerate(analysis.measures):
         if measure.cap:
             value = stored_grid(analysis, measure)

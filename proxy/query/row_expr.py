@@ -69,7 +69,7 @@ def _build(node: exp.Expr, names: Names, function: str) -> tuple[exp.Expr, float
                     construct=function, column=spec.name, hint="declare bounds = [lo, hi] for the column",
                 )
             lo, hi = spec.bounds
-            value = exp.cast(exp.column(spec.name, quoted=True), "DOUBLE")
+            value = exp.cast(exp.column(spec.name, quoted=True), exp.DataType.Type.DOUBLE)
             clamped = exp.func("LEAST", exp.func("GREATEST", value, _literal(lo)), _literal(hi))
             return clamped, float(lo), float(hi)
         case exp.Literal() if not node.is_string:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import math
 import re
 import struct
@@ -44,6 +45,7 @@ _DECIMAL = re.compile(r"(?:DECIMAL|NUMERIC)\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)")
 _BINARY = exp.Identifier(this="binary", quoted=True)
 
 
+@functools.lru_cache(maxsize=256)  # a pure function of a declared name, read ~25 times per query
 def normalize(type_name: str) -> str:
     """DuckDB's own name for a declared type: aliases resolved, DECIMAL with its precision and scale.
 
@@ -66,6 +68,7 @@ def normalize(type_name: str) -> str:
     return base
 
 
+@functools.lru_cache(maxsize=256)
 def kind(type_name: str) -> Kind:
     """The family our checks reason about.
 
@@ -165,7 +168,7 @@ def column(name: str, type_name: str) -> exp.Expr:
         case "string", _:
             return exp.Collate(this=ref, expression=_BINARY.copy())
         case "float", "FLOAT":
-            return exp.cast(ref, exp.DataType.build("DOUBLE"))
+            return exp.cast(ref, exp.DataType.Type.DOUBLE)
     return ref
 
 
@@ -183,9 +186,9 @@ def literal(type_name: str, value: Value) -> exp.Expr:
         case "decimal":
             return exp.cast(exp.Literal.string(str(value)), exp.DataType.build(normalize(type_name)))
         case "float":
-            return exp.cast(exp.Literal.string(repr(float(value))), exp.DataType.build("DOUBLE"))
+            return exp.cast(exp.Literal.string(repr(float(value))), exp.DataType.Type.DOUBLE)
         case "date":
-            return exp.cast(exp.Literal.string(str(value)), exp.DataType.build("DATE"))
+            return exp.cast(exp.Literal.string(str(value)), exp.DataType.Type.DATE)
         case "boolean":
             return exp.Boolean(this=bool(value))
     return exp.Literal.string(str(value))
