@@ -20,7 +20,7 @@ from mechanisms.sampling import FixedSampler
 from proxy import auto_run
 from proxy.policy import load_policy, policy_problems
 from proxy.query import auto_bounds as auto
-from proxy.query import auto_clamp, auto_groups, auto_total, plan, ranked
+from proxy.query import auto_clamp, auto_groups, auto_sql, auto_total, plan, ranked
 from proxy.query.analyse import Analysis, analyse
 from proxy.query.auto_sql import selection, slots, standalone
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
@@ -350,3 +350,24 @@ def test_the_shared_cells_give_the_histograms_of_separate_scans(query: str, data
         assert "__sel_cells" not in apart
         shared_rows, separate_rows = _on_store([together, apart], data)
         assert sorted(shared_rows, key=repr) == sorted(separate_rows, key=repr)
+
+
+@pytest.mark.parametrize("query", [*SHARED, "SELECT AVG(x), SUM(n) FROM t WHERE g = 'a'",
+                                   "SELECT r, COUNT(*) FROM t GROUP BY r"])
+def test_the_selection_text_is_kept_per_query_shape_not_per_charge(query: str) -> None:
+    """auto_sql.selection keeps the text it built: a second query of the same shape at another ε or quantile
+    gets the same text, the one a fresh build gives; another WHERE literal gets its own."""
+    analysis = analyse(parse(query), CATALOG, canonical_units=True)
+    first, second = auto.auto_bounds(analysis, 0.1, 0.9), auto.auto_bounds(analysis, 0.37, 0.95)
+    assert first.parts and first != second
+    auto_sql._remembered.cache_clear()  # earlier tests in this process may have asked for the same shape
+    for store, share in itertools.product((True, False), repeat=2):
+        fresh = auto_sql._remembered.__wrapped__(auto_sql._Asked(analysis, (), store, DUCKDB, True, share, first))
+        hits = auto_sql._remembered.cache_info().hits
+        assert selection(analysis, first, store, DUCKDB, share=share) == fresh
+        assert selection(analysis, second, store, DUCKDB, share=share) == fresh
+        assert auto_sql._remembered.cache_info().hits == hits + 1
+    other = analyse(parse(query.replace("2", "3").replace("50", "51").replace("'a'", "'A'")), CATALOG,
+                    canonical_units=True)
+    assert (other != analysis) == ("WHERE" in query)  # the same shape with another constant: never the first's text
+    assert (selection(other, first, True, DUCKDB) != selection(analysis, first, True, DUCKDB)) == ("WHERE" in query)

@@ -3,6 +3,9 @@ query per histogram, each returning (__a, __b, __n), combined into one engine ca
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 from sqlglot import exp
 
 from proxy.query import auto_bounds as auto
@@ -39,8 +42,47 @@ def selection(analysis: Analysis, chooser: auto.AutoBounds, store: bool, target:
     Where both the rows per cell and the groups per unit are read per query (not from the store's ranks), both
     come from the same (unit, group) cells under the WHERE: one CTE, `__sel_cells`, grouped once instead of
     twice (category × day BETWEEN at 10M: 240 -> 170 ms). The same rows either way (`share=False` groups them
-    once per histogram: tests/test_auto_groups_clamp.py compares the two)."""
-    parts, cells = histograms(analysis, chooser, store, target, ranked, share)
+    once per histogram: tests/test_auto_groups_clamp.py compares the two).
+
+    The text is a function of the analysis (the query resolved against the policy), which bounds are chosen
+    (each part's bound and column, not its ε or limit) and the arguments: it is built once per such query and
+    kept (`_remembered`, the last 256), so a repeated query shape does not rebuild it (0.5-4 ms of Python per
+    query, bench/README.md). The store then reads the histograms once per store and text (store.py).
+
+    Example:
+        >>> from accountant.events import ExponentialEvent
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> from proxy.query.render import DUCKDB
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True)))
+        >>> a = analyse(parse("SELECT g, COUNT(*) FROM t GROUP BY g"), Catalog((t,)))
+        >>> def rows_at(epsilon):
+        ...     return auto.AutoBounds((auto.AutoPart("max_rows", None, 50, 0.99, 1, ExponentialEvent(1.0, epsilon)),))
+        >>> selection(a, rows_at(1.0), True, DUCKDB) == selection(a, rows_at(2.0), True, DUCKDB)
+        True
+    """
+    return _remembered(_Asked(analysis, tuple((p.bound, p.column) for p in chooser.parts), store, target, ranked,
+                              share, chooser))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Asked:
+    """What the selection's text reads, as a memo key; the chooser rides along (its ε, limits and quantiles
+    never reach the text) for the one call that builds it."""
+
+    analysis: Analysis
+    shape: tuple[tuple[str, str | None], ...]  # each part's (bound, column), in order
+    store: bool
+    target: Target
+    ranked: bool
+    share: bool
+    chooser: auto.AutoBounds = dataclasses.field(compare=False, hash=False)
+
+
+@functools.lru_cache(maxsize=256)  # bounded: a process's memory does not grow with the queries it has seen
+def _remembered(asked: _Asked) -> str:
+    parts, cells = histograms(asked.analysis, asked.chooser, asked.store, asked.target, asked.ranked, asked.share)
     union = " UNION ALL ".join(f"SELECT {i} AS __part, __a, __b, __n FROM ({sql}) AS __p{i}"
                                for i, sql in enumerate(parts))
     return union if cells is None else f"WITH {SHARED_CELLS} AS ({cells}) {union}"
