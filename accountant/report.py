@@ -15,9 +15,6 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Literal
 
-from dp_accounting.pld import common
-from dp_accounting.pld import privacy_loss_distribution as pld
-
 from accountant import loss
 from accountant.cells import bound
 from accountant.errors import BudgetExceeded, UnsupportedEvent
@@ -372,6 +369,11 @@ def discretisation(counts: tuple[tuple[tuple[str, float], int], ...]) -> float:
 def _pld_epsilon(counts: tuple[tuple[tuple[str, float], int], ...], delta: float) -> float:
     """ε at `delta` of the composition of (part, how many times): cached, since /v1/budget and the dashboard
     ask again for a history that has not changed (a PLD composition costs tens of milliseconds)."""
+    # imported here: dp_accounting loads scipy.signal and scipy.stats, ~2 s of every process start (each server and
+    # CLI call) that never reports a PLD
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
     composed = None
     step = discretisation(counts)
     for (kind, value), count in counts:

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-from scipy.special import log_ndtr, ndtri_exp
+import numpy as np  # scipy.special is imported where it is used: 0.3 s of every process start otherwise
 
 LARGE_SIGMA_MIN = 16.0  # the bound is valid above (tests compare it with the certificate on [64, 256])
 LARGE_SIGMA_MAX = 2.0**20  # vertices up to 24σ² stay exact integers in float64 below this
@@ -59,6 +58,7 @@ def _poisson(m: np.ndarray, sigma: float) -> tuple[np.ndarray, np.ndarray]:
     |R| <= ζ(3)/(4π³)·∫_x^∞ |f‴| (Poisson summation, integrated by parts three times); Z >= √(2π)σ. Only
     for u = x/σ <= _EM_LIMIT (beyond, the values are +inf: no bound).
     """
+    from scipy.special import log_ndtr
     u = (m + 0.5) / sigma
     near = u <= _EM_LIMIT
     u = np.where(near, u, 1.0)
@@ -110,6 +110,7 @@ def _mills_hi(z: np.ndarray) -> np.ndarray:
     For z <= 30 evaluated (scipy's log_ndtr) with a margin; above, M(z) <= 1/z − 1/z³ + 3/z⁵ from
     M(z) = ∫_0^∞ e^{−zs} e^{−s²/2} ds and e^{−x} <= 1 − x + x²/2 (x >= 0).
     """
+    from scipy.special import log_ndtr
     near = z <= 30.0
     zn = np.where(near, z, 0.0)
     evaluated = np.exp(log_ndtr(-zn) + 0.5 * zn * zn + _HALF_LOG_2PI) * (1 + _MARGIN)
@@ -152,6 +153,7 @@ def large_unit_mu(sigma: float) -> float:
         >>> round(large_unit_mu(300.0) * 300.0, 4)
         1.0001
     """
+    from scipy.special import ndtri_exp
     if not (isinstance(sigma, int | float) and math.isfinite(sigma)
             and LARGE_SIGMA_MIN <= sigma <= LARGE_SIGMA_MAX):
         raise ValueError(f"the large-sigma bound covers [{LARGE_SIGMA_MIN}, {LARGE_SIGMA_MAX}], got {sigma!r}")

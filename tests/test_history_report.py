@@ -77,18 +77,19 @@ def _exact_pure_epsilon(k: int, eps: float, delta: float) -> float:
         return mpmath.fsum(w * (1 - mpmath.e ** (e - loss)) for w, loss in terms if loss > e)
 
     lo, hi = mpmath.mpf(0), mpmath.mpf(k * eps)
-    for _ in range(200):
+    for _ in range(80):  # past the 53-bit precision the midpoint is an end
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if hockey(mid) > delta else (lo, mid)
     return float(hi)
 
 
-@pytest.mark.parametrize(("k", "eps"), [(40, 0.25), (4000, 0.25), (3000, 0.3)])
+@pytest.mark.parametrize(("k", "eps"), [(40, 0.25), (400, 0.25), (300, 0.3)])
 def test_pld_of_long_pure_histories_stays_an_upper_bound_on_a_coarser_step(k: int, eps: float) -> None:
     """A long pure history is composed on a coarser step (report.discretisation: its PLD would span the whole
-    total at 1e-4): still the exact composition or above and, its ε on the grid, within 0.5 % of it. (dp-accounting
-    finds ε for δ to about 1e-9 relative, below the exact figure by 4e-10 at k = 4000 on the fine step too.)"""
+    total at 1e-4). The step divides ε, so each loss ±ε lies on the grid and the composition is exact: its ε is
+    the exact k-fold figure up to dp-accounting's search for ε at δ (about 1e-9 relative, either side). A step
+    that did not divide ε would be 0.42 % above at k = 300 (checked)."""
     history = [Entry(LaplaceEvent(1, 1 / eps), eps, 0.0)] * k
     exact = _exact_pure_epsilon(k, eps, 1e-6)
     found = pld_report(history, 1e-6)
-    assert found is not None and exact * (1 - 1e-8) <= found.epsilon <= exact * 1.005
+    assert found is not None and exact * (1 - 1e-8) <= found.epsilon <= exact * (1 + 1e-6)
