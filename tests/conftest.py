@@ -32,6 +32,22 @@ READY_TIMEOUT_S = 60.0  # generous: imports (DuckDB, OpenDP, FastAPI) take ~2 s 
 CLIENT_TIMEOUT_S = 60.0
 
 
+# The files that take longest (Spark's JVM, servers killed and restarted, the sensitivity oracles), longest first
+# (`--durations` on a 2-core machine): `--dist loadfile` hands a worker the next file when it is free, so with
+# these first the last minutes are short files on both workers, not one long file on one while the other idles.
+SLOW_FIRST = ("test_spark_http.py", "test_spark_store.py", "test_spark_engine.py", "test_auto_bounds.py",
+              "test_fair_sharing.py", "test_load_fault.py", "test_drilldown_http.py", "test_accounting_http.py",
+              "test_spark_auto.py", "test_serve_workers.py", "test_schemathesis.py", "test_redteam.py",
+              "test_scope.py", "test_concurrency.py", "test_crash.py", "test_repeat.py", "test_cells.py",
+              "test_cells_oracle.py", "test_quantile_utility.py", "test_discrete_gaussian_large.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow files first (`SLOW_FIRST`), every other item after them in collection order."""
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # a stable sort: files stay whole
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
