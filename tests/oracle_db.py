@@ -12,10 +12,9 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 
-import duckdb
-
 from proxy.query import ranked
 from proxy.query.catalog import TableSchema
+from tests import scratch_db
 
 Rows = Sequence[tuple[object, ...]]
 
@@ -45,7 +44,7 @@ def run(sql: str, tables: Mapping[str, tuple[str, Rows]], n_keys: int, *,
     """`sql` over `tables` (name -> (column declarations, rows)); with `store`, the tables are the source (schema
     `src`) and `sql` runs on the store built from them under `key`. Rows shorter than their table are padded with
     NULLs (a column the query never reads)."""
-    con = duckdb.connect()
+    con = scratch_db.connect()
     prefix = ""
     if store:
         con.execute("ATTACH ':memory:' AS src")

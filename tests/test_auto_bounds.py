@@ -8,7 +8,6 @@ import math
 from fractions import Fraction
 from pathlib import Path
 
-import duckdb
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -34,7 +33,7 @@ from proxy.query.catalog import Catalog, TableSchema
 from proxy.query.parse import parse
 from proxy.query.render import DUCKDB
 from proxy.query.rewrite_ranked import rewrite_ranked
-from tests import oracle_db
+from tests import oracle_db, scratch_db
 from tests.test_policy import VALID, write
 from tests.test_sensitivity import TABLE, _run_on_store, rows
 
@@ -210,7 +209,7 @@ def _histogram(result: dict[tuple[object, ...], tuple[int, ...]]) -> dict[int, i
 
 
 def test_choice_reads_the_histogram_of_capped_rows_per_cell() -> None:
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute("ATTACH ':memory:' AS src")
     con.execute("CREATE TABLE src.t (uid BIGINT, g VARCHAR, r VARCHAR, p VARCHAR, x DOUBLE, n INTEGER)")
     # unit u has u rows in group 'a' and one in 'b'; unit 9 has 40 rows in each of 'a', 'b', 'c'

@@ -29,6 +29,7 @@ from proxy.query.parse import parse
 from proxy.query.render import DUCKDB
 from proxy.query.rewrite import rewrite
 from proxy.query.rewrite_ranked import rewrite_ranked
+from tests import scratch_db
 from tests.test_auto_bounds import _laplace
 from tests.test_policy import VALID, write
 from tests.test_sensitivity import TABLE, rows
@@ -212,7 +213,7 @@ def assert_release_within(before: dict[tuple[object, ...], tuple[int, ...]],
 
 def _on_store(sqls: list[str], data: list[tuple[object, ...]]) -> list[list[tuple[object, ...]]]:
     """Build the store of `data` once (ranked.build_sql, as proxy/store.py runs it) and run each of `sqls`."""
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute("ATTACH ':memory:' AS src")
     con.execute("CREATE TABLE src.t (uid BIGINT, g VARCHAR, r VARCHAR, p VARCHAR, x DOUBLE, n INTEGER)")
     if data:
@@ -279,7 +280,7 @@ def test_the_bounds_follow_the_data() -> None:
     bound lands at 2, and x's per-unit cap just above the bulk's total 4.5 (one unit above it: t = √2/ε_sum is
     below 1, and the base measure makes a cap above the largest value 5.5 cost e^−0.7 per √2 step)."""
     table = TableSchema("t", "uid", COLUMNS, max_groups=8, max_rows=6, auto_max_groups=True)
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute("ATTACH ':memory:' AS src")
     con.execute("CREATE TABLE src.t (uid BIGINT, g VARCHAR, r VARCHAR, p VARCHAR, x DOUBLE, n INTEGER)")
     data = [(u, f"g{i}", "N", "a", 0.5 + 3.5 * (i % 2), i) for u in range(300) for i in range(2)]

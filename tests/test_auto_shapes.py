@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import math
 
-import duckdb
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -24,7 +23,7 @@ from proxy.query.auto_sql import standalone
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.quantile_noise import counts
 from proxy.query.render import DUCKDB
-from tests import oracle_db
+from tests import oracle_db, scratch_db
 from tests.test_auto_bounds import _laplace
 from tests.test_auto_groups_clamp import AUTO, CATALOG, _distances, _first_parts
 from tests.test_quantile_oracle import _log_ratio, _run
@@ -206,7 +205,7 @@ JOIN_QUERIES = [
 
 def _joined_store(sqls: list[str], data: list[tuple[object, ...]], units: list[tuple[object, ...]]
                   ) -> list[list[tuple[object, ...]]]:
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute("ATTACH ':memory:' AS src")
     con.execute("CREATE TABLE src.t (uid BIGINT, g VARCHAR, r VARCHAR, p VARCHAR, x DOUBLE, n INTEGER)")
     con.execute("CREATE TABLE src.w (uid BIGINT, q VARCHAR)")

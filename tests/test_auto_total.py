@@ -8,7 +8,6 @@ import itertools
 import math
 from fractions import Fraction
 
-import duckdb
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -22,6 +21,7 @@ from proxy.query.measures import Measure
 from proxy.query.parse import parse
 from proxy.query.rewrite import rewrite
 from proxy.query.rewrite_ranked import rewrite_ranked
+from tests import scratch_db
 from tests.test_auto_groups_clamp import AUTO, CATALOG, _keyed, _on_store, assert_release_within
 
 
@@ -81,7 +81,7 @@ values = st.one_of(st.integers(-(2**40), 2**40), st.integers(-(2**62), 2**62))
 @example(cells=[(0, 3), (0, 3), (0, 3)], cap=3)  # |v|·C/T exactly an integer
 @example(cells=[(0, 2**62), (0, -(2**62)), (0, 2**62 - 1)], cap=2**62 - 3)  # totals beyond 2^53 and 2^63
 def test_the_scaling_keeps_every_unit_within_its_cap(cells: list[tuple[int, int]], cap: int) -> None:
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute("CREATE TABLE c (__unit BIGINT, v BIGINT)")
     if cells:
         con.executemany("INSERT INTO c VALUES (?, ?)", cells)

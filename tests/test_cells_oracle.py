@@ -25,6 +25,7 @@ from proxy.query import plan, types
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.errors import EmptyScope
 from proxy.query.scope import cell_space
+from tests import scratch_db
 from tests.test_scope import where_clauses
 
 TABLE = TableSchema(
@@ -66,7 +67,7 @@ def _sql(where: str | None, key: str | None) -> str:
 
 class Data:
     def __init__(self, data: list[tuple[object, ...]]) -> None:
-        self.con = duckdb.connect()
+        self.con = scratch_db.connect()
         self.con.execute("CREATE TABLE t (uid BIGINT, r VARCHAR, age INTEGER, x DOUBLE, g VARCHAR)")
         if data:
             self.con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)", data)
@@ -205,7 +206,7 @@ def _typed_cell(con: duckdb.DuckDBPyConnection, unit: str) -> int:
 def test_the_oracle_holds_for_real_decimal_and_collated_columns(
     data: list[tuple[object, ...]], sequence: list[tuple[str | None, str | None, float]]
 ) -> None:
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute('CREATE TABLE t (uid VARCHAR COLLATE NOCASE, f REAL, d DECIMAL(38,0), r VARCHAR COLLATE NOCASE,'
                 " x DOUBLE)")
     if data:

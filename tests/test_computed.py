@@ -18,6 +18,7 @@ from proxy.query.errors import QueryError
 from proxy.query.names import Names
 from proxy.query.parse import parse
 from proxy.query.rewrite import rewrite
+from tests import scratch_db
 
 T = TableSchema("t", "uid", (
     ColumnSpec("uid", "BIGINT"),
@@ -56,7 +57,7 @@ EXPRESSIONS = [
 
 
 def _connection() -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute(DDL)
     con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?, ?, ?)", ROWS)
     return con
@@ -90,7 +91,7 @@ def test_each_function_computes_what_duckdb_computes_and_never_fails(text: str) 
 
 def test_typed_division_of_integers_truncates_as_in_postgres() -> None:
     value = scalar(parse_one("i / 2", read="postgres"), Names(T, None, CATALOG))
-    con = duckdb.connect()
+    con = scratch_db.connect()
     assert con.execute(f"SELECT {total(value).sql('duckdb')} FROM (SELECT -7 AS i)").fetchone() == (-3,)
     assert value.type == "BIGINT"
 

@@ -4,7 +4,6 @@ form, exact noise-free values against DuckDB, bad input (nothing charged) and HT
 
 from __future__ import annotations
 
-import duckdb
 import httpx
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -20,7 +19,7 @@ from proxy.query.parse import parse
 from proxy.query.release import release
 from proxy.query.rewrite import rewrite
 from proxy.query.row_expr import row_expression
-from tests import oracle_db
+from tests import oracle_db, scratch_db
 from tests.conftest import spend
 from tests.test_sensitivity import CATALOG, TABLE, _run, rows
 from tests.test_sensitivity import st as strategies
@@ -78,7 +77,7 @@ def test_noise_free_values_equal_duckdb() -> None:
     table = TableSchema("o", "cid", (ColumnSpec("cid", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True,
                         public_domain=("a", "b")), ColumnSpec("price", "DOUBLE", bounds=(0, 50)),
                         ColumnSpec("qty", "INTEGER", bounds=(0, 10))), max_rows=5)
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute("CREATE TABLE o AS SELECT i AS cid, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END AS g, "
                 "(i % 7) * 1.5 AS price, i % 4 AS qty FROM range(100) t(i)")
     sql = ("SELECT g, COUNT(*) FILTER (WHERE qty > 1), COUNT_IF(price >= 3), SUM(CASE WHEN qty > 1 THEN price ELSE 0 "

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-import duckdb
 import numpy as np
 import pytest
 from scipy import stats
@@ -34,6 +33,7 @@ from mechanisms.sampling import FixedSampler, SecureSampler
 from proxy.query import plan
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.quantile_noise import JointSpec, QuantileSpec
+from tests import scratch_db
 from tests.test_dp_quantile import neighbours, small_histograms
 from tests.test_sampler_audit import Family, audit
 
@@ -215,7 +215,7 @@ def test_every_joint_stage_on_sql_neighbours_stays_within_the_charge() -> None:
     assert isinstance(spec, JointSpec)
 
     def histograms(rows: list[tuple[int, int, str]]) -> dict[str, list[int]]:
-        con = duckdb.connect()
+        con = scratch_db.connect()
         con.execute("CREATE TABLE t (uid BIGINT, x INTEGER, g VARCHAR)")
         con.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
         out = {}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import math
 
-import duckdb
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -20,7 +19,7 @@ from proxy.query.errors import PolicyError
 from proxy.query.measures import date_histogram
 from proxy.query.quantile_noise import counts, point_value
 from proxy.query.release import release
-from tests import oracle_db
+from tests import oracle_db, scratch_db
 
 TABLE = TableSchema(
     name="t",
@@ -63,7 +62,7 @@ def test_a_date_quantile_answers_a_day_and_the_fixed_sampler_the_true_one() -> N
     data += [(20, "a", None), (21, "a", dt.date(2030, 1, 1))]
     planned = plan("SELECT MIN(d) AS lo, MEDIAN(d) AS m, MAX(d) AS hi FROM t", CATALOG, epsilon=1.0, delta=0.0,
                    mechanism="laplace")
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute("CREATE TABLE t (uid BIGINT, g VARCHAR, d DATE, free DATE)")
     con.executemany("INSERT INTO t VALUES (?, ?, ?, NULL)", data)
     answer = release(con.execute(planned.sql).fetchall(), planned.analysis, planned.price, FixedSampler())

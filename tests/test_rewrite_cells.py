@@ -6,7 +6,6 @@ worth; light cells (at most k rows in the store) are summed directly and give th
 
 from __future__ import annotations
 
-import duckdb
 import pytest
 
 from proxy.query import ranked
@@ -15,6 +14,7 @@ from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.parse import parse
 from proxy.query.rewrite_cells import rewrite_cells
 from proxy.query.rewrite_ranked import rewrite_ranked, uses_rank_filter
+from tests import scratch_db
 
 
 def _table(public: bool, max_groups: int = 2) -> TableSchema:
@@ -32,7 +32,7 @@ ROWS = [(1, "a", "N", 10), (1, "a", "N", 8), (1, "a", "N", 8), (1, "a", "N", 8),
 
 
 def _run(sql: str, table: TableSchema, rows: list[tuple[object, ...]] = ROWS) -> list[tuple[object, ...]]:
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute("ATTACH ':memory:' AS src")
     con.execute("CREATE TABLE src.t (uid BIGINT, g VARCHAR, r VARCHAR, n INTEGER)")
     con.executemany("INSERT INTO src.t VALUES (?, ?, ?, ?)", rows)

@@ -17,7 +17,7 @@ from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.parse import parse
 from proxy.query.rewrite import rewrite
 from proxy.query.scope import cell_space
-from tests import oracle_db
+from tests import oracle_db, scratch_db
 
 TABLE = TableSchema(
     "t", "uid",
@@ -102,7 +102,7 @@ rows = st.lists(
 
 
 def _run(sql: str, data: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute("CREATE TABLE t (uid BIGINT, r VARCHAR, age INTEGER, x DOUBLE, g VARCHAR)")
     if data:
         con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)", data)
@@ -187,7 +187,7 @@ typed_predicates = where_clauses(TYPED_ATOMS)
 @pytest.fixture(scope="module")
 def every_cell() -> Iterator[duckdb.DuckDBPyConnection]:
     """One unit per cell of TYPED_SPACE (uid = the cell's index), each with two rows (x = 0 and x = 1)."""
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute("CREATE TABLE u (uid BIGINT, d DATE, f DOUBLE, n BIGINT, s VARCHAR, x DOUBLE)")
     axes = [a.column for a in TYPED_SPACE.axes]
     rows = []

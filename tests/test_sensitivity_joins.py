@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 
-import duckdb
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -19,7 +18,7 @@ from proxy.query.catalog import Catalog, ColumnSpec, PublicTable, TableSchema
 from proxy.query.errors import QueryError
 from proxy.query.parse import parse
 from proxy.query.rewrite import rewrite
-from tests import oracle_db
+from tests import oracle_db, scratch_db
 
 P = TableSchema("p", "uid", (
     ColumnSpec("uid", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
@@ -123,7 +122,7 @@ def test_joins_and_computed_keys_run_on_the_bounding_store(query: str) -> None:
     test_store_oracle.py; else per-query windows); a public table is copied into the store as declared."""
     from proxy.query import ranked
 
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute("ATTACH ':memory:' AS src")
     con.execute("CREATE TABLE src.p (uid BIGINT, g VARCHAR, r VARCHAR, x DOUBLE, k INTEGER)")
     con.execute("CREATE TABLE src.q (uid BIGINT, plan VARCHAR, y INTEGER)")

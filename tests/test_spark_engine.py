@@ -22,6 +22,8 @@ from typing import Any
 import duckdb
 import pytest
 
+from tests import scratch_db
+
 pytest.importorskip("pyspark")
 
 from proxy.demo import build_demo
@@ -140,7 +142,7 @@ _EDGE_DDL = ("CREATE TABLE e (uid BIGINT, s VARCHAR, f DOUBLE, d DECIMAL(10,2), 
 
 
 def _duckdb_rows(sql: str, data: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
-    con = duckdb.connect()
+    con = scratch_db.connect()
     try:
         con.execute(_EDGE_DDL)
         if data:
@@ -155,7 +157,7 @@ def _spark_rows(sql: str, data: list[tuple[object, ...]], directory: Path) -> li
     of a Spark dataset take)."""
     path = directory / f"e-{hashlib.sha256(repr(data).encode()).hexdigest()[:16]}.parquet"
     if not path.exists():
-        con = duckdb.connect()
+        con = scratch_db.connect()
         try:
             con.execute(_EDGE_DDL)
             if data:

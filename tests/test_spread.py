@@ -19,7 +19,7 @@ from proxy.query.errors import QueryError
 from proxy.query.parse import parse
 from proxy.query.release import release
 from proxy.query.rewrite import rewrite
-from tests import oracle_db
+from tests import oracle_db, scratch_db
 from tests.conftest import spend
 from tests.test_sensitivity import CATALOG, TABLE, _run, rows
 from tests.test_sensitivity import st as strategies
@@ -72,7 +72,7 @@ def _demo_table() -> tuple[TableSchema, duckdb.DuckDBPyConnection]:
     table = TableSchema("t", "uid", (ColumnSpec("uid", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True,
                         public_domain=("a", "b")), ColumnSpec("x", "DOUBLE", bounds=(0.0, 10.0)),
                         ColumnSpec("n", "INTEGER", bounds=(0, 100))), max_rows=5, max_groups=1)
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute("CREATE TABLE t (uid BIGINT, g VARCHAR, x DOUBLE, n INTEGER)")
     values = [1.5, 2.0, 7.25, 9.0, 3.5, 4.0, 0.5, 6.0]
     con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 
-import duckdb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +17,7 @@ from mechanisms.sampling import SecureSampler
 from proxy.query import plan
 from proxy.query.catalog import MAX_ABS_BOUND, Catalog, ColumnSpec, TableSchema
 from proxy.query.release import release
+from tests import scratch_db
 
 EXTREMES: dict[str, list[object]] = {
     "DOUBLE": [math.nan, math.inf, -math.inf, 2.0**53 + 2, 2.0**62, 2.0**63, -(2.0**64), 1e308, -1e308, 5e-324,
@@ -59,7 +59,7 @@ def test_no_query_fails_after_admission_on_any_data(
     picked = values.draw(st.lists(st.sampled_from(EXTREMES[type_] + [None]), min_size=1, max_size=6))
     planned = plan(shape, Catalog((table,)), epsilon=epsilon, delta=1e-7, mechanism=mechanism)  # type: ignore[arg-type]
 
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute(f"CREATE TABLE t (uid BIGINT, g VARCHAR, x {type_})")
     for i, value in enumerate(picked):
         # one heavy unit holds `heavy` copies of the value: sums of up to 5000 values at the bound pass 2^62

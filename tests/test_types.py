@@ -31,6 +31,7 @@ from proxy.query.errors import EmptyScope
 from proxy.query.parse import parse
 from proxy.query.release import release
 from proxy.query.scope import cell_space
+from tests import scratch_db
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def _table(case: Case) -> TableSchema:
 def typed(request: pytest.FixtureRequest) -> Iterator[tuple[Case, duckdb.DuckDBPyConnection]]:
     """One unit per data value, with two rows each (so bounding has something to bound)."""
     case: Case = request.param
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute(f"CREATE TABLE t (uid BIGINT, c {case.sql_type}, p {case.sql_type})")
     for uid, value in enumerate(case.data):
         for _ in range(2):
@@ -202,7 +203,7 @@ def _is_nan(value: object) -> bool:
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.sql_type in NUMERIC], ids=[c for c in IDS if c in NUMERIC])
 def test_clamped_sums_run_on_every_numeric_type(case: Case) -> None:
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute(f"CREATE TABLE t (uid BIGINT, c {case.sql_type}, p {case.sql_type})")
     for uid, value in enumerate(case.data):
         con.execute("INSERT INTO t VALUES (?, ?, ?)", [uid, value, value])
@@ -218,7 +219,7 @@ def test_clamped_sums_run_on_every_numeric_type(case: Case) -> None:
 
 
 def test_a_collated_unit_column_does_not_merge_units() -> None:
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute("CREATE TABLE t (uid VARCHAR COLLATE NOCASE, c VARCHAR, p VARCHAR)")
     con.execute("INSERT INTO t VALUES ('a', 'x', 'x'), ('A', 'x', 'x'), ('b', 'x', 'x')")
     table = TableSchema("t", "uid", (ColumnSpec("uid", "VARCHAR"), ColumnSpec("c", "VARCHAR")), max_rows=1)
@@ -229,7 +230,7 @@ def test_a_collated_unit_column_does_not_merge_units() -> None:
 
 
 def test_null_units_are_dropped_not_pooled() -> None:
-    con = duckdb.connect()
+    con = scratch_db.connect()
     con.execute("CREATE TABLE t (uid BIGINT, c VARCHAR, p VARCHAR)")
     con.execute("INSERT INTO t VALUES (NULL, 'x', 'x'), (NULL, 'y', 'y'), (1, 'x', 'x')")
     table = TableSchema("t", "uid", (ColumnSpec("uid", "BIGINT"),), max_rows=5)
