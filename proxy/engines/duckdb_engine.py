@@ -8,6 +8,7 @@ because the engine's text can depend on the data (the text goes to the server lo
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -184,6 +185,7 @@ def write_database(path: Path, statements: tuple[str, ...]) -> None:
         Path(f"{temp}.wal").unlink(missing_ok=True)
 
 
+@functools.lru_cache(maxsize=16)  # a new DuckDB instance is 40-50 ms on a small VM: once per limit and process
 def _normalised_memory_limit(memory_limit: str) -> str:
     # DuckDB reports memory_limit in its own units ("2GB" reads back as "1.8 GiB"): let it normalise ours.
     probe = duckdb.connect(":memory:", config={"enable_external_access": False, "memory_limit": memory_limit})
