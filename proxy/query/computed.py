@@ -98,7 +98,7 @@ def scalar(node: exp.Expr, names: Names) -> Scalar:
         case exp.Neg() if not isinstance(node.this, exp.Literal):
             inner = _number(node.this, names, node)
             kind = "BIGINT" if inner.kind == "integer" else "DOUBLE"
-            return Scalar(exp.Neg(this=_as(inner, kind)), kind, inner.columns)
+            return Scalar(exp.Neg(this=_operand(inner, kind)), kind, inner.columns)
         case exp.Literal() | exp.Neg() | exp.Boolean() | exp.Null():
             return constant(node)
         case exp.Date() if not node.expressions:  # DATE(x): a DATE as is, text read as a date
@@ -117,9 +117,9 @@ def scalar(node: exp.Expr, names: Names) -> Scalar:
             left, right = _numbers(node, names)
             integer = left.kind == right.kind == "integer"
             if integer:
-                result = type(node)(this=_as(left, "BIGINT"), expression=_as(right, "BIGINT"))
+                result = type(node)(this=_operand(left, "BIGINT"), expression=_operand(right, "BIGINT"))
                 return Scalar(result, "BIGINT", left.columns | right.columns)
-            result = type(node)(this=_as(left, "DOUBLE"), expression=_as(right, "DOUBLE"))
+            result = type(node)(this=_operand(left, "DOUBLE"), expression=_operand(right, "DOUBLE"))
             return Scalar(result, "DOUBLE", left.columns | right.columns)
         case exp.Floor() | exp.Ceil() | exp.Abs() if not node.args.get("decimals"):
             inner = _number(node.this, names, node)
@@ -210,6 +210,23 @@ def _as(value: Scalar, type_name: str) -> exp.Expr:
     return exp.cast(value.sql, type_name)
 
 
+def _operand(value: Scalar, type_name: str) -> exp.Expr:
+    """`value` in `type_name` as an operand of an operator, parenthesised unless atomic: sqlglot prints a tree
+    as it is (`Sub(a, Sub(b, c))` prints `a - b - c`), so precedence must be in the tree (DESIGN.md §8).
+
+    Example:
+        >>> inner = Scalar(exp.Sub(this=exp.column("a"), expression=exp.Literal.number(18)), "BIGINT", frozenset())
+        >>> exp.IntDiv(this=_operand(inner, "BIGINT"), expression=exp.Literal.number(10)).sql("duckdb")
+        '(a - 18) // 10'
+    """
+    sql = _as(value, type_name)
+    if isinstance(sql, exp.Binary | exp.Unary) and not isinstance(sql, exp.Paren):
+        return exp.Paren(this=sql)
+    if isinstance(sql, exp.Literal) and sql.this.startswith("-"):  # `a - -1` is fine, `a--1` a comment
+        return exp.Paren(this=sql)
+    return sql
+
+
 def _number(node: exp.Expr, names: Names, parent: exp.Expr) -> Scalar:
     value = scalar(node, names)
     if value.kind not in ("integer", "float", "decimal"):
@@ -256,8 +273,9 @@ def _division(node: exp.Div | exp.IntDiv, names: Names) -> Scalar:
         # integer division, truncating towards zero in both
         if not integer:
             raise UnsupportedQuery("integer division // takes integers", construct="ARITHMETIC")
-        return Scalar(exp.IntDiv(this=_as(left, "BIGINT"), expression=_as(right, "BIGINT")), "BIGINT", columns)
-    return Scalar(exp.Div(this=_as(left, "DOUBLE"), expression=_as(right, "DOUBLE")), "DOUBLE", columns)
+        return Scalar(exp.IntDiv(this=_operand(left, "BIGINT"), expression=_operand(right, "BIGINT")), "BIGINT",
+                      columns)
+    return Scalar(exp.Div(this=_operand(left, "DOUBLE"), expression=_operand(right, "DOUBLE")), "DOUBLE", columns)
 
 
 def _integer_literal(node: exp.Expr, parent: exp.Expr, low: int, high: int) -> int:
