@@ -43,8 +43,11 @@ def aggregate(node: exp.Expr, names: Names) -> Aggregate:
     argument = node.this
     table = names.table
     if isinstance(node, exp.Count):
-        if isinstance(argument, exp.Star):
-            return Aggregate("count", None)
+        if isinstance(argument, exp.Star) or _non_null_constant(argument):
+            return Aggregate("count", None)  # COUNT(1), COUNT('x'): every row, as COUNT(*) (BI tools send them)
+        if isinstance(argument, exp.Null):
+            raise UnsupportedQuery("COUNT(NULL) is 0 on any data; count rows with COUNT(*)", construct="COUNT(NULL)",
+                                   hint=AGGREGATE_HINT)
         if isinstance(argument, exp.Distinct):
             inner = argument.expressions
             is_column = len(inner) == 1 and isinstance(inner[0], exp.Column)
@@ -71,6 +74,18 @@ def aggregate(node: exp.Expr, names: Names) -> Aggregate:
             construct=function, column=spec.name, hint="declare bounds = [lo, hi] for the column",
         )
     return Aggregate("sum" if function == "SUM" else "avg", spec.name)
+
+
+def _non_null_constant(node: exp.Expr) -> bool:
+    """A literal that is never NULL (`1`, `-1`, `'x'`, `TRUE`): COUNT of it counts every row.
+
+    Example:
+        >>> from sqlglot import parse_one
+        >>> [_non_null_constant(parse_one(t)) for t in ("1", "-2.5", "'x'", "TRUE", "NULL", "a")]
+        [True, True, True, True, False, False]
+    """
+    inner = node.this if isinstance(node, exp.Neg) else node
+    return isinstance(inner, exp.Literal) or (isinstance(node, exp.Boolean))
 
 
 def inside_aggregate(node: exp.Expr, function: str) -> UnsupportedQuery:
