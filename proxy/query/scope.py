@@ -18,7 +18,7 @@ import hashlib
 import json
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -66,6 +66,7 @@ class CellSpace:
     table: str
     axes: tuple[Axis, ...]
     unit: str = ""  # the privacy unit column: cells are sets of its values
+    via: str = ""  # a join's space with an axis of the other table: the join its cells are read through (joins.py)
 
     @property
     def size(self) -> int:
@@ -74,9 +75,10 @@ class CellSpace:
     @property
     def fingerprint(self) -> str:
         """Names the space: a charge's cell numbers mean something only under the policy that made them,
-        so the ledger treats charges on another fingerprint (a changed domain) as covering every cell."""
+        so the ledger treats charges on another fingerprint (a changed domain) as covering every cell. A joined
+        space names its join: `plan` read through `users` is not `plan` read through a public table."""
         axes = [[a.column, a.ordered, [[type(v).__name__, str(v)] for v in a.values]] for a in self.axes]
-        text = json.dumps([self.table, self.unit, axes], separators=(",", ":"))
+        text = json.dumps([self.table, self.unit, axes, *([self.via] if self.via else [])], separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def axis(self, column: str) -> int | None:
@@ -117,8 +119,10 @@ class Scope:
         return CellScope.of(self.table, self.space.fingerprint, self.space.size, sorted(self.cells))
 
 
-def cell_space(table: TableSchema) -> CellSpace:
-    """The table's cell space: unit-level columns with finite domains, the largest dropped until it fits.
+def cell_space(table: TableSchema, via: str = "", foreign: Collection[str] = ()) -> CellSpace:
+    """The table's cell space: unit-level columns with finite domains, the largest dropped until it fits. For a
+    join's virtual table, `foreign` are the other table's columns and `via` names the join: a space with an axis
+    among them is the join's own (it carries `via`); without one it is the base table's space.
 
     Example:
         >>> from proxy.query.catalog import ColumnSpec, TableSchema
@@ -132,7 +136,8 @@ def cell_space(table: TableSchema) -> CellSpace:
     axes = sorted((a for c in table.columns if (a := _axis(c, table)) is not None), key=lambda a: a.column)
     while axes and math.prod(a.size for a in axes) > MAX_CELLS:
         axes.remove(max(axes, key=lambda a: a.size))
-    return CellSpace(table.name, tuple(axes), table.privacy_unit)
+    joined = via if any(a.column in foreign for a in axes) else ""
+    return CellSpace(table.name, tuple(axes), table.privacy_unit, joined)
 
 
 def _axis(column: ColumnSpec, table: TableSchema) -> Axis | None:
