@@ -4,8 +4,9 @@ A table's *cell space* is the product of its unit-level columns with a finite de
 `public_domain`, or integer `bounds`), each extended by the values outside it: OTHER for a public domain,
 BELOW and ABOVE for integer bounds (so `age < 30` and `age >= 30` stay disjoint), and NULL. Every unit lies in
 exactly one cell, because the rewrite evaluates these columns on the unit's *canonical* value, a function of
-the unit's own rows (`MIN(col) OVER (PARTITION BY unit)`), never on a row's value: disjointness is proved from
-the predicates and the policy, not assumed from the data.
+the unit's own rows (`MIN(col) OVER (PARTITION BY unit)`; in a join, over each table's own rows before the join:
+joins.canonical_source), never on a row's value: disjointness is proved from the predicates and the policy, not
+assumed from the data.
 
 A query's scope is the set of cells where its WHERE clause can be TRUE. Predicates on other columns
 restrict nothing at the unit level (they may be TRUE for some rows of any unit). The evaluation is
