@@ -23,6 +23,8 @@ from accountant.errors import UnsupportedEvent
 from accountant.filter import Accounting, Budget, Entry, Rule, Usage
 from proxy.pipeline import Env
 from proxy.policy import DatasetPolicy
+from proxy.query.catalog import Catalog, TableSchema
+from proxy.query.joins import joins_of
 from proxy.query.scope import cell_space
 from proxy.schemas import (
     AccountOut,
@@ -38,10 +40,19 @@ _LISTED_CELLS = 100
 
 
 def describer(key: tuple[str, str], dataset: DatasetPolicy | None) -> Callable[[int], dict[str, object]] | None:
-    """`CellSpace.describe` for the space `key` names, if the policy in force still has that space."""
+    """`CellSpace.describe` for the space `key` names, if the policy in force still has that space: the table's
+    own, or that of a join of it whose other table gives it an axis (joins.joins_of)."""
     table = None if dataset is None else dataset.catalog.table(key[0])
-    space = None if table is None else cell_space(table)
-    return space.describe if space is not None and space.fingerprint == key[1] else None
+    if table is None or dataset is None:
+        return None
+    return _spaces(table, dataset.catalog).get(key[1])
+
+
+@functools.lru_cache(maxsize=64)
+def _spaces(table: TableSchema, catalog: Catalog) -> dict[str, Callable[[int], dict[str, object]]]:
+    """The describers of the table's spaces by fingerprint (once per policy: a catalog is frozen)."""
+    spaces = [cell_space(table)] + [cell_space(j.table, j.via, j.foreign) for j in joins_of(table, catalog)]
+    return {space.fingerprint: space.describe for space in reversed(spaces)}  # the table's own wins a tie
 
 
 def scope_out(scope: CellScope, dataset: DatasetPolicy | None) -> ScopeOut:

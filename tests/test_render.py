@@ -61,3 +61,18 @@ def test_a_join_on_the_unit_renders_over_the_engines_names() -> None:
 def test_spark_specific_sql_inside_computed_values_and_joins_is_refused(sql: str) -> None:
     with pytest.raises(UnsupportedQuery, match="Spark runs only generated SQL"):
         render(parse_one(sql, read="spark"), TARGET)
+
+
+def test_a_scoped_join_reads_canonical_values_per_table_on_spark() -> None:
+    """Each table's canonical values are computed over its own rows before the join (issue #26): on Spark too,
+    over the engine's names, through the same check."""
+    t = TableSchema("t", "uid", (ColumnSpec("uid", "BIGINT"),
+                                 ColumnSpec("r", "VARCHAR", unit_level=True, public_domain=("N", "S"))), max_rows=2)
+    o = TableSchema("o", "uid", (ColumnSpec("uid", "BIGINT"),
+                                 ColumnSpec("p", "VARCHAR", unit_level=True, public_domain=("a", "b"))), max_rows=1)
+    planned = plan("SELECT COUNT(*) FROM t JOIN o USING (uid) WHERE o.p = 'a' AND r = 'N'", Catalog((t, o)),
+                   epsilon=1.0, delta=0.0, mechanism="laplace")
+    assert planned.tree is not None and planned.scope is not None and planned.scope.count == 1
+    sql = render(planned.tree, TARGET)
+    assert ("FROM (SELECT `uid` AS `uid`, MIN(`r`) OVER (PARTITION BY `uid`) AS `r` FROM `__dp_t`) AS __b INNER JOIN "
+            "(SELECT `uid` AS `uid`, MIN(`p`) OVER (PARTITION BY `uid`) AS `p` FROM `__dp_o`) AS __o ON") in sql

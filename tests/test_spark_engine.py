@@ -54,6 +54,11 @@ DEMO_QUERIES = (  # README and demo questions beside the benchmark's
     "SELECT category, COUNT(x.user_id) FROM (SELECT * FROM visits WHERE amount > 20) AS x GROUP BY category",
     "SELECT day, SUM(duration_s) FROM visits WHERE category LIKE 'tr%' AND region <> 'east' GROUP BY day",
     "SELECT age, COUNT(DISTINCT user_id) FROM users WHERE region IN ('north', 'south') GROUP BY age",
+    # scoped joins: each table's canonical values over its own rows, before the join (issue #26)
+    "SELECT COUNT(*), SUM(v.amount) FROM visits v JOIN users u USING (user_id) WHERE u.plan = 'pro' "
+    "AND v.region = 'north'",
+    "SELECT v.category, COUNT(*) FROM visits v LEFT JOIN users u ON v.user_id = u.user_id WHERE u.plan = 'free' "
+    "AND v.amount > 10 GROUP BY v.category",
 )
 WORKLOAD_SQL = tuple(w.sql for w in WORKLOAD) + DEMO_QUERIES
 SALTS = (1, 2**62 + 12345)

@@ -48,6 +48,11 @@ QUERIES = (
     "SELECT age, COUNT(DISTINCT user_id) FROM users WHERE region IN ('north', 'south') GROUP BY age",
     # two row-level keys: a window over each unit's cells, ranked by the keyed hash under the salt on both engines
     "SELECT category, day, COUNT(*), SUM(duration_s) FROM visits GROUP BY category, day",
+    # scoped joins on the store's canonical values: the rank filter, and per cell after a row-level WHERE
+    "SELECT COUNT(*), SUM(v.amount) FROM visits v JOIN users u USING (user_id) WHERE u.plan = 'pro' "
+    "AND v.region = 'north'",
+    "SELECT v.category, COUNT(*) FROM visits v LEFT JOIN users u ON v.user_id = u.user_id WHERE u.plan = 'free' "
+    "AND v.amount > 10 GROUP BY v.category",
 )
 
 

@@ -20,7 +20,7 @@ from proxy.query.flatten import flatten
 from proxy.query.parse import parse
 from proxy.query.price import Price, price, price_for_noise
 from proxy.query.ranked import ranked_columns
-from proxy.query.rewrite import rewrite_tree
+from proxy.query.rewrite import rewrite_tree, store_canonical
 from proxy.query.rewrite_ranked import rewrite_ranked
 
 Bounding = Literal["per_query", "store"]
@@ -183,8 +183,8 @@ def bounded_sql(analysis: Analysis, salt: int, bounding: Bounding, catalog: Cata
         # FILTER and expressions inside aggregates run the per-query windows over the store's tables instead:
         # the store is a per-unit transformation of the source (each unit's rows depend only on its own rows),
         # so bounding it per query is as private as bounding the source, and its unit-level columns already hold
-        # each unit's canonical value.
-        tree = rewrite_tree(dataclasses.replace(analysis, canonical=()), salt)
+        # each unit's canonical value (a joined public table's columns excepted: rewrite.store_canonical).
+        tree = rewrite_tree(dataclasses.replace(analysis, canonical=store_canonical(analysis)), salt)
     else:
         tree = None if bounding == "store" else rewrite_tree(analysis, salt)
     return tree, rewrite_ranked(analysis, salt) if tree is None else tree.sql(dialect="duckdb")

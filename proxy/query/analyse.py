@@ -21,7 +21,7 @@ from proxy.query.catalog import Catalog, Literal_, TableSchema
 from proxy.query.errors import PolicyError, UnsupportedQuery
 from proxy.query.expr import Expr
 from proxy.query.group_keys import group_keys
-from proxy.query.joins import join
+from proxy.query.joins import Joined, join
 from proxy.query.measures import Aggregate, Measure, measures_for
 from proxy.query.names import Names, Output, declared
 from proxy.query.refusals import AGGREGATE_HINT, unsupported_clause
@@ -60,6 +60,8 @@ class Analysis:
     canonical: tuple[str, ...] = ()  # unit-level columns read as each unit's canonical value
     computed: tuple[tuple[str, exp.Expr], ...] = ()  # computed keys: virtual column of `table`, its SQL
     source: exp.Expr | None = None  # a JOIN's virtual table (joins.py); None: the protected table itself
+    # the JOIN `source` computes: what its canonical values are read over (joins.py); `source` already names it
+    join: Joined | None = dataclasses.field(default=None, compare=False)
 
     @property
     def disjoint(self) -> bool:
@@ -124,19 +126,26 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
         partitions = "private"
     public_domains = tuple(d for d in domains if d is not None) if partitions == "public" else ()
     aggregates = tuple(names.aggregates)
-    space = cell_space(names.table)  # the declared table: computed keys are no unit attributes of their own
+    # the declared table: computed keys are no unit attributes of their own; a join's space names the join when
+    # the other table gives it an axis (its cells are read through that join: joins.py)
+    space = cell_space(names.table) if joined is None else cell_space(names.table, joined.via, joined.foreign)
     reach = scope_of(space, where_expr)
     read_keys = tuple(k for k in keys if names.table.column(k) is not None) + tuple(
         c for key in names.computed for c in sorted(key.columns))
+    canonical = canonical_columns(space, where_expr, read_keys) if canonical_units and reach.cells is not None else ()
+    if joined is not None and joined.public and any(c in joined.foreign for c in canonical) and (
+            joined.pair[0].name != joined.base.privacy_unit):
+        # a public column's canonical value is its MIN over the unit's joined rows: with the base join column
+        # canonical, those rows all meet the public rows of the unit's one key, whatever `unique` declares
+        canonical = (*canonical, joined.pair[0].name) if joined.pair[0].name not in canonical else canonical
     return Analysis(
         table=table, keys=keys, aggregates=aggregates, measures=measures_for(aggregates, table),
         outputs=outputs, where=where_expr, having=having_expr, order=ordering, limit=row_cap,
         max_groups=max_groups, partitions=partitions, domains=public_domains,
         scope=reach,
-        canonical=canonical_columns(space, where_expr, read_keys) if canonical_units and reach.cells is not None
-        else (),
+        canonical=canonical,
         computed=tuple((k.spec.name, k.sql) for k in names.computed),
-        source=None if joined is None else joined.source,
+        source=None if joined is None else joined.source, join=joined,
     )
 
 

@@ -18,6 +18,13 @@ Bounds: of two protected tables, those of the one with more rows per unit (large
 never one declared one row per unit): `users JOIN visits` counts visits under visits' bounds. Any choice is
 private: the sensitivity follows the bounds the rewrite enforces.
 
+Canonical values (docs/privacy.md §7) are a property of the unit, never of the query: `canonical_source` reads
+a base column as its MIN over the unit's rows of the base table, and a protected table's column as its MIN over
+the unit's rows of that table, each *before* the join, so an INNER join that drops some of a unit's rows cannot
+move the unit to another cell. A unit-level column of a public table is read as its MIN over the unit's joined
+rows, with the base join column itself canonical: a function of the unit's canonical key and the public table,
+whatever `unique` claims. The join's cell space names the join (`via`) when it has an axis of the other table.
+
 Example:
     >>> from sqlglot import parse_one
     >>> visits = TableSchema("visits", "user_id", (ColumnSpec("user_id", "BIGINT"),), max_rows=20)
@@ -31,6 +38,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -49,9 +57,19 @@ _HINT = ("supported: <protected> [INNER|LEFT] JOIN <public table> ON a = <its ke
 @dataclass(frozen=True, slots=True)
 class Joined:
     table: TableSchema  # the virtual table (see the module docstring)
-    source: exp.Expr  # the FROM item computing it, from declared names only
+    source: exp.Expr  # the FROM item computing it, from declared names only (no canonical values)
     qualifiers: dict[str, dict[str, str]]  # table name or alias (lower) → column (lower) → virtual column
     unqualified: dict[str, str | None]  # column (lower) → virtual column; None when two tables have it
+    base: TableSchema
+    other: TableSchema | PublicTable
+    pair: tuple[ColumnSpec, ColumnSpec]  # the ON equality: (base column, other column)
+    left_join: bool
+    foreign: dict[str, str]  # virtual column → the other table's column (its unit excepted)
+    via: str  # names the join in its cell space's fingerprint (scope.CellSpace.via)
+
+    @property
+    def public(self) -> bool:
+        return isinstance(self.other, PublicTable)
 
 
 def join(select: exp.Select, catalog: Catalog) -> Joined:
@@ -179,7 +197,7 @@ def _virtual(base: TableSchema, base_alias: str, other: TableSchema | PublicTabl
     added: list[ColumnSpec] = []
     mapping = {c.name.lower(): c.name for c in base.columns}
     other_mapping: dict[str, str] = {}
-    projections: list[exp.Expr] = [exp.Column(this=exp.Star(), table=exp.to_identifier(BASE))]
+    foreign: dict[str, str] = {}
     for spec in other.columns:
         if protected and spec.name == other.privacy_unit:  # equal to the base unit on every joined row
             other_mapping[spec.name.lower()] = base.privacy_unit
@@ -187,16 +205,12 @@ def _virtual(base: TableSchema, base_alias: str, other: TableSchema | PublicTabl
         name = spec.name if spec.name.lower() not in taken else f"{other.name}.{spec.name}"
         taken.add(name.lower())
         other_mapping[spec.name.lower()] = name
+        foreign[name] = spec.name
         virtual = dataclasses.replace(spec, name=name, unit_level=spec.unit_level if protected else
                                       spec.unit_level or unit_level)
         if not protected and not unit_level:
             virtual = dataclasses.replace(virtual, unit_level=False)
         added.append(virtual)
-        projections.append(exp.alias_(exp.column(spec.name, table=OTHER, quoted=True), name, quoted=True))
-    on = exp.EQ(this=_typed(pair[0], BASE), expression=_typed(pair[1], OTHER))
-    join = exp.Join(this=exp.table_(other.name, quoted=True, alias=OTHER), on=on,
-                    **({"side": "LEFT"} if left_join else {"kind": "INNER"}))  # built, not parsed from a join type
-    query = exp.select(*projections).from_(exp.table_(base.name, quoted=True, alias=BASE)).join(join)
     bounds = base
     if isinstance(other, TableSchema) and (base.one_row_per_unit or (other.max_rows, other.max_groups) > (
             base.max_rows, base.max_groups)) and not other.one_row_per_unit:
@@ -211,12 +225,105 @@ def _virtual(base: TableSchema, base_alias: str, other: TableSchema | PublicTabl
         else:
             unqualified[key] = name
     qualifiers = {base_alias.lower(): mapping, other_alias.lower(): other_mapping}
-    return Joined(table, exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier("__joined"))),
-                  qualifiers, unqualified)
+    # the other table's unit-level columns are read through this join: its tables and its ON (not INNER or LEFT,
+    # which only decide whether a unit with no match has rows at all: its canonical values are the same)
+    via = (f"{other.name}.{other.privacy_unit}" if isinstance(other, TableSchema) else
+           f"{other.name}.{pair[1].name} = {base.name}.{pair[0].name}")
+    joined = Joined(table, exp.Subquery(this=exp.select(exp.Star()), alias=exp.TableAlias()), qualifiers, unqualified,
+                    base, other, pair, left_join, foreign, via)
+    return dataclasses.replace(joined, source=canonical_source(joined, ()))
+
+
+def joins_of(base: TableSchema, catalog: Catalog) -> tuple[Joined, ...]:
+    """Every join a query on `base` may make whose other table can give its cell space an axis: to each protected
+    table of the same unit, on it, and to each public table on each key, through each unit-level base column (or
+    the unit) of its type family; with a public table not declared unique, its columns are row-level. What
+    reports a joined space's cells finds it by (`proxy/budget_view.py`).
+
+    Example:
+        >>> v = TableSchema("v", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("r", "VARCHAR", unit_level=True)))
+        >>> z = PublicTable("z", (ColumnSpec("r", "VARCHAR"), ColumnSpec("zone", "VARCHAR")), ("r",), unique=True)
+        >>> [j.via for j in joins_of(v, Catalog((v,), public=(z,)))]
+        ['z.r = v.r']
+    """
+    found: list[Joined] = []
+    unit = base.column(base.privacy_unit)
+    assert unit is not None
+    for other in catalog.tables:
+        spec = other.column(other.privacy_unit)
+        if other.name.lower() != base.name.lower() and spec is not None and _family(spec) == _family(unit):
+            found.append(_virtual(base, base.name, other, other.name, (unit, spec), left_join=False))
+    for public in catalog.public:
+        for key in public.keys:
+            spec = public.column(key)
+            assert spec is not None
+            found += [_virtual(base, base.name, public, public.name, (column, spec), left_join=False)
+                      for column in base.columns if (column.unit_level or column.name == base.privacy_unit)
+                      and _family(column) == _family(spec)]
+    return tuple(found)
+
+
+def canonical_source(joined: Joined, canonical: Collection[str]) -> exp.Expr:
+    """The FROM item computing the virtual table, with the virtual columns `canonical` read as each unit's
+    canonical value (the smallest, text under binary collation): a base column over the unit's rows of the base
+    table and a protected table's column over the unit's rows of that table, both *before* the join; a public
+    table's column over the unit's joined rows, after it (the analysis makes the base join column canonical
+    too, so those rows all meet the public rows of one key: analyse.py). What the join drops or multiplies
+    cannot move a unit to another cell (docs/privacy.md §7).
+
+    Example:
+        >>> from sqlglot import parse_one
+        >>> v = TableSchema("v", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("r", "VARCHAR", unit_level=True)))
+        >>> z = PublicTable("z", (ColumnSpec("r", "VARCHAR"), ColumnSpec("zone", "VARCHAR")), ("r",), unique=True)
+        >>> j = join(parse_one("SELECT COUNT(*) FROM v JOIN z USING (r)"), Catalog((v,), public=(z,)))
+        >>> print(canonical_source(j, ("r", "zone")).sql("duckdb"))
+        (SELECT "u" AS "u", "r" AS "r", "z.r" AS "z.r", MIN("zone" COLLATE "binary") OVER (PARTITION BY "u") AS "zone" \
+FROM (SELECT __b.*, "__o"."r" AS "z.r", "__o"."zone" AS "zone" FROM (SELECT "u" AS "u", MIN("r" COLLATE "binary") OVER \
+(PARTITION BY "u") AS "r" FROM "v") AS __b INNER JOIN "z" AS __o ON __b."r" COLLATE "binary" = __o."r" COLLATE \
+"binary") AS __each) AS __joined
+    """
+    base, other, pair = joined.base, joined.other, joined.pair
+    wanted = set(canonical)
+    own = {c.name for c in base.columns} & wanted
+    theirs = {joined.foreign[name] for name in wanted if name in joined.foreign}
+    projections: list[exp.Expr] = [exp.Column(this=exp.Star(), table=exp.to_identifier(BASE))]
+    projections += [exp.alias_(exp.column(column, table=OTHER, quoted=True), name, quoted=True)
+                    for name, column in joined.foreign.items()]
+    on = exp.EQ(this=_typed(pair[0], BASE), expression=_typed(pair[1], OTHER))
+    right = (_canonical(other, theirs, OTHER) if isinstance(other, TableSchema) else
+             exp.table_(other.name, quoted=True, alias=OTHER))
+    side = {"side": "LEFT"} if joined.left_join else {"kind": "INNER"}
+    join = exp.Join(this=right, on=on, **side)  # built, not parsed from a join type
+    query = exp.select(*projections).from_(_canonical(base, own, BASE)).join(join)
+    if joined.public and theirs:
+        unit = _typed(joined.table.column(base.privacy_unit), "")  # type: ignore[arg-type]
+        outer: list[exp.Expr] = []
+        for spec in joined.table.columns:
+            ref: exp.Expr = exp.column(spec.name, quoted=True)
+            if spec.name in wanted and spec.name in joined.foreign:
+                ref = exp.Window(this=exp.Min(this=_typed(spec, "")), partition_by=[unit.copy()])
+            outer.append(exp.alias_(ref, exp.to_identifier(spec.name, quoted=True), copy=False))
+        query = exp.select(*outer).from_(query.subquery("__each", copy=False), copy=False)
+    return exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier("__joined")))
+
+
+def _canonical(table: TableSchema, columns: set[str], alias: str) -> exp.Expr:
+    """`table AS alias`, or, with `columns`, its rows with those columns read as the unit's MIN over its rows."""
+    if not columns:
+        return exp.table_(table.name, quoted=True, alias=alias)
+    unit = _typed(table.column(table.privacy_unit), "")  # type: ignore[arg-type]
+    projections: list[exp.Expr] = []
+    for spec in table.columns:
+        ref: exp.Expr = exp.column(spec.name, quoted=True)
+        if spec.name in columns:
+            ref = exp.Window(this=exp.Min(this=_typed(spec, "")), partition_by=[unit.copy()])
+        projections.append(exp.alias_(ref, exp.to_identifier(spec.name, quoted=True), copy=False))
+    return exp.select(*projections).from_(exp.table_(table.name, quoted=True), copy=False).subquery(alias, copy=False)
 
 
 def _typed(spec: ColumnSpec, alias: str) -> exp.Expr:
     column = types.column(spec.name, spec.type)
-    for ref in column.find_all(exp.Column):
-        ref.set("table", exp.to_identifier(alias))
+    if alias:
+        for ref in column.find_all(exp.Column):
+            ref.set("table", exp.to_identifier(alias))
     return column

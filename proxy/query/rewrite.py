@@ -22,6 +22,7 @@ from sqlglot import exp, parse_one
 from proxy.query import types
 from proxy.query.analyse import Analysis
 from proxy.query.catalog import TableSchema
+from proxy.query.joins import canonical_source
 from proxy.query.keyed_hash import keyed_order, numbers, part_numbers_of
 from proxy.query.measures import Measure
 from proxy.query.types import Kind
@@ -150,7 +151,10 @@ def source_table(analysis: Analysis) -> exp.Expr:
 def _table(analysis: Analysis) -> exp.Expr:
     """The protected table; with unit-level columns of the cell space replaced by each unit's canonical
     value (the smallest over the unit's rows), so every unit lies in exactly one cell whatever the data
-    holds, and queries with disjoint scopes touch disjoint sets of units (docs/privacy.md §7)."""
+    holds, and queries with disjoint scopes touch disjoint sets of units (docs/privacy.md §7). A join's
+    canonical values are each taken over the unit's rows of its own table, before the join (joins.py)."""
+    if analysis.join is not None:
+        return canonical_source(analysis.join, analysis.canonical)
     table = analysis.source.copy() if analysis.source is not None else exp.table_(analysis.table.name, quoted=True)
     if not analysis.canonical:
         return table
@@ -168,6 +172,28 @@ def _table(analysis: Analysis) -> exp.Expr:
         projections.append(exp.alias_(ref, exp.to_identifier(column.name, quoted=True), copy=False))
     canonical = exp.select(*projections).from_(table, copy=False)
     return exp.Subquery(this=canonical, alias=exp.TableAlias(this=exp.to_identifier("__canon")))
+
+
+def store_canonical(analysis: Analysis) -> tuple[str, ...]:
+    """The canonical columns a query on the bounding store still computes: the store holds each unit's canonical
+    value of every unit-level column of its tables (ranked.py), but not of a public table joined to them.
+
+    Example:
+        >>> from proxy.query.parse import parse
+        >>> from proxy.query.analyse import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, PublicTable, TableSchema
+        >>> v = TableSchema("v", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("r", "VARCHAR", unit_level=True)))
+        >>> z = PublicTable("z", (ColumnSpec("r", "VARCHAR"), ColumnSpec("zone", "VARCHAR", public_domain=("a", "b"))),
+        ...     ("r",), unique=True)
+        >>> a = analyse(parse("SELECT COUNT(*) FROM v JOIN z ON v.r = z.r WHERE zone = 'a'"), Catalog((v,), public=(z,)),
+        ...     canonical_units=True)
+        >>> a.canonical, store_canonical(a)
+        (('zone', 'r'), ('zone',))
+    """
+    join = analysis.join
+    if join is None or not join.public:
+        return ()
+    return tuple(c for c in analysis.canonical if c in join.foreign)
 
 
 def inputs(measures: tuple[Measure, ...]) -> dict[int, int]:

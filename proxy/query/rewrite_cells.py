@@ -47,8 +47,9 @@ from sqlglot import exp
 from proxy.query import auto_total, ranked, types
 from proxy.query.analyse import Analysis
 from proxy.query.catalog import ColumnSpec
+from proxy.query.joins import canonical_source
 from proxy.query.measures import Measure, fixed_point
-from proxy.query.rewrite import UNITS, ranked_cells, row_value, with_computed
+from proxy.query.rewrite import UNITS, ranked_cells, row_value, store_canonical, with_computed
 
 
 def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
@@ -183,6 +184,8 @@ def store_source(analysis: Analysis) -> exp.Expr:
         >>> store_source(analyse(parse("SELECT a // 10 AS b, COUNT(*) FROM t GROUP BY b"), Catalog((t,)))).sql("duckdb")
         '(SELECT *, TRY(CAST(CAST("a" AS BIGINT) // 10 AS BIGINT)) AS "__key0" FROM "t") AS __computed'
     """
+    if analysis.join is not None:  # a joined public table's unit-level columns are no canonical values in the store
+        return with_computed(analysis, canonical_source(analysis.join, store_canonical(analysis)))
     table = analysis.source.copy() if analysis.source is not None else exp.table_(analysis.table.name, quoted=True)
     return with_computed(analysis, table)
 

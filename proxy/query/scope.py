@@ -4,8 +4,9 @@ A table's *cell space* is the product of its unit-level columns with a finite de
 `public_domain`, or integer `bounds`), each extended by the values outside it: OTHER for a public domain,
 BELOW and ABOVE for integer bounds (so `age < 30` and `age >= 30` stay disjoint), and NULL. Every unit lies in
 exactly one cell, because the rewrite evaluates these columns on the unit's *canonical* value, a function of
-the unit's own rows (`MIN(col) OVER (PARTITION BY unit)`), never on a row's value: disjointness is proved from
-the predicates and the policy, not assumed from the data.
+the unit's own rows (`MIN(col) OVER (PARTITION BY unit)`; in a join, over each table's own rows before the join:
+joins.canonical_source), never on a row's value: disjointness is proved from the predicates and the policy, not
+assumed from the data.
 
 A query's scope is the set of cells where its WHERE clause can be TRUE. Predicates on other columns
 restrict nothing at the unit level (they may be TRUE for some rows of any unit). The evaluation is
@@ -18,7 +19,7 @@ import hashlib
 import json
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -66,6 +67,7 @@ class CellSpace:
     table: str
     axes: tuple[Axis, ...]
     unit: str = ""  # the privacy unit column: cells are sets of its values
+    via: str = ""  # a join's space with an axis of the other table: the join its cells are read through (joins.py)
 
     @property
     def size(self) -> int:
@@ -74,9 +76,10 @@ class CellSpace:
     @property
     def fingerprint(self) -> str:
         """Names the space: a charge's cell numbers mean something only under the policy that made them,
-        so the ledger treats charges on another fingerprint (a changed domain) as covering every cell."""
+        so the ledger treats charges on another fingerprint (a changed domain) as covering every cell. A joined
+        space names its join: `plan` read through `users` is not `plan` read through a public table."""
         axes = [[a.column, a.ordered, [[type(v).__name__, str(v)] for v in a.values]] for a in self.axes]
-        text = json.dumps([self.table, self.unit, axes], separators=(",", ":"))
+        text = json.dumps([self.table, self.unit, axes, *([self.via] if self.via else [])], separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def axis(self, column: str) -> int | None:
@@ -117,8 +120,10 @@ class Scope:
         return CellScope.of(self.table, self.space.fingerprint, self.space.size, sorted(self.cells))
 
 
-def cell_space(table: TableSchema) -> CellSpace:
-    """The table's cell space: unit-level columns with finite domains, the largest dropped until it fits.
+def cell_space(table: TableSchema, via: str = "", foreign: Collection[str] = ()) -> CellSpace:
+    """The table's cell space: unit-level columns with finite domains, the largest dropped until it fits. For a
+    join's virtual table, `foreign` are the other table's columns and `via` names the join: a space with an axis
+    among them is the join's own (it carries `via`); without one it is the base table's space.
 
     Example:
         >>> from proxy.query.catalog import ColumnSpec, TableSchema
@@ -132,7 +137,8 @@ def cell_space(table: TableSchema) -> CellSpace:
     axes = sorted((a for c in table.columns if (a := _axis(c, table)) is not None), key=lambda a: a.column)
     while axes and math.prod(a.size for a in axes) > MAX_CELLS:
         axes.remove(max(axes, key=lambda a: a.size))
-    return CellSpace(table.name, tuple(axes), table.privacy_unit)
+    joined = via if any(a.column in foreign for a in axes) else ""
+    return CellSpace(table.name, tuple(axes), table.privacy_unit, joined)
 
 
 def _axis(column: ColumnSpec, table: TableSchema) -> Axis | None:
