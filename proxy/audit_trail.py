@@ -18,8 +18,9 @@ failure after an answer was stored (a second entry for that charge: the answer w
 What is recorded is what the route parsed, never a re-read of the raw body: the route leaves the
 `QueryRequest` it validated in `request.state.query`, and the pipeline's admit leaves the `Charge` in
 `request.state.charge`. So: the analyst holding the bearer key (authenticated again, by hash, as routes do);
-the dataset as a policy name (the request's, or the analyst's only one); the SQL as sqlglot normalises it (the
-plan's own text, `request.state.normalized_sql`, once the pipeline planned it), whose sha256 is the ledger's
+the dataset as a policy name (the request's, or the analyst's only one); the SQL as sqlglot normalises it in its
+dialect, named in a leading comment unless DuckDB's (`parse.normalised`: the plan's own text,
+`request.state.normalized_sql`, once the pipeline planned it), whose sha256 is the ledger's
 `sql_sha256` (checked for a charged request; the text as parsed when it does not parse as SQL); the decision,
 error code and charge id; and the (ε, δ) this request charged (0 for repeats and rejections). A request the
 route never parsed — no key or an unknown one (401, refused by `proxy.intake` before its body is read), a body
@@ -46,7 +47,7 @@ from proxy import errors
 from proxy.auth import AuthError, authenticate, dataset_for
 from proxy.pipeline import Env
 from proxy.query.errors import QueryError
-from proxy.query.parse import parse
+from proxy.query.parse import normalised, parse
 from proxy.schemas import QueryRequest
 
 log = logging.getLogger(__name__)
@@ -217,10 +218,10 @@ def _dialect(env: Env | None, dataset: str | None, query: QueryRequest) -> str:
 
 
 def _normalised(sql: str, dialect: str) -> str:
-    """The SQL as the pipeline normalises it (read in `dialect`, printed as DuckDB's), or the text as parsed,
-    when it does not parse."""
+    """The SQL as the pipeline normalises it (read and printed in `dialect`: parse.normalised), or the text as
+    parsed, when it does not parse."""
     try:
-        return parse(sql, dialect).sql(dialect="duckdb")
+        return normalised(parse(sql, dialect), dialect)
     except (QueryError, RecursionError):
         return _clean(sql) or ""
 

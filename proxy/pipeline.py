@@ -3,9 +3,10 @@
 A charge is committed before any result exists and is never refunded: if the engine fails afterwards, the
 charge stays and the error says so (`charged: true`). The post-admit work (execute, release, render) has
 one time limit, `query_timeout_s` from admission (proxy/deadline.py): an answer not ready by then is a
-charged `timeout` and is never released. An identical request (same analyst, dataset,
-normalised SQL and effective parameters) gets the stored release back, byte for byte, at no charge, so
-repeating a query can never average its noise away (DESIGN.md §5).
+charged `timeout` and is never released. An identical request (same analyst, dataset and
+effective parameters, and a query whose answer is the same function of the data: `repeat_identity`, whatever
+its dialect or spelling) gets the stored release back, byte for byte, at no charge, so repeating a query can
+never average its noise away (DESIGN.md §5).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from proxy.auth import dataset_for
 from proxy.deadline import Deadline
 from proxy.engine import QueryEngine
 from proxy.policy import AnalystPolicy, DatasetPolicy, Policy, check_accountable
-from proxy.query import QueryPlan, plan
+from proxy.query import QueryPlan, plan, repeat_identity
 from proxy.query.analyse import public_cells
 from proxy.query.auto_bounds import ChosenBounds
 from proxy.query.errors import InvalidParameter, PolicyError
@@ -132,7 +133,7 @@ def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int
             max_release_cells=dataset.max_release_cells,
         )
     knob = epsilon if req.noise_multiplier is None else ["noise_multiplier", req.noise_multiplier]
-    identity = json.dumps([name, planned.normalized_sql, knob, delta, mechanism])
+    identity = json.dumps([name, repeat_identity(planned, dataset.catalog), knob, delta, mechanism])
     return Prepared(dataset, budget, planned, hashlib.sha256(identity.encode()).hexdigest(), req.confidence)
 
 

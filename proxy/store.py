@@ -3,14 +3,18 @@
 Promises:
 - the deployment key is generated once (`bounding.key` beside the ledger, mode 600) and never derived from a
   query; the store's ranks are keyed by it (proxy/query/ranked.py), and the store holds only its sha256;
-- a store is named and stamped with a fingerprint of its source file (path, size, mtime, inode), the catalog,
-  the key and the store format; a store whose stamp differs, or that cannot be opened, is never used: it is
-  rebuilt (a corrupt file, one from another source or key);
+- a store is named and stamped with a fingerprint of its source as DuckDB reads it: the file (path, size, mtime,
+  ctime, inode) and its write-ahead log `<file>.wal` (the same stats, or its absence), the catalog, the key and
+  the store format; a store whose stamp differs, or that cannot be opened, is never used: it is rebuilt (a
+  corrupt file, one from another source or key). A commit that a writer left in the WAL (closed without a
+  checkpoint) changes the file's stats in no way, and DuckDB opened read-only replays it: the WAL's stats make
+  it a change, and the rebuild reads exactly the rows a query of the source would;
 - the source is attached read-only to the builder; the store is written to a temporary file and renamed into
   place, then opened read-only and hardened exactly as the source would be (proxy/engine.py);
-- `StoreEngine.refresh` (run before each admission) notices a changed source by a stat and rebuilds before the
-  next answer; a rebuild swaps the engine atomically: a query runs on one store from start to end, and an
-  old store is closed once its last query has finished.
+- `StoreEngine.refresh` (run before each admission) notices a changed source by a stat of the file and of its
+  WAL and rebuilds before the next answer (a file touched without a change is rebuilt too: its content is not
+  read); a rebuild swaps the engine atomically: a query runs on one store from start to end, and an old store
+  is closed once its last query has finished.
 """
 
 from __future__ import annotations
@@ -95,16 +99,33 @@ def _identity(catalog: Catalog, key: str) -> str:
                           ).hexdigest()
 
 
+Stats = tuple[int, int, int, int, int]  # size, mtime, ctime (ns), inode, device
+
+
 def _stamp(source: Path, identity: str) -> str:
-    stat = Path(source).stat()
-    return _stamp_of(identity, str(source), stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_dev)
+    resolved = Path(source).resolve()  # the file DuckDB opens (build_store attaches it), and so its WAL's name
+    # the WAL first: a checkpoint writes the file, then removes the WAL, so a checkpoint running meanwhile is seen
+    # as the file's new stats, never as its old stats without the WAL (the source before the commit)
+    try:
+        wal: Stats | None = _stats(Path(f"{resolved}.wal").stat())
+    except FileNotFoundError:
+        wal = None
+    return _stamp_of(identity, str(source), _stats(resolved.stat()), wal)  # no source raises, as opening it would
+
+
+def _stats(stat: os.stat_result) -> Stats:
+    """What a change to a file shows in its stats. The ctime changes with every write and every change of the
+    mtime, and cannot be set, so a copy that keeps the size and restores the mtime (`cp -p`, `rsync -t`,
+    `touch -r`) is still a change; the content is never read."""
+    return stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev
 
 
 @functools.lru_cache(maxsize=64)
-def _stamp_of(identity: str, source: str, size: int, mtime_ns: int, inode: int, device: int) -> str:
-    """The stamp of the file `source` resolves to, with these stats: computed once per stats (`refresh` runs
-    before every admission; a stat is all it costs then). A re-pointed link is another inode or device."""
-    text = json.dumps([identity, str(Path(source).resolve()), size, mtime_ns, inode])
+def _stamp_of(identity: str, source: str, main: Stats, wal: Stats | None) -> str:
+    """The stamp of the file `source` resolves to and of its WAL (None: none), with these stats: computed once
+    per stats (`refresh` runs before every admission; two stats are all it costs then). A re-pointed link is
+    another inode or device."""
+    text = json.dumps([identity, str(Path(source).resolve()), main[:4], None if wal is None else wal[:4]])
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.query import plan
+from proxy.query import plan, repeat_identity
 from proxy.query.catalog import Catalog
 from proxy.query.errors import QueryError
 from tests.catalogs import VISITS
@@ -32,7 +32,8 @@ def test_a_flattened_query_plans_as_the_direct_one(direct: str, wrapped: str) ->
     b = plan(wrapped, CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace", salt=5)
     assert b.sql == a.sql and b.price == a.price and b.scope == a.scope
     assert [o.name for o in b.analysis.outputs] == [o.name for o in a.analysis.outputs]
-    assert b.normalized_sql != a.normalized_sql  # a repeat is identified by what the analyst sent
+    assert b.normalized_sql != a.normalized_sql  # the audit records what the analyst sent
+    assert repeat_identity(b, CATALOG) == repeat_identity(a, CATALOG)  # one question: one repeat (pipeline.py)
 
 
 @pytest.mark.parametrize(("sql", "construct"), [

@@ -23,6 +23,8 @@ import pytest
 from proxy.app import build_env
 from proxy.demo import DemoFiles, build_demo
 from proxy.engine import ExecutionFailed, write_database
+from proxy.engines.spark_config import SparkSource, SparkTable
+from proxy.engines.spark_store import stamp_of
 from proxy.query import plan, ranked
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.settings import Settings
@@ -140,6 +142,119 @@ def test_a_changed_source_is_detected_and_rebuilt_before_the_next_answer(tmp_pat
         assert _exact(engine, "SELECT COUNT(DISTINCT uid) FROM t")[0][1] == 5 + 1  # 5 units, "U1" and "u1"
     finally:
         engine.close()
+
+
+def _commit(source: Path, units: int, *, checkpoint: bool) -> None:
+    """A writer appends one row for each of `units` new units and closes: with a checkpoint (the rows are in the
+    file), or without one (they are only in its write-ahead log `<file>.wal`, as after a crash or
+    `disable_checkpoint_on_shutdown`; DuckDB replays them whenever the file is opened, read-only too)."""
+    con = duckdb.connect(str(source), config={"checkpoint_threshold": "1TB"})  # no automatic checkpoint
+    try:
+        if not checkpoint:
+            con.execute("PRAGMA disable_checkpoint_on_shutdown")
+        con.execute("INSERT INTO t SELECT 'w' || range, 'a', 'N', 1.0 FROM range(?)", [units])
+    finally:
+        con.close()
+
+
+def _seen(source: Path) -> tuple[int, int]:
+    """(rows with a unit, units) of `t` as a query of the source reads it: DuckDB opened read-only."""
+    con = duckdb.connect(str(source), read_only=True)
+    try:
+        return con.execute("SELECT COUNT(uid), COUNT(DISTINCT uid) FROM t").fetchone()  # type: ignore[return-value]
+    finally:
+        con.close()
+
+
+def _held(engine: StoreEngine) -> tuple[int, int]:
+    """(rows, units) the store holds: what its answers are computed from."""
+    return engine.run("SELECT COUNT(*), COUNT(DISTINCT uid) FROM t").rows[0]  # type: ignore[return-value]
+
+
+def _file_stats(path: Path) -> tuple[int, int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino
+
+
+@pytest.mark.parametrize("checkpoint", [False, True], ids=["wal_only", "checkpointed"])
+def test_a_commit_is_rebuilt_into_the_store_whether_or_not_it_was_checkpointed(
+    tmp_path: Path, checkpoint: bool
+) -> None:
+    """Issue #26 (6): a commit left in the WAL leaves the file's size, mtime and inode as they were; the store
+    was not rebuilt and answered 1000 rows while the source held 50 000. The WAL is part of the source's stamp."""
+    source = _source(tmp_path / "src.duckdb", [(f"u{i}", "a", "N", 1.0) for i in range(1000)])
+    engine = StoreEngine("d", source, CATALOG, tmp_path)
+    try:
+        old, stats = engine.path, _file_stats(source)
+        assert _held(engine) == _seen(source) == (1000, 1000)
+        _commit(source, 49_000, checkpoint=checkpoint)
+        wal = Path(f"{source}.wal")
+        if checkpoint:
+            assert not wal.exists() and _file_stats(source) != stats
+        else:
+            assert wal.stat().st_size > 0 and _file_stats(source) == stats  # the file itself shows nothing
+        engine.refresh()
+        assert engine.path != old and not old.exists()
+        assert _held(engine) == _seen(source) == (50_000, 50_000)  # exactly what a query of the source reads
+        assert _exact(engine)[0][1] == 50_000  # the COUNT(*) answered before noise: every new row
+        path = engine.path
+        engine.refresh()
+        assert engine.path == path  # nothing changed since: no rebuild
+    finally:
+        engine.close()
+
+
+def test_a_file_rewritten_in_place_with_its_size_and_mtime_kept_is_rebuilt(tmp_path: Path) -> None:
+    """`cp -p` or `rsync -t` over the source: other rows, the same inode, size and mtime. The ctime is part of the
+    stamp (it changes with every write and cannot be set back)."""
+    source = _source(tmp_path / "src.duckdb", [(f"u{i}", "a", "N", 1.0) for i in range(1000)])
+    other = _source(tmp_path / "other.duckdb", [(f"v{i}", "b", "S", 2.0) for i in range(900)])
+    engine = StoreEngine("d", source, CATALOG, tmp_path)
+    try:
+        old, stats, times = engine.path, _file_stats(source), source.stat()
+        assert other.stat().st_size == stats[0]  # same size: DuckDB files grow by whole blocks
+        shutil.copyfile(other, source)  # in place: the same inode
+        os.utime(source, ns=(times.st_atime_ns, times.st_mtime_ns))
+        assert _file_stats(source) == stats
+        engine.refresh()
+        assert engine.path != old
+        assert _held(engine) == _seen(source) == (900, 900)
+    finally:
+        engine.close()
+
+
+def test_a_file_touched_without_a_change_is_rebuilt_into_the_same_store(tmp_path: Path) -> None:
+    """The content is never read, so a touch (a new mtime, nothing else) rebuilds the store: the same rows and
+    ranks (the deployment key is the same), at the cost of one build. Never stale is the promise, not never
+    rebuilt (docs/operations.md, Bounding store)."""
+    source = _source(tmp_path / "src.duckdb", _rows(9))
+    engine = StoreEngine("d", source, CATALOG, tmp_path)
+    try:
+        old, rows, answer = engine.path, Counter(engine.run("SELECT * FROM t").rows), _exact(engine)
+        os.utime(source)
+        engine.refresh()
+        assert engine.path != old and not old.exists()
+        assert Counter(engine.run("SELECT * FROM t").rows) == rows and _exact(engine) == answer
+    finally:
+        engine.close()
+
+
+def test_a_spark_source_rewritten_in_place_with_its_size_and_mtime_kept_is_a_change(tmp_path: Path) -> None:
+    """The Spark store's stamp (proxy/engines/spark_store.py) has the same hole and the same fix: each file's
+    ctime and inode. Stats only: no Spark runs here."""
+    table = tmp_path / "t"
+    table.mkdir()
+    part = table / "part-0.parquet"
+    part.write_bytes(b"PAR1" + b"a" * 100)
+    source = SparkSource("local[1]", (SparkTable("t", "parquet", str(table)),))
+    before, times = stamp_of(source, "id"), part.stat()
+    time.sleep(0.01)  # the ctime's clock ticks coarsely
+    part.write_bytes(b"PAR1" + b"b" * 100)
+    os.utime(part, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert _file_stats(part) == (times.st_size, times.st_mtime_ns, times.st_ino)
+    assert stamp_of(source, "id") != before
+    (table / "part-1.parquet").write_bytes(b"PAR1")
+    assert len({before, stamp_of(source, "id")}) == 2  # a file added is a change too
 
 
 def test_a_remembered_histogram_is_read_once_per_store_and_never_outlives_a_rebuild(tmp_path: Path) -> None:

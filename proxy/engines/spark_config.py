@@ -123,7 +123,7 @@ def spark_problems(loc: str, source: SparkSource, tables: tuple[TableSchema, ...
         for table in source.tables:
             if table.kind != "parquet" or "://" in table.location:
                 add(f"{loc}.spark.tables.{table.name}", 'the bounding store on Spark needs a local Parquet source '
-                    '(its changes are detected by file sizes and mtimes); use bounding = "per_query"')
+                    '(its changes are detected by file stats); use bounding = "per_query"')
 
 
 def read_spark(raw: object, loc: str, base: Path, add: Add) -> SparkSource | None:

@@ -5,9 +5,9 @@ Promises, as the DuckDB store's (proxy/store.py):
   (keyed_hash.py, `ranked.STORE_HASH`), which DuckDB and Spark compute identically: the store holds the same
   rows and ranks whichever engine builds it (tests/test_spark_store.py);
 - a store is a directory `<dataset>.spark-store-<stamp>` of one Parquet directory per table (a public table's
-  declared columns copied, as DuckDB's store copies them) and a meta file,
-  named and stamped with a fingerprint of its sources (every Parquet file's path, size and mtime), the catalog,
-  the key (by its hash) and the store format; a store whose meta differs is never used: it is rebuilt;
+  declared columns copied, as DuckDB's store copies them) and a meta file, named and stamped with a
+  fingerprint of its sources (every Parquet file's path, size, mtime, ctime and inode), the catalog, the key (by
+  its hash) and the store format; a store whose meta differs is never used: it is rebuilt;
 - it is written to a temporary directory, made read-only (files 0444, directories 0555) and renamed into
   place; queries read it through temporary views only (generated SQL has no writes: render.py);
 - `refresh` (run before each admission) notices a changed source by its files' stats and rebuilds before the
@@ -47,8 +47,11 @@ log = logging.getLogger(__name__)
 META_FILE = "_store_meta.json"
 
 
-def source_files(source: SparkSource) -> list[tuple[str, str, int, int]]:
-    """(table, file, size, mtime) of every file of the dataset's Parquet sources: what a rebuild is detected by.
+def source_files(source: SparkSource) -> list[tuple[str, str, int, int, int, int]]:
+    """(table, file, size, mtime, ctime, inode) of every file of the dataset's Parquet sources: what a rebuild is
+    detected by. A file added or removed changes the list, a file rewritten or replaced changes its stats: the
+    ctime changes with every write and every change of the mtime and cannot be set, so a file replaced in place
+    with its size and mtime kept (`cp -p`, `rsync -t`) is a change too (proxy/store.py `_stats`).
 
     Raises:
         StoreError: a table is not a local Parquet path (a catalog table or a cluster's storage cannot be
@@ -58,12 +61,13 @@ def source_files(source: SparkSource) -> list[tuple[str, str, int, int]]:
     for table in source.tables:
         if table.kind != "parquet" or "://" in table.location:
             raise StoreError(f"table {table.name}: the bounding store on Spark needs a local Parquet source "
-                             f"(its changes are detected by file sizes and mtimes), not {table.location}")
+                             f"(its changes are detected by its files' stats), not {table.location}")
         root = Path(table.location)
         found = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
         for path in found:
             stat = path.stat()
-            files.append((table.name, str(path.resolve()), stat.st_size, stat.st_mtime_ns))
+            files.append((table.name, str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns,
+                          stat.st_ino))
     return files
 
 

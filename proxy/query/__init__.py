@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from dataclasses import dataclass
 from typing import Literal
@@ -17,7 +18,7 @@ from proxy.query.auto_quantile import serves as quantiles_serve
 from proxy.query.catalog import Catalog, Mechanism
 from proxy.query.errors import EmptyScope, UnsupportedQuery
 from proxy.query.flatten import flatten
-from proxy.query.parse import parse
+from proxy.query.parse import normalised, parse
 from proxy.query.price import Price, price, price_for_noise
 from proxy.query.ranked import ranked_columns
 from proxy.query.rewrite import rewrite_tree, store_canonical
@@ -40,7 +41,7 @@ def _depth(root: exp.Expr) -> int:
 @dataclass(frozen=True, slots=True)
 class QueryPlan:
     source_sql: str
-    normalized_sql: str  # the analyst's query as sqlglot prints it: the identity of a repeat
+    normalized_sql: str  # the analyst's query as sqlglot prints it in its dialect (parse.normalised): audited
     analysis: Analysis
     sql: str  # what DuckDB runs
     price: Price
@@ -53,6 +54,46 @@ class QueryPlan:
     @property
     def sql_sha256(self) -> str:
         return hashlib.sha256(self.normalized_sql.encode()).hexdigest()
+
+
+def repeat_identity(planned: QueryPlan, catalog: Catalog) -> str:
+    """The sha256 of what a plan's answer is a function of, apart from the data and the randomness drawn for it:
+    two plans with the same identity release answers of one distribution, so the second may be answered with the
+    first's stored release (proxy/pipeline.py), and two plans whose answers can differ never share one.
+
+    The answer is `release(rows, analysis, price)` of the rows of the generated SQL, and that SQL is
+    `bounded_sql(analysis, salt, bounding, catalog)`; with `max_rows = "auto"`, the bound is chosen by `auto` first.
+    So the identity is the dataset's declarations, the analysis (the query as resolved against them: the WHERE,
+    computed keys and join rebuilt from declared columns, e.g. PostgreSQL's `age / 10` as `age // 10`; keys,
+    aggregates and their measures; the released columns, HAVING, ORDER BY and LIMIT), the price (the noise and
+    the charge), the automatic bounds and the bounding, all frozen records of tuples, numbers, text and sqlglot
+    trees, whose repr is their whole content. The salt is left out: it is drawn fresh for every answer, like the
+    noise. The text as sent and its dialect are left out too: they reach the answer only through the analysis,
+    so texts that resolve to the same analysis are one repeat whatever their dialect or spelling (a wrapping
+    subquery, `//` or PostgreSQL's integer `/`), and the same text meaning other things in two dialects is two.
+    The generated SQL alone would not do: `COUNT(*) AS a` and `COUNT(*) AS b` generate the same SQL and release
+    differently named columns.
+
+    Example:
+        >>> from proxy.query.catalog import ColumnSpec, TableSchema
+        >>> c = Catalog((TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("a", "INTEGER", bounds=(0, 99),
+        ...     unit_level=True))),))
+        >>> def key(sql, dialect="duckdb"):
+        ...     p = plan(sql, c, epsilon=1.0, delta=0.0, mechanism="laplace", salt=7, dialect=dialect)
+        ...     return repeat_identity(p, c)[:12]
+        >>> key("SELECT COUNT(*) FROM t WHERE a / 10 = 3") == key("SELECT COUNT(*) FROM t WHERE a / 10 = 3", "tsql")
+        False
+        >>> key("SELECT COUNT(*) FROM t WHERE a // 10 = 3") == key("select count(*) from t where a / 10 = 3", "tsql")
+        True
+    """
+    parts = (_declarations(catalog), planned.analysis, planned.price, planned.auto, planned.bounding)
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=16)
+def _declarations(catalog: Catalog) -> str:
+    """A dataset's declarations as text, once per catalog (it is the same object for every request)."""
+    return hashlib.sha256(repr(catalog).encode()).hexdigest()
 
 
 def ranks_serve(analysis: Analysis, catalog: Catalog | None = None) -> bool:
@@ -123,7 +164,7 @@ def plan(
     plan reports what that noise costs. With `cells` (per-cell accounting, accountant/cells.py), a query
     whose WHERE provably leaves out some cells of its table is charged only for the cells it keeps, and
     reads the cell-space columns as each unit's canonical value, so that every unit is in one cell. `dialect`
-    is the SQL dialect of `sql` (parse.DIALECTS); the normalised SQL, and so a repeat's identity, is DuckDB's.
+    is the SQL dialect of `sql` (parse.DIALECTS); the normalised SQL is printed in it (parse.normalised).
     `conversion` is how Gaussian noise is calibrated and converted to (ε, δ): "gdp" on a dataset under the
     gdp rule (the proven μ-GDP bound of the discrete Gaussian), "zcdp" otherwise (`price.price`).
     With `bounding = "store"` the SQL reads the dataset's bounding store (proxy/query/rewrite_ranked.py).
@@ -171,7 +212,7 @@ def plan(
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,
                                  conversion=conversion)
     tree, sql_text = bounded_sql(analysis, salt, bounding, catalog)
-    return QueryPlan(sql, parsed.sql(dialect="duckdb"), analysis, sql_text, priced, scope, tree, chooser, salt,
+    return QueryPlan(sql, normalised(parsed, dialect), analysis, sql_text, priced, scope, tree, chooser, salt,
                      bounding)
 
 

@@ -56,3 +56,19 @@ def parse(text: str, dialect: str = "duckdb") -> exp.Select:
             construct=construct,
         )
     return statement
+
+
+def normalised(tree: exp.Select, dialect: str = "duckdb") -> str:
+    """The query as the audit log records it (and the ledger's `sql_sha256` hashes): sqlglot's normal form, printed
+    in the dialect it was read in, after a comment naming that dialect unless it is DuckDB's. Printed as DuckDB's
+    instead, a query would read as another one: PostgreSQL's `age / 10` divides integers, DuckDB's divides reals,
+    and sqlglot prints both as `age / 10`.
+
+    Example:
+        >>> normalised(parse("select count(*) from visits where age / 10 = 3", "postgres"), "postgres")
+        '/* postgres */ SELECT COUNT(*) FROM visits WHERE age / 10 = 3'
+        >>> normalised(parse("select count(*) from visits where age // 10 = 3"))
+        'SELECT COUNT(*) FROM visits WHERE age // 10 = 3'
+    """
+    text = tree.sql(dialect=dialect)
+    return text if dialect == "duckdb" else f"/* {dialect} */ {text}"
