@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from proxy.query import types
 from proxy.query.expr import Agg, Key
+from proxy.query.measures import measures_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,7 +57,7 @@ _METADATA = ("charge", "noise", "partitions", "budget", "dataset")
 # from ASVS 1.2.10, the full-width forms because some spreadsheets fold them to the ASCII ones
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\0", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 _COUNTS = ("count", "count_column", "count_units")
-_SPREADS = ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
+_MEANS = ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
 
 
 def negotiated(accept: str | None) -> str | None:
@@ -165,12 +166,10 @@ def _output_type(analysis: Analysis, expr: object) -> str | None:
 
 
 def _aggregate_type(analysis: Analysis, index: int) -> str | None:
-    from proxy.query.measures import measures_of
-
     aggregate = analysis.aggregates[index]
     if aggregate.kind in _COUNTS:
         return "BIGINT"
-    if aggregate.kind in _SPREADS:
+    if aggregate.kind in _MEANS:
         return "DOUBLE"
     first = measures_of(aggregate, analysis.table)[0]
     if aggregate.kind == "sum":  # release._estimates: the noisy integer, divided by its grid unless 1

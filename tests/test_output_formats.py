@@ -91,6 +91,8 @@ max_groups = 1
 max_rows = 1
 columns.uid = {{ type = "BIGINT" }}
 columns.x = {{ type = "INTEGER", bounds = [-1000, 1000] }}
+columns.y = {{ type = "INTEGER", bounds = [0, 10] }}
+columns.dd = {{ type = "DATE", bounds = [2024-01-01, 2024-01-31] }}
 {columns}
 
 [analysts.ana]
@@ -110,7 +112,8 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
         cases = " ".join(f"WHEN {j} THEN {_sql_literal(type_name, v)}" for j, v in enumerate(values))
         selects.append(f"CASE i % {len(values)} {cases} END AS {_column(type_name)}")
     write_database(directory / "wide.duckdb", (
-        f"CREATE TABLE t AS SELECT i AS uid, CAST(i % 7 - 3 AS INTEGER) AS x, {', '.join(selects)} "
+        f"CREATE TABLE t AS SELECT i AS uid, CAST(i % 7 - 3 AS INTEGER) AS x, CAST(i % 11 AS INTEGER) AS y, "
+        f"DATE '2024-01-01' + CAST(i % 30 AS INTEGER) AS dd, {', '.join(selects)} "
         f"FROM range({people}) r(i)",
     ))
     (directory / "policy.toml").write_text(_policy())
@@ -195,6 +198,21 @@ def test_a_ubigint_key_past_2_63_answers_as_arrow_on_the_first_request(client: h
     table = pa.ipc.open_stream(response.content).read_all()
     assert table.schema.field("big").type == pa.uint64()
     assert sorted(table.column("big").to_pylist()) == [2**63 + 7, 2**64 - 1]
+
+
+def test_every_aggregate_kind_is_released_in_its_declared_arrow_type(client: httpx.Client) -> None:
+    sql = ("SELECT COUNT(*) AS n, COUNT(DISTINCT uid) AS u, SUM(x) AS s, AVG(x) AS a, VAR_POP(x) AS v, "
+           "STDDEV(x) AS sd, MEDIAN(x) AS m, MEDIAN(y) AS my, QUANTILE_CONT(y, 0.9) AS qy, MIN(dd) AS first, "
+           "MEDIAN(dd) AS mid FROM t")
+    response = _ask(client, sql, ARROW)
+    assert response.status_code == 200, response.text
+    table = pa.ipc.open_stream(response.content).read_all()
+    assert {f.name: str(f.type) for f in table.schema} == {
+        "n": "int64", "u": "int64", "s": "int64", "a": "double", "v": "double", "sd": "double",
+        "m": "double",  # a 1 001-point grid over [-1000, 1000]: grid values are not whole numbers
+        "my": "int64", "qy": "int64",  # every integer of [0, 10] is a grid point
+        "first": "date32[day]", "mid": "date32[day]"}
+    assert [[_as_json(v) for v in row.values()] for row in table.to_pylist()] == _ask(client, sql).json()["rows"]
 
 
 # --- to_arrow and to_csv are total: any JSON value under any declared type --------------------------------
