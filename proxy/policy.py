@@ -160,6 +160,7 @@ def _policy(raw: _Raw, base: Path, p: _Problems) -> Policy | None:
         if analyst.key_sha256 in owners:
             p.add(f"analysts.{analyst.name}.key_sha256", f"same key as analysts.{owners[analyst.key_sha256]}")
         owners.setdefault(analyst.key_sha256, analyst.name)
+    _shared_sources(datasets, p)
     masters = sorted({d.spark.master for d in datasets if d.spark is not None})
     if len(masters) > 1:  # one Spark session per server process
         p.add("datasets", f"all Spark datasets of one policy must use one master, got {', '.join(masters)}")
@@ -167,6 +168,66 @@ def _policy(raw: _Raw, base: Path, p: _Problems) -> Policy | None:
         return None
     return Policy(datasets, analysts, ledger)
 
+
+
+def _shared_sources(datasets: tuple[DatasetPolicy, ...], p: _Problems) -> None:
+    """Refuse two datasets over one file (or one Spark source): each would have its own budgets and dataset
+    total, so the same people would be charged under two totals of ε (and on DuckDB, a `per_query` dataset
+    and another over the same file cannot both open it). Files compare as the file itself: symlinks and
+    relative spellings resolved, hard links by inode; a Parquet directory also meets every file under it."""
+    seen: list[tuple[str, str, _Source]] = []  # (dataset, its location in the file, the source)
+    for dataset in datasets:
+        for loc, source in _sources(dataset):
+            other = next(((name, at) for name, at, s in seen if name != dataset.name and _overlap(s, source)), None)
+            if other is not None:
+                p.add(loc, f"reads {source.shown}, which datasets.{other[0]} reads too ({other[1]}): two datasets "
+                      "over the same data would each have their own budgets and dataset total, so one person "
+                      f"could be charged twice the ε under two totals; declare one dataset for it (datasets.{other[0]} "
+                      f"and datasets.{dataset.name} cannot share a source)")
+            seen.append((dataset.name, loc, source))
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    shown: str  # as the message names it
+    path: Path | None  # a resolved local path, or None for a catalog table or a cluster's URI
+    inode: tuple[int, int] | None  # (device, inode) of a local file
+    name: str | None  # a catalog table (lower case) or a URI, compared as text
+
+
+def _sources(dataset: DatasetPolicy) -> list[tuple[str, _Source]]:
+    loc = f"datasets.{dataset.name}"
+    if dataset.spark is None:
+        return [(f"{loc}.path", _local(dataset.path))]
+    out = []
+    for table in dataset.spark.tables:
+        at = f"{loc}.spark.tables.{table.name}"
+        if table.kind == "table":
+            out.append((at, _Source(f"table {table.location}", None, None, f"table:{table.location.lower()}")))
+        elif "://" in table.location:
+            out.append((at, _Source(table.location, None, None, "uri:" + table.location.rstrip("/"))))
+        else:
+            out.append((at, _local(Path(table.location))))
+    return out
+
+
+def _local(path: Path) -> _Source:
+    resolved = path.resolve()
+    try:
+        status = resolved.stat()
+    except OSError:  # reported where the path was read
+        return _Source(str(resolved), resolved, None, None)
+    return _Source(str(resolved), resolved, (status.st_dev, status.st_ino), None)
+
+
+def _overlap(a: _Source, b: _Source) -> bool:
+    """One file, or one inside the other (a Parquet directory and a file in it)."""
+    if a.name is not None or b.name is not None:
+        return a.name == b.name
+    if a.inode is not None and a.inode == b.inode:
+        return True
+    assert a.path is not None and b.path is not None
+    return a.path == b.path or a.path in b.path.parents or b.path in a.path.parents
 
 
 def _analyst(name: str, raw: _Raw, datasets: set[str], p: _Problems) -> AnalystPolicy | None:

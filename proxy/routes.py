@@ -117,8 +117,12 @@ async def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: 
         request.state.charge_id = charge.id
         request.state.charge = charge
 
+    wanted = output_formats.negotiated(request.headers.get("accept"))  # CSV or Arrow from the same JSON answer
+
     def planned(prepared: Prepared) -> None:
         request.state.normalized_sql = prepared.plan.normalized_sql  # the audit trail records it as it is
+        if wanted == output_formats.ARROW:  # the Arrow schema follows the declared types, not the values
+            request.state.column_types = output_formats.column_types(prepared.plan.analysis)
 
     def work(deadline: Deadline) -> Reply:
         return reply(body, analyst, env, admitted, lambda answer: _render(answer, env), deadline,
@@ -129,12 +133,12 @@ async def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: 
     result: Reply = await _run(request, analyst, work, env)
     request.state.audited = not result.repeat  # its entry committed with the release: AuditTrail skips it
     headers = {"X-DP-Repeat": str(result.repeat).lower(), "X-DP-Charge-Id": result.charge_id}
-    wanted = output_formats.negotiated(request.headers.get("accept"))  # CSV or Arrow from the same JSON answer
     if wanted == output_formats.CSV:
         text, metadata = output_formats.to_csv(result.body)
         return Response(text, media_type="text/csv; charset=utf-8", headers={**headers, **metadata})
     if wanted == output_formats.ARROW:
-        return Response(output_formats.to_arrow(result.body), media_type=wanted, headers=headers)
+        arrow = output_formats.to_arrow(result.body, getattr(request.state, "column_types", ()))
+        return Response(arrow, media_type=wanted, headers=headers)
     return Response(result.body, media_type="application/json", headers=headers)
 
 

@@ -292,3 +292,22 @@ def test_secure_release_is_total_on_the_extremes() -> None:
     planned = plan("SELECT COUNT(*) AS n FROM t", Catalog((table,)), epsilon=1.0, delta=0.0, mechanism="laplace")
     out = release([(2**70, 2**100)], planned.analysis, planned.price, SecureSampler())
     assert out.rows[0][0] > 2**61
+
+
+@pytest.mark.parametrize("type_name", ["DECIMAL(38,20)", "DECIMAL(38,10)", "DECIMAL(29,11)", "DECIMAL(38,0)"])
+def test_a_wide_decimals_range_is_exact_so_a_literal_at_its_edge_never_fails_after_admission(type_name: str) -> None:
+    """Regression: types.grid computed DECIMAL(p,s)'s largest value in Decimal's default 28 digits, rounding
+    10^18 - 10^-20 (DECIMAL(38,20)) up to 10^18; `d <= 1000000000000000000` then planned as in range and was
+    admitted, and DuckDB failed on CAST('1000000000000000000' AS DECIMAL(38,20)): a charged execution_failed."""
+    precision, scale = (int(x) for x in type_name[8:-1].split(","))
+    _, low, high = types.grid(type_name)  # type: ignore[misc]
+    assert high == Decimal(f"{10**precision - 1}E-{scale}") and low == -high  # the constructor is exact
+    edge = min(Decimal(10) ** (precision - scale), Decimal(10) ** 18)  # the parser reads |x| <= 1e18
+    table = TableSchema("t", "uid", (ColumnSpec("uid", "BIGINT"), ColumnSpec("d", type_name, unit_level=True)))
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t (uid BIGINT, d {type_name})")
+    con.execute("INSERT INTO t VALUES (1, 1), (2, NULL)")
+    for op in ("<=", "<", ">=", ">", "=", "<>"):
+        planned = plan(f"SELECT COUNT(*) AS n FROM t WHERE d {op} {edge}", Catalog((table,)), epsilon=1.0,
+                       delta=1e-6, mechanism="laplace", bounding="per_query")
+        con.execute(planned.sql).fetchall()

@@ -90,7 +90,7 @@ def grid(type_name: str) -> tuple[int, Decimal, Decimal] | None:
     name = normalize(type_name)
     if name.startswith("DECIMAL"):
         precision, scale = (int(x) for x in name[8:-1].split(","))
-        top = Decimal(10**precision - 1).scaleb(-scale)
+        top = Decimal(10**precision - 1).scaleb(-scale, context=_LOOSE)  # exact: 28 digits would round p > 28 up
         return scale, -top, top
     if name in _INTEGER_BITS:
         bits = _INTEGER_BITS[name]
