@@ -9,14 +9,22 @@ An error that depends on one person's value after the charge is a one-bit leak p
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
 
+import duckdb
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mechanisms.sampling import SecureSampler
-from proxy.query import plan
+from proxy import auto_run, pipeline
+from proxy.engines.duckdb_engine import Engine
+from proxy.query import QueryPlan, plan
 from proxy.query.catalog import MAX_ABS_BOUND, Catalog, ColumnSpec, TableSchema
 from proxy.query.release import release
+from proxy.store import StoreEngine
 from tests import scratch_db
 
 EXTREMES: dict[str, list[object]] = {
@@ -68,3 +76,102 @@ def test_no_query_fails_after_admission_on_any_data(
     out = release(rows, planned.analysis, planned.price, SecureSampler())  # noise: no range error
     assert out.columns
     con.close()
+
+
+# --- issue #26: no sum or cast past 2^63 after admission, on every engine and every path ------------------------
+#
+# Within the loader's limits (max_rows <= 10 000, clamp bounds within ±1e15) one unit's cell reaches
+# k·1e15 = 10^19 > 2^63, and a sum over units passes 2^63 from 9224 units at 1e15. Every path must answer, and
+# answer exactly where no bound binds.
+
+K = 10_000  # the loader's largest max_rows
+TOP = int(MAX_ABS_BOUND)  # the loader's largest clamp bound
+SPREAD = 2**20  # VAR's widest accepted range is 2^21 units: squares reach 2^40 per row
+TOTALITY = TableSchema("t", "uid", (
+    ColumnSpec("uid", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
+    ColumnSpec("x", "BIGINT", bounds=(-MAX_ABS_BOUND, MAX_ABS_BOUND)),
+    ColumnSpec("a", "BIGINT", bounds=(0, MAX_ABS_BOUND), auto_bounds=True),  # SUM(a): a per-unit L1 cap (§10.2)
+    ColumnSpec("v", "BIGINT", bounds=(-SPREAD, SPREAD)),
+), max_rows=K, max_groups=2)
+COLUMNS = "uid BIGINT, g VARCHAR, x BIGINT, a BIGINT, v BIGINT"
+# group 'a': two heavy units (k + 1 rows at +1e15 and at -1e15); 'b': one heavy unit and a light one;
+# 'c': ten light units of 1000 rows at 1e15 (10^19 in all, no bound binds); 'd': 9224 one-row units at 1e15
+# (9.224e18 > 2^63 − 1, no bound binds). Light values are within their bounds: those sums must stay exact.
+SOURCE = (
+    f"SELECT 1 AS uid, 'a' AS g, {TOP} AS x, {TOP} AS a, {SPREAD} AS v FROM range({K + 1})",
+    f"SELECT 2, 'a', -{TOP}, {TOP}, -{SPREAD} FROM range({K + 1})",
+    f"SELECT 3, 'b', {TOP}, {TOP}, {SPREAD} FROM range({K + 1})",
+    "SELECT 4, 'b', 7, 9, 3 FROM range(3)",
+    f"SELECT 10 + range // 1000, 'c', {TOP}, {TOP}, {SPREAD} FROM range(10000)",
+    f"SELECT 100 + range, 'd', {TOP}, {TOP}, -{SPREAD} FROM range(9224)",
+)
+EXACT = {"c": 10 * 1000 * TOP, "d": 9224 * TOP}  # SUM(x) where no bound binds: past 2^63, exact
+PATHS = {  # query -> what it must run through on the store (the per-query rewrite runs each too)
+    "SELECT g, COUNT(*) AS n, SUM(x) AS s, AVG(x) AS m FROM t GROUP BY g": "rank filter",
+    "SELECT g, COUNT(*) AS n, SUM(x) AS s, AVG(x) AS m FROM t WHERE x <> 0 GROUP BY g": "per cell",
+    "SELECT SUM(x) AS s FROM t WHERE x > 0": "per cell",  # issue #26 item 3, exactly
+    "SELECT g, SUM(a) AS s FROM t GROUP BY g": "cap histogram, rank filter",
+    "SELECT g, SUM(a) AS s FROM t WHERE x <> 0 GROUP BY g": "cap histogram, per cell",
+    "SELECT g, VAR_POP(v) AS var FROM t GROUP BY g": "per-query windows on the store",
+}
+
+
+def _answer(planned: QueryPlan, engine: Any) -> list[tuple[object, ...]]:
+    """What the pipeline does after the charge (proxy/pipeline.py, auto_run.py): the selection, the query at
+    the chosen bounds, the release. Returns the exact rows."""
+    sampler = SecureSampler()
+    if planned.auto is not None:
+        chosen = auto_run.choose(planned, engine, auto_run.selection_text(planned, engine), sampler, 600)
+        planned = auto_run.plan_at(planned, chosen)
+    rows = engine.run(pipeline.engine_sql(planned, engine), 600).rows
+    assert release(rows, planned.analysis, planned.price, sampler).columns
+    return [tuple(int(v) if isinstance(v, Decimal) else v for v in row) for row in rows]
+
+
+def _plan(sql: str, bounding: str) -> QueryPlan:
+    return plan(sql, Catalog((TOTALITY,)), epsilon=1.0, delta=1e-7, mechanism="laplace", salt=5,
+                bounding=bounding)  # type: ignore[arg-type]
+
+
+def _plain(sql: str, engine: Any) -> dict[str, int]:
+    return {g: int(s) for g, s in engine.run(sql, 600).rows}
+
+
+@pytest.fixture(scope="module")
+def duckdb_engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    directory = tmp_path_factory.mktemp("totality")
+    with duckdb.connect(str(directory / "t.duckdb")) as con:
+        con.execute(f"CREATE TABLE t ({COLUMNS})")
+        for select in SOURCE:
+            con.execute(f"INSERT INTO t {select}")
+    engines = {"per_query": Engine(directory / "t.duckdb", timeout_s=600),
+               "store": StoreEngine("t", directory / "t.duckdb", Catalog((TOTALITY,)), directory, timeout_s=600,
+                                    memory_limit="1GB")}
+    yield engines
+    for engine in engines.values():
+        engine.close()
+
+
+@pytest.mark.parametrize("bounding", ["store", "per_query"])
+@pytest.mark.parametrize("sql", list(PATHS))
+def test_duckdb_answers_every_path_at_the_loaders_limits(duckdb_engines: dict[str, Any], sql: str,
+                                                         bounding: str) -> None:
+    rows = _answer(_plan(sql, bounding), duckdb_engines[bounding])
+    assert rows
+    if "SUM(x)" in sql and sql.startswith("SELECT g"):  # exact where no bound binds, past 2^63
+        sums = {row[0]: row[3] for row in rows}
+        assert {g: sums[g] for g in EXACT} == EXACT == {
+            g: s for g, s in _plain("SELECT g, SUM(x) FROM t GROUP BY g", duckdb_engines["per_query"]).items()
+            if g in EXACT}
+        # a heavy unit's cell is k rows' worth: 'b' holds 10^19 + 21 on the rank filter and per cell alike
+        assert sums["b"] == K * TOP + 21 and sums["a"] == 0
+
+
+def test_one_heavy_unit_answers_on_the_store_per_cell_path(duckdb_engines: dict[str, Any]) -> None:
+    """Issue #26 item 3: the per-cell path cast k·total/n to BIGINT before clamping it, so one unit of more than
+    k rows at 1e15 made the query a charged `execution_failed` (Conversion Error: 1e+19 out of range for INT64)."""
+    planned = _plan("SELECT SUM(x) AS s FROM t WHERE x > 0", "store")
+    assert "__n <= 10000" in planned.sql  # the per-cell path
+    [(_, total)] = _answer(planned, duckdb_engines["store"])
+    # unit 1 and unit 3: k rows' worth each (10^19); unit 4: 21; 'c' and 'd' exact
+    assert total == 2 * K * TOP + 21 + EXACT["c"] + EXACT["d"]
