@@ -249,3 +249,28 @@ def test_spark_answers_every_path_as_duckdb_does(spark_engines: dict[str, Any], 
     assert on_spark == _answer(planned, duckdb_engines[bounding]), sql
     if "g = 'd'" in sql:
         assert on_spark == [(9224, EXACT["d"])]  # 9224 units, their exact sum
+
+
+def test_the_premises_of_the_totality_argument_hold() -> None:
+    """docs/privacy.md §8.8 bounds every value after admission from these limits: raising one must fail here
+    first, not after a charge."""
+    from proxy.query import auto_total, rewrite_cells
+    from proxy.query.measures import MAX_SPREAD_STEPS, fixed_point
+
+    # P1: a grid value is within 2^50 for every bound the loader accepts (fine grids: within 2^30)
+    for lo, hi, type_ in ((-MAX_ABS_BOUND, MAX_ABS_BOUND, "BIGINT"), (-MAX_ABS_BOUND, MAX_ABS_BOUND, "DOUBLE"),
+                          (0.0, 2.0**-40, "DOUBLE"), (-1e-300, 5e-324, "DOUBLE"), (0.5, 2.0**30 + 1, "DOUBLE")):
+        _, glo, ghi = fixed_point(ColumnSpec("x", type_, bounds=(lo, hi)))
+        assert max(abs(glo), abs(ghi)) <= 2**50
+    with pytest.raises(ValueError, match="within"):
+        ColumnSpec("x", "BIGINT", bounds=(0, MAX_ABS_BOUND * 1.01))
+    # P2: max_rows and max_groups at most 10^4
+    with pytest.raises(ValueError, match="10000"):
+        TableSchema("t", "uid", (ColumnSpec("uid", "BIGINT"),), max_rows=10_001)
+    # P3, P4: squares on at most 2^21 steps; caps at most 2^62
+    assert MAX_SPREAD_STEPS == 2**21 and auto_total.MAX_CAP == 2**62
+    # the per-cell cast: k rows' worth of the widest centred value (2^51) lies within its DOUBLE clamp, which
+    # both HUGEINT and Spark's DECIMAL(38, 0) hold
+    assert 10_000 * 2**51 < rewrite_cells.CAST_LIMIT < 10**38
+    # P5 with P1-P2: fewer than 2^63 rows, each adding at most 2^51, never reach DECIMAL(38, 0)'s or HUGEINT's limit
+    assert 2**63 * 2**51 < 10**38 < 2**127
