@@ -362,7 +362,10 @@ def with_targets(chooser: AutoBounds, analysis: Analysis, priced: Price) -> Auto
             j = next(j for j, m in enumerate(analysis.measures) if m.kind == "sum" and m.column == part.column)
             spec = next(n for n in priced.noise if n.measure == j)
             epsilon = laplace.epsilon(spec.sensitivity, spec.scale)
-            part = dataclasses.replace(part, q=float(auto_total.target_above(groups, epsilon)))
+            # a sum of sensitivity 0 (bounds that round to 0 on the grid, as ±1e-300) is 0 whatever the cap: any
+            # target serves, and t = 0 keeps the planner from dividing by its ε of 0
+            target = auto_total.target_above(groups, epsilon) if epsilon > 0 else 0
+            part = dataclasses.replace(part, q=float(target))
         parts.append(part)
     return dataclasses.replace(chooser, parts=tuple(parts))
 

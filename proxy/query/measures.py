@@ -1,9 +1,10 @@
 """Aggregates and the integer measures DuckDB computes for them, with per-group sensitivities.
 
 Every noised quantity is an integer: counts are, and sums are taken over values clamped and scaled to a
-fixed-point grid, so DuckDB adds integers exactly (no floating-point summation error, no overflow below
-2^63) and the noise is discrete (DESIGN.md §2, §5). Per-group sensitivities, add/remove adjacency, after
-the rewrite keeps at most `max_rows` rows per unit and group:
+fixed-point grid (|value| <= 2^50), so the engine adds integers exactly (no floating-point summation error), in
+HUGEINT on DuckDB and DECIMAL(38, 0) on Spark, which no sum of fewer than 2^63 rows can overflow
+(docs/privacy.md §8.8), and the noise is discrete (DESIGN.md §2, §5). Per-group sensitivities, add/remove
+adjacency, after the rewrite keeps at most `max_rows` rows per unit and group:
     rows, values      max_rows                     (COUNT(*), COUNT(col))
     units             1                            (COUNT(DISTINCT unit))
     sum               max_rows · max(|lo|, |hi|)   (SUM, grid units)
@@ -29,7 +30,7 @@ AggregateKind = Literal["count", "count_column", "count_units", "sum", "avg", "q
 MeasureKind = Literal["rows", "values", "units", "sum", "centred_sum", "histogram", "centred_squares"]
 SPREAD_KINDS = ("var_pop", "var_samp", "stddev_pop", "stddev_samp")
 
-GRID_BITS = 30  # a clamped value spans at most 2^30 grid steps: sums of 2^33 rows stay below 2^63
+GRID_BITS = 30  # a fine grid spans at most 2^30 steps (an integer column with integral bounds keeps grid 1: 1e15)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +149,8 @@ def spread_grid(spec: ColumnSpec) -> tuple[int, int, int]:
     if integral and hi - lo <= MAX_SPREAD_STEPS:
         return 1, int(lo), int(hi)
     width = hi - lo
-    bits = 0 if width == 0 else max(0, min(50, math.floor(math.log2(SPREAD_STEPS / width))))
+    ratio = SPREAD_STEPS / width if width else 1.0  # inf for a width of 1e-310: the finest grid, 2^50
+    bits = 50 if math.isinf(ratio) else max(0, min(50, math.floor(math.log2(ratio))))
     grid = 2**bits
     return grid, math.ceil(lo * grid), math.floor(hi * grid)
 

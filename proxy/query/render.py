@@ -16,6 +16,11 @@ meaning-preserving rewrites, so both engines compute the same rows before noise:
   the keyed hash on both engines);
 - hexadecimal text read as an integer (the keyed hash's MD5 digits, keyed_hash.py) is `CAST('0x' || h AS
   BIGINT)` on DuckDB and `CAST(CONV(h, 16, 10) AS BIGINT)` on Spark;
+- every SUM adds DECIMAL(38, 0) on Spark, `SUM(CAST(x AS DECIMAL(38, 0)))`: Spark's SUM of a BIGINT is a BIGINT
+  that fails under ANSI mode past 2^63 (9224 units at 1e15), where DuckDB's is a HUGEINT. Every SUM the rewrite
+  emits adds integers (grid values, counts, bounded cell totals), so the cast is exact, and no sum of them can
+  reach 10^38 (docs/privacy.md §8, Totality); DuckDB's HUGEINT (a per-cell total scaled by k / n) is Spark's
+  DECIMAL(38, 0);
 - each declared table is read through the engine's own name for it (a temporary view per dataset).
 sqlglot's Spark generator writes QUALIFY as a filtered subquery and NULLS LAST where Spark's default differs.
 
@@ -84,6 +89,7 @@ _TRY_FORMS: dict[type[exp.Expr], str] = {exp.Add: "try_add", exp.Sub: "try_subtr
 _SAFE_FUNCTIONS = frozenset({*_TRY_FORMS.values(), "CONV", "HASH"})  # the only functions by name Spark is given
 DOUBLE_MAX = "1.7976931348623157E308"
 WHOLE = 2**52  # every DOUBLE at least this large in magnitude is a whole number
+WIDE = exp.DataType.build("DECIMAL(38, 0)")  # Spark's widest integer: what every SUM adds there
 
 
 def render(tree: exp.Expr, target: Target, *, fresh: bool = False) -> str:
@@ -209,9 +215,19 @@ def _for_spark(node: exp.Expr, tables: dict[str, str]) -> exp.Expr:
         return inner.transform(_for_spark, tables)
     if isinstance(node, exp.Anonymous) and node.name.upper() == "HASH":  # auto_clamp's sample of a unit's values
         return exp.Anonymous(this="XXHASH64", expressions=node.expressions)
+    if isinstance(node, exp.Sum) and not _is_wide(node.this):  # an integer sum that cannot fail (module docstring)
+        node.set("this", exp.cast(node.this, WIDE.copy(), copy=False))
+        return node
+    if isinstance(node, exp.DataType) and node.is_type(exp.DataType.Type.INT128):
+        return WIDE.copy()
     if isinstance(node, exp.Table) and node.name.lower() in tables:
         return exp.Table(this=exp.to_identifier(tables[node.name.lower()], quoted=True), alias=node.args.get("alias"))
     return node
+
+
+def _is_wide(node: exp.Expr) -> bool:
+    """Whether `node` is already a DECIMAL(38, 0) (the store's unit totals are built so: ranked.py)."""
+    return isinstance(node, exp.Cast) and node.to == WIDE
 
 
 def _is_hex(node: exp.Expr) -> bool:

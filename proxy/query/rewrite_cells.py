@@ -8,7 +8,8 @@ store path aggregates them per cell (unit, group) and bounds each cell's totals 
     result    per group: the cells' totals, each scaled to at most `max_rows` rows and clamped
 
 A cell of n rows contributes what keeping `k = max_rows` of its rows contributes on average: LEAST(n, k)
-rows, and its other totals times min(1, k / n) (rounded, then clamped to k rows' worth). COUNT(*) is exactly
+rows, and its other totals times min(1, k / n) (rounded in DOUBLE, brought within ±2^66 before it is cast to
+HUGEINT, as k rows' worth reaches 10^19, past BIGINT; then clamped to k rows' worth in integers). COUNT(*) is exactly
 what sampling k rows gives; sums and AVG weigh every row of a heavy unit equally instead of a random k of
 them (the same bias, less variance). Every cell total is a function of the unit's own rows, and lies within
 the per-group sensitivity of measures.py: `rows`, `values` ≤ k; `sum` ≤ k·max(|lo|, |hi|); `centred_sum`
@@ -37,7 +38,7 @@ Example:
     ...     ColumnSpec("n", "INTEGER", bounds=(0, 10))), max_rows=3, max_groups=2)
     >>> print(rewrite_cells(analyse(parse("SELECT g, COUNT(*), SUM(n) FROM t WHERE n > 1 GROUP BY g"),
     ...     Catalog((t,)))))
-    WITH __cells AS (SELECT "u" AS __unit, "g" COLLATE "binary" AS __k0, COUNT(*) AS __n, COUNT(*) AS __c0, SUM(__grid__n) AS __c1 FROM "t" WHERE __group_rank__g <= 2 AND "n" > 1 GROUP BY __unit, __k0) SELECT __k0, COUNT(*) AS __units, SUM(LEAST(__c0, 3)) AS __m0, SUM(LEAST(GREATEST(CASE WHEN __n <= 3 THEN COALESCE(__c1, 0) ELSE CAST(ROUND(CAST(COALESCE(__c1, 0) AS DOUBLE) * 3 / __n) AS BIGINT) END, 0), 30)) AS __m1 FROM __cells GROUP BY __k0
+    WITH __cells AS (SELECT "u" AS __unit, "g" COLLATE "binary" AS __k0, COUNT(*) AS __n, COUNT(*) AS __c0, SUM(__grid__n) AS __c1 FROM "t" WHERE __group_rank__g <= 2 AND "n" > 1 GROUP BY __unit, __k0) SELECT __k0, COUNT(*) AS __units, SUM(LEAST(__c0, 3)) AS __m0, SUM(LEAST(GREATEST(CASE WHEN __n <= 3 THEN COALESCE(__c1, 0) ELSE CAST(LEAST(GREATEST(ROUND(CAST(COALESCE(__c1, 0) AS DOUBLE) * 3 / __n), -73786976294838206464), 73786976294838206464) AS INT128) END, 0), 30)) AS __m1 FROM __cells GROUP BY __k0
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ from proxy.query.catalog import ColumnSpec
 from proxy.query.joins import canonical_source
 from proxy.query.measures import Measure, fixed_point
 from proxy.query.rewrite import UNITS, ranked_cells, row_value, store_canonical, with_computed
+
+CAST_LIMIT = 2**66  # a scaled cell total is brought within this in DOUBLE before its cast: HUGEINT holds it
 
 
 def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
@@ -241,12 +244,22 @@ def _bounded(measure: Measure, j: int, k: int) -> exp.Expr:
         case "centred_sum":
             lo, hi = k * (measure.lo - measure.centre), k * (measure.hi - measure.centre)
             total = exp.Coalesce(this=total, expressions=[exp.Literal.number(0)])
-    # n <= k: the cell's exact total (integers, no rounding); else scaled by k / n in DOUBLE, rounded, and then
-    # clamped in integers, so that rounding can never carry a contribution past the sensitivity
-    scaled = exp.cast(exp.Round(this=exp.Div(
+    # n <= k: the cell's exact total (integers, no rounding); else scaled by k / n in DOUBLE and rounded, brought
+    # within ±2^66 while still a DOUBLE, and only then cast, to HUGEINT (Spark: DECIMAL(38, 0), render.py): |lo|,
+    # |hi| reach k·1e15 = 10^19, past BIGINT, so a BIGINT cast failed on one heavy unit (issue #26). ±2^66 holds
+    # [lo, hi] and fits the cast, so the integer clamp after it gives exactly what it gave before wherever the
+    # BIGINT cast did not fail, and keeps rounding from carrying a contribution past the sensitivity
+    # (docs/privacy.md §8.8)
+    assert -CAST_LIMIT <= lo <= hi <= CAST_LIMIT  # max_rows <= 10^4 and grid values <= 2^51: below 2^65
+    ratio = exp.Round(this=exp.Div(
         this=exp.Mul(this=exp.cast(total.copy(), exp.DataType.Type.DOUBLE, copy=False), expression=exp.Literal.number(k)),
-        expression=exp.column("__n"))), exp.DataType.Type.BIGINT, copy=False)
+        expression=exp.column("__n")))
+    scaled = exp.cast(_clamp(ratio, -CAST_LIMIT, CAST_LIMIT), exp.DataType.Type.INT128, copy=False)
     few = exp.LTE(this=exp.column("__n"), expression=exp.Literal.number(k))
-    chosen = exp.Case(ifs=[exp.If(this=few, true=total)], default=scaled)
-    return exp.func("LEAST", exp.func("GREATEST", chosen, exp.Literal.number(lo), copy=False), exp.Literal.number(hi),
+    return _clamp(exp.Case(ifs=[exp.If(this=few, true=total)], default=scaled), lo, hi)
+
+
+def _clamp(value: exp.Expr, lo: int, hi: int) -> exp.Expr:
+    """LEAST(GREATEST(value, lo), hi)."""
+    return exp.func("LEAST", exp.func("GREATEST", value, exp.Literal.number(lo), copy=False), exp.Literal.number(hi),
                     copy=False)
