@@ -69,16 +69,16 @@ def _check_window(since: datetime | None, until: datetime | None, limit: int, of
 
 def check_claim(claim: Claim, dataset: str, request_sha256: str) -> None:
     """Raise unless a request on `dataset` with identity `request_sha256` may use the key `claim` binds: it
-    must be the request the key was first charged for, and that charge must not have ended in an error."""
+    must be the request the key was first charged for, and that charge must have no outcome yet."""
     if (claim.dataset, claim.request_sha256) != (dataset, request_sha256):
         raise IdempotencyKeyReused(
             "this Idempotency-Key was first used with another request (other SQL, parameters or dataset); "
             "use a new key for a new request", key=claim.key, charge_id=claim.charge_id)
-    if claim.failed is not None:
+    if claim.outcome is not None:
         raise IdempotencyKeySpent(
-            f"this Idempotency-Key's charge ended in `{claim.failed}`, its one outcome; nothing more is run "
-            "under it: send the request with a new key (charged again)",
-            key=claim.key, charge_id=claim.charge_id, failed=claim.failed)
+            f"this Idempotency-Key's charge has its one outcome (`{claim.outcome}`); nothing more is run under "
+            "it: send the request with a new key (charged again)",
+            key=claim.key, charge_id=claim.charge_id, outcome=claim.outcome)
 
 
 def _same_price(paid: Charge, sql_sha256: str, event: Event, epsilon: float, delta: float, composition: str,

@@ -88,17 +88,21 @@ class Idempotency:
             raise ValueError(f"an idempotency key is 1 to 128 of A-Z a-z 0-9 _ . : -, got {self.key!r}")
 
 
+ANSWERED = "answered"  # a Claim's outcome when a release of its charge was stored
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
     """What an analyst's idempotency key is bound to, from the admit that charged it: the request (dataset
-    and identity), the charge, and `failed`, the code of the charged error that ended that charge, if one did."""
+    and identity), the charge, and its one `outcome` once it has one: `ANSWERED` (a run's release was stored
+    under it) or the code of the charged error that ended it; the first outcome stays."""
 
     analyst: str
     key: str
     dataset: str
     request_sha256: str
     charge_id: str
-    failed: str | None = None
+    outcome: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +171,9 @@ class Ledger(Protocol):
         """What the analyst's idempotency key is bound to, if it is."""
         ...
 
-    def end_claim(self, analyst: str, key: str, code: str) -> None:
-        """Record that the key's charge ended in the charged error `code` (durably, before the error is sent)."""
+    def end_claim(self, analyst: str, key: str, code: str) -> Claim | None:
+        """Record that the key's charge ended in the charged error `code`, durably, before the error is sent,
+        unless it has an outcome already; returns the key's claim as it now is (None: no such key)."""
         ...
 
     def probe(self, datasets: Sequence[str], timeout_s: float) -> None:
@@ -217,12 +222,15 @@ class Ledger(Protocol):
         """The release first answered to this analyst for this exact request, if any."""
         ...
 
-    def store_release(self, release: StoredRelease, audit: AuditRecord | None = None) -> bool:
+    def store_release(
+        self, release: StoredRelease, audit: AuditRecord | None = None, *, idempotency_key: str | None = None
+    ) -> bool:
         """Keep a release so that an identical request gets the same answer at no charge (first one wins):
         True when this one was kept, False when a release of the same request was stored first (then
         nothing is written). With `audit`, append that audit entry (the answer's `answered`) in the same
         durable transaction when the release is kept, so the answer needs no second commit before it is
-        sent (proxy/audit_trail.py)."""
+        sent (proxy/audit_trail.py). With `idempotency_key` (the key that paid `release.charge_id`), the
+        release is the key's outcome: kept only if the key had none, in the same transaction."""
         ...
 
     def close(self) -> None:

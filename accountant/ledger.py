@@ -24,12 +24,24 @@ from accountant.admitting import (
     check_claim,
     event_of,
 )
-from accountant.charges import Charge, Claim, Clock, Idempotency, Ledger, StoredRelease, Waits, _utcnow, is_key
+from accountant.charges import (
+    ANSWERED,
+    Charge,
+    Claim,
+    Clock,
+    Idempotency,
+    Ledger,
+    StoredRelease,
+    Waits,
+    _utcnow,
+    is_key,
+)
 from accountant.memory_ledger import MemoryLedger
 from accountant.sql_rows import scope_of, scope_to_text, since_of, since_sql
 from accountant.sqlite_ledger import SCHEMA_VERSION, SqliteLedger, use_wal
 
 __all__ = [
+    "ANSWERED",
     "SCHEMA_VERSION",
     "Charge",
     "Claim",

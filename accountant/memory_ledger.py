@@ -21,7 +21,7 @@ from datetime import datetime
 
 from accountant.admitting import Since, _Admitting, _check_window, _Memos
 from accountant.chain import AuditRecord
-from accountant.charges import Charge, Claim, Clock, StoredRelease, Waits, _utcnow
+from accountant.charges import ANSWERED, Charge, Claim, Clock, StoredRelease, Waits, _utcnow
 from accountant.errors import LedgerBusy
 from accountant.filter import Entry, Spend, total
 from accountant.sql_rows import entry_of
@@ -75,12 +75,16 @@ class MemoryLedger(_Admitting):
         with self._lock:
             return self._claims.get((analyst, key))
 
-    def end_claim(self, analyst: str, key: str, code: str) -> None:
+    def end_claim(self, analyst: str, key: str, code: str) -> Claim | None:
         with self._held(self._waits.lock_s):
-            found = self._claims.get((analyst, key))
-            if found is not None and found.failed is None:
-                self._claims[(analyst, key)] = Claim(found.analyst, found.key, found.dataset,
-                                                     found.request_sha256, found.charge_id, code)
+            return self._end(analyst, key, code)
+
+    def _end(self, analyst: str, key: str, outcome: str) -> Claim | None:
+        found = self._claims.get((analyst, key))
+        if found is not None and found.outcome is None:
+            found = self._claims[(analyst, key)] = Claim(found.analyst, found.key, found.dataset,
+                                                         found.request_sha256, found.charge_id, outcome)
+        return found
 
     def probe(self, datasets: Sequence[str], timeout_s: float) -> None:
         with self._held(timeout_s):
@@ -159,8 +163,15 @@ class MemoryLedger(_Admitting):
         with self._lock:
             return self._releases.get((analyst, dataset, request_sha256))
 
-    def store_release(self, release: StoredRelease, audit: AuditRecord | None = None) -> bool:
+    def store_release(
+        self, release: StoredRelease, audit: AuditRecord | None = None, *, idempotency_key: str | None = None
+    ) -> bool:
         with self._held(self._waits.lock_s):
+            if idempotency_key is not None:
+                found = self._claims.get((release.analyst, idempotency_key))
+                if found is None or found.charge_id != release.charge_id or found.outcome is not None:
+                    return False  # the key's charge has its outcome already
+                self._end(release.analyst, idempotency_key, ANSWERED)
             identity = (release.analyst, release.dataset, release.request_sha256)
             if identity in self._releases:
                 return False

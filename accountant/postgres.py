@@ -26,6 +26,7 @@ from accountant.chain import AuditRecord
 from accountant.errors import ChargeUncertain, LedgerBusy
 from accountant.filter import Entry, Spend, total
 from accountant.ledger import (
+    ANSWERED,
     Charge,
     Claim,
     Clock,
@@ -221,12 +222,12 @@ MIGRATIONS: tuple[str, ...] = (
         dataset text NOT NULL,
         request_sha256 text NOT NULL,
         charge_id text NOT NULL UNIQUE REFERENCES charges (id),
-        failed text,
+        outcome text,
         PRIMARY KEY (analyst, key)
     );
     """,
 )
-_CLAIM = "SELECT analyst, key, dataset, request_sha256, charge_id, failed FROM idempotency_keys"
+_CLAIM = "SELECT analyst, key, dataset, request_sha256, charge_id, outcome FROM idempotency_keys"
 _COLUMNS = COLUMNS.format(at="at")
 
 
@@ -285,7 +286,7 @@ class PostgresLedger(_Admitting):
         except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as err:
             raise LedgerBusy(
                 f"the ledger could not take its locks within {self._waits.lock_s:g} s (another process holds "
-                "them, or is stalled holding them); nothing was charged: retry shortly",
+                "them, or is stalled holding them); its transaction was rolled back: retry after Retry-After",
                 retry_after_s=self._waits.retry_after_s) from err
 
     @contextmanager
@@ -379,10 +380,13 @@ class PostgresLedger(_Admitting):
             row = conn.execute(f"{_CLAIM} WHERE analyst = %s AND key = %s", (analyst, key)).fetchone()
         return None if row is None else Claim(*row)
 
-    def end_claim(self, analyst: str, key: str, code: str) -> None:
+    def end_claim(self, analyst: str, key: str, code: str) -> Claim | None:
         with self._bounded(), self._pool.connection() as conn:
-            conn.execute("UPDATE idempotency_keys SET failed = %s WHERE analyst = %s AND key = %s"
-                         " AND failed IS NULL", (code, analyst, key))
+            row = conn.execute(
+                "UPDATE idempotency_keys SET outcome = coalesce(outcome, %s) WHERE analyst = %s AND key = %s"
+                " RETURNING analyst, key, dataset, request_sha256, charge_id, outcome", (code, analyst, key),
+            ).fetchone()  # one statement: the row lock orders it with a release storing the key's outcome
+        return None if row is None else Claim(*row)
 
     def probe(self, datasets: Sequence[str], timeout_s: float) -> None:
         """Take each dataset's advisory lock and the audit chain's head row, as admits do (in their order),
@@ -441,12 +445,20 @@ class PostgresLedger(_Admitting):
             ).fetchone()
         return None if row is None else StoredRelease(analyst, dataset, request_sha256, row[0], bytes(row[1]))
 
-    def store_release(self, release: StoredRelease, audit: AuditRecord | None = None) -> bool:
+    def store_release(
+        self, release: StoredRelease, audit: AuditRecord | None = None, *, idempotency_key: str | None = None
+    ) -> bool:
         """Keep `release` for repeats unless a release of the same request is stored (then False, nothing
         written); with `audit`, append that entry to the chain in the same transaction (a refused entry is
-        raised after the release commits, as SqliteLedger.store_release)."""
+        raised after the release commits, as SqliteLedger.store_release); with `idempotency_key`, set the
+        key's outcome in the same transaction, and keep the release only if it had none."""
         refused: Exception | None = None
         with self._bounded(), self._pool.connection() as conn, conn.transaction():
+            if idempotency_key is not None and not conn.execute(
+                "UPDATE idempotency_keys SET outcome = %s WHERE analyst = %s AND key = %s AND charge_id = %s"
+                " AND outcome IS NULL", (ANSWERED, release.analyst, idempotency_key, release.charge_id),
+            ).rowcount:
+                return False  # the key's charge has its outcome already: this run is not released
             inserted = conn.execute(
                 "INSERT INTO releases (analyst, dataset, request_sha256, charge_id, body)"
                 " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",

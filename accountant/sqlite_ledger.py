@@ -29,7 +29,7 @@ from accountant import tallies
 from accountant.admission import append, migrate_sqlite
 from accountant.admitting import Since, _Admitting, _check_window, _Memos
 from accountant.chain import AuditRecord
-from accountant.charges import Charge, Claim, Clock, StoredRelease, Waits, _utcnow
+from accountant.charges import ANSWERED, Charge, Claim, Clock, StoredRelease, Waits, _utcnow
 from accountant.errors import LedgerBusy
 from accountant.file_lock import writer_lock
 from accountant.filter import Entry, Spend, total
@@ -74,11 +74,11 @@ _SCHEMA = (
         dataset TEXT NOT NULL,
         request_sha256 TEXT NOT NULL,
         charge_id TEXT NOT NULL UNIQUE REFERENCES charges (id),
-        failed TEXT,
+        outcome TEXT,
         PRIMARY KEY (analyst, key)
     )""",
 )
-_CLAIM = "SELECT analyst, key, dataset, request_sha256, charge_id, failed FROM idempotency_keys"
+_CLAIM = "SELECT analyst, key, dataset, request_sha256, charge_id, outcome FROM idempotency_keys"
 _COLUMNS = COLUMNS.format(at="at_us")
 # from version k to k + 1 (version 4's table is created by _SCHEMA, which runs first)
 _UPGRADES = {1: ("ALTER TABLE charges ADD COLUMN scope TEXT",), 2: tallies.FILL, 3: ()}
@@ -200,8 +200,9 @@ class SqliteLedger(_Admitting):
             self._lock.release()
 
     def _busy(self, timeout_s: float) -> LedgerBusy:
-        return LedgerBusy(f"the ledger file was locked by another writer for more than {timeout_s:g} s; nothing "
-                          "was charged: retry shortly", retry_after_s=self._waits.retry_after_s)
+        return LedgerBusy(f"the ledger file was locked by another writer for more than {timeout_s:g} s (a process "
+                          "stalled inside a write?); its transaction was rolled back: retry after Retry-After",
+                          retry_after_s=self._waits.retry_after_s)
 
     def _claimed(self, analyst: str, key: str) -> Claim | None:
         row = self._conn.execute(f"{_CLAIM} WHERE analyst = ? AND key = ?", (analyst, key)).fetchone()
@@ -220,10 +221,11 @@ class SqliteLedger(_Admitting):
         with self._lock:
             return self._claimed(analyst, key)
 
-    def end_claim(self, analyst: str, key: str, code: str) -> None:
+    def end_claim(self, analyst: str, key: str, code: str) -> Claim | None:
         with self._write():
-            self._conn.execute("UPDATE idempotency_keys SET failed = ? WHERE analyst = ? AND key = ?"
-                               " AND failed IS NULL", (code, analyst, key))
+            self._conn.execute("UPDATE idempotency_keys SET outcome = ? WHERE analyst = ? AND key = ?"
+                               " AND outcome IS NULL", (code, analyst, key))
+            return self._claimed(analyst, key)
 
     def probe(self, datasets: Sequence[str], timeout_s: float) -> None:
         """SQLite has one write lock for the file: take it (within `timeout_s`) and let go."""
@@ -297,12 +299,15 @@ class SqliteLedger(_Admitting):
             ).fetchone()
         return None if row is None else StoredRelease(analyst, dataset, request_sha256, row[0], bytes(row[1]))
 
-    def store_release(self, release: StoredRelease, audit: AuditRecord | None = None) -> bool:
+    def store_release(
+        self, release: StoredRelease, audit: AuditRecord | None = None, *, idempotency_key: str | None = None
+    ) -> bool:
         """Keep `release` for repeats unless a release of the same request is stored (then False, nothing
         written); with `audit` (the answer's `answered` entry), append that entry to the chain in the same
         transaction, committed FULL: the answer may leave as soon as this returns. If the chain refuses the
         entry, the release still commits (the charge paid for it: a repeat returns it) and the refusal is
-        raised, so the answer is withheld.
+        raised, so the answer is withheld. With `idempotency_key`, the release is also the key's outcome
+        (`Claim.outcome`), set in the same transaction, and kept only if the key had none.
 
         Without `audit` the release commits without its own fsync (synchronous = NORMAL, for this one
         write): in WAL mode a process crash cannot lose it, and the next FULL commit on this file makes it
@@ -313,11 +318,18 @@ class SqliteLedger(_Admitting):
         row = (release.analyst, release.dataset, release.request_sha256, release.charge_id, release.body)
         insert = ("INSERT OR IGNORE INTO releases (analyst, dataset, request_sha256, charge_id, body)"
                   " VALUES (?, ?, ?, ?, ?)")
-        if audit is not None:  # one transaction, one fsync, for the release and its entry
+        if audit is not None or idempotency_key is not None:  # one transaction, one fsync, for all of it
             refused: Exception | None = None
             with self._write():
+                if idempotency_key is not None and self._conn.execute(
+                    "UPDATE idempotency_keys SET outcome = ? WHERE analyst = ? AND key = ? AND charge_id = ?"
+                    " AND outcome IS NULL", (ANSWERED, release.analyst, idempotency_key, release.charge_id),
+                ).rowcount == 0:
+                    return False  # the key's charge has its outcome already: this run is not released
                 if self._conn.execute(insert, row).rowcount == 0:
                     return False  # another release of this request was first: this one is not released
+                if audit is None:
+                    return True
                 self._conn.execute("SAVEPOINT answered")
                 try:
                     append(self._conn, audit, self._clock().astimezone(UTC), postgres=False)

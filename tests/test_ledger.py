@@ -19,7 +19,17 @@ from accountant.cells import CellScope, ledgered
 from accountant.errors import BudgetExceeded, IdempotencyKeyReused, IdempotencyKeySpent, LedgerBusy
 from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ThresholdEvent
 from accountant.filter import BASIC, Accounting, Budget, Entry, Rule, Spend, usage
-from accountant.ledger import Charge, Claim, Idempotency, Ledger, MemoryLedger, SqliteLedger, StoredRelease, Waits
+from accountant.ledger import (
+    ANSWERED,
+    Charge,
+    Claim,
+    Idempotency,
+    Ledger,
+    MemoryLedger,
+    SqliteLedger,
+    StoredRelease,
+    Waits,
+)
 
 START = datetime(2025, 1, 1, tzinfo=UTC)
 BUDGET = Budget(1.0, 1e-6)
@@ -261,12 +271,24 @@ class TestIdempotencyContract:
         ledger = make_ledger()
         key = Idempotency("job-1", REQUEST)
         paid = _admit(ledger, 0.25, idempotency=key)
-        ledger.end_claim("ana", "job-1", "timeout")
-        ledger.end_claim("ana", "job-1", "internal")  # the first outcome stays
-        assert ledger.claim("ana", "job-1") == Claim("ana", "job-1", "sales", REQUEST, paid.id, "timeout")
+        ended = Claim("ana", "job-1", "sales", REQUEST, paid.id, "timeout")
+        assert ledger.end_claim("ana", "job-1", "timeout") == ended
+        assert ledger.end_claim("ana", "job-1", "internal") == ended  # the first outcome stays
+        assert ledger.claim("ana", "job-1") == ended and ledger.end_claim("ana", "nokey", "timeout") is None
         with pytest.raises(IdempotencyKeySpent):
             _admit(ledger, 0.25, idempotency=key)
-        assert ledger.count() == 1
+        late = StoredRelease("ana", "sales", REQUEST, paid.id, b"a run that finished after the error")
+        assert ledger.store_release(late, idempotency_key="job-1") is False  # never a second outcome
+        assert ledger.stored_release("ana", "sales", REQUEST) is None and ledger.count() == 1
+
+    def test_a_stored_release_is_its_keys_outcome(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        paid = _admit(ledger, 0.25, idempotency=Idempotency("job-1", REQUEST))
+        release = StoredRelease("ana", "sales", REQUEST, paid.id, b'{"rows": []}')
+        assert ledger.store_release(release, idempotency_key="job-1") is True
+        answered = Claim("ana", "job-1", "sales", REQUEST, paid.id, ANSWERED)
+        assert ledger.end_claim("ana", "job-1", "timeout") == answered  # a late error does not replace it
+        assert ledger.stored_release("ana", "sales", REQUEST) == release
 
     @pytest.mark.parametrize("bad", ["", "a b", "x" * 129, "k\n", "ключ", "a\"b"])
     def test_malformed_keys_are_refused(self, bad: str) -> None:
@@ -289,19 +311,24 @@ class TestIdempotencyContract:
         barrier = threading.Barrier(threads, timeout=TIMEOUT_S)
         key = Idempotency("retry-me", REQUEST)
 
-        def retry(i: int) -> tuple[str, bool]:
+        def retry(i: int) -> tuple[str | None, bool]:
             barrier.wait()
-            charge = _admit(ledger, 0.25, idempotency=key)
+            try:
+                charge = _admit(ledger, 0.25, idempotency=key)
+            except IdempotencyKeySpent:  # another retry's release is the key's outcome already
+                return None, False
             body = f'{{"run": {i}}}'.encode()  # each run draws its own noise
-            return charge.id, ledger.store_release(StoredRelease("ana", "sales", REQUEST, charge.id, body))
+            release = StoredRelease("ana", "sales", REQUEST, charge.id, body)
+            return charge.id, ledger.store_release(release, idempotency_key="retry-me")
 
         with ThreadPoolExecutor(threads) as pool:
             outcomes = [f.result(timeout=TIMEOUT_S) for f in [pool.submit(retry, i) for i in range(threads)]]
-        assert len({charge_id for charge_id, _ in outcomes}) == 1  # one charge for every retry
+        paid = {charge_id for charge_id, _ in outcomes} - {None}
+        assert len(paid) == 1  # one charge for every retry
         assert [kept for _, kept in outcomes].count(True) == 1  # one run's release kept, the others not sent
         assert ledger.count() == 1 and ledger.spent("ana", "sales") == Spend(0.25, 0.0)
         stored = ledger.stored_release("ana", "sales", REQUEST)
-        assert stored is not None and stored.charge_id == outcomes[0][0]
+        assert stored is not None and {stored.charge_id} == paid
 
 
 class TestAccountingContract:
