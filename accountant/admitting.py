@@ -7,6 +7,8 @@ Example:
     True
     >>> event_of('{"kind": "laplace", "sensitivity": 1.0, "scale": 10.0}')
     LaplaceEvent(sensitivity=1.0, scale=10.0)
+    >>> check_claim(Claim("ana", "k1", "demo", "ab" * 32, "c1"), "demo", "ab" * 32) is None
+    True
 """
 
 from __future__ import annotations
@@ -25,8 +27,14 @@ from accountant import chain
 from accountant.admission import admission
 from accountant.cells import CellScope, Ledgered, Running
 from accountant.chain import AuditRecord
-from accountant.charges import Charge, Clock
-from accountant.errors import BudgetExceeded, UnsupportedEvent
+from accountant.charges import Charge, Claim, Clock, Idempotency
+from accountant.errors import (
+    BudgetExceeded,
+    ChargeUncertain,
+    IdempotencyKeyReused,
+    IdempotencyKeySpent,
+    UnsupportedEvent,
+)
 from accountant.events import Event, from_json
 from accountant.filter import BASIC, Accounting, Budget, Entry, Rule
 from accountant.report import refusal
@@ -57,6 +65,28 @@ def _check_window(since: datetime | None, until: datetime | None, limit: int, of
     for name, number in (("limit", limit), ("offset", offset)):
         if isinstance(number, bool) or not isinstance(number, int) or number < 0:
             raise ValueError(f"{name} must be an integer >= 0, got {number!r}")
+
+
+def check_claim(claim: Claim, dataset: str, request_sha256: str) -> None:
+    """Raise unless a request on `dataset` with identity `request_sha256` may use the key `claim` binds: it
+    must be the request the key was first charged for, and that charge must have no outcome yet."""
+    if (claim.dataset, claim.request_sha256) != (dataset, request_sha256):
+        raise IdempotencyKeyReused(
+            "this Idempotency-Key was first used with another request (other SQL, parameters or dataset); "
+            "use a new key for a new request", key=claim.key, charge_id=claim.charge_id)
+    if claim.outcome is not None:
+        raise IdempotencyKeySpent(
+            f"this Idempotency-Key's charge has its one outcome (`{claim.outcome}`); nothing more is run under "
+            "it: send the request with a new key (charged again)",
+            key=claim.key, charge_id=claim.charge_id, outcome=claim.outcome)
+
+
+def _same_price(paid: Charge, sql_sha256: str, event: Event, epsilon: float, delta: float, composition: str,
+                scope: CellScope | None) -> bool:
+    """Whether the charge a key paid for is exactly the charge this request would make: a retry runs under
+    it only then (a policy changed in between could price the same request higher)."""
+    return (paid.sql_sha256, paid.event, paid.epsilon, paid.delta, paid.composition, paid.scope) == (
+        sql_sha256, event, float(epsilon), float(delta), composition, scope)
 
 
 # --- the one admit, shared ------------------------------------------------------------------------
@@ -99,6 +129,18 @@ class _Admitting(ABC):
         """Append the charge's `admitted` entry to the audit chain, inside `_write()` after `_insert`."""
 
     @abstractmethod
+    def _claimed(self, analyst: str, key: str) -> Claim | None:
+        """Inside `_write()`, first: the key's claim, serialised with every admit binding the same key."""
+
+    @abstractmethod
+    def _bind(self, claim: Claim) -> None:
+        """Bind the key to its charge, inside `_write()` after `_insert`."""
+
+    @abstractmethod
+    def _charge(self, charge_id: str) -> Charge:
+        """Inside `_write()`: the committed charge with this id (a claim's)."""
+
+    @abstractmethod
     def charges(
         self,
         *,
@@ -131,6 +173,7 @@ class _Admitting(ABC):
         dataset_budget: Budget | None = None,
         scope: CellScope | None = None,
         sql: str | None = None,
+        idempotency: Idempotency | None = None,
     ) -> Charge:
         """Record the charge if it fits (see `Ledger.admit`), else raise `BudgetExceeded`, writing nothing."""
         _check_request(epsilon, delta, budget)
@@ -140,38 +183,67 @@ class _Admitting(ABC):
             raise TypeError(f"dataset_budget must be a Budget or None, got {dataset_budget!r}")
         if sql is not None and chain.sql_sha256(sql) != sql_sha256:
             raise ValueError("sql_sha256 must be the sha256 of sql, the text the audit entry records")
+        if idempotency is not None and not isinstance(idempotency, Idempotency):
+            raise TypeError(f"idempotency must be an Idempotency or None, got {idempotency!r}")
         entry = Entry(event, float(epsilon), float(delta), scope)
+        charge: Charge | None = None
+        try:
+            with self._write():
+                charge = self._admit(analyst, dataset, sql_sha256, event, entry, composition, budget, accounting,
+                                     dataset_budget, scope, sql, idempotency)
+        except ChargeUncertain as err:  # the COMMIT's outcome is unknown: counted as charged, never as free
+            raise ChargeUncertain(str(err), charge=charge, retry_after_s=err.retry_after_s) from err
+        assert charge is not None
+        return charge
+
+    def _admit(
+        self, analyst: str, dataset: str, sql_sha256: str, event: Event, entry: Entry, composition: str,
+        budget: Budget, accounting: Accounting, dataset_budget: Budget | None, scope: CellScope | None,
+        sql: str | None, idempotency: Idempotency | None,
+    ) -> Charge:
+        """The admit's transaction body, inside `_write()`."""
         rule = accounting.rule
-        with self._write():
-            try:
-                mine = self._tallied(analyst, dataset, rule).bound(scope)
-                refused = refusal(mine, entry, budget, accounting)
-                if refused is None and dataset_budget is not None:
-                    everyone = self._tallied(None, dataset, rule).bound(scope)
-                    refused = refusal(everyone, entry, dataset_budget, accounting, scope="dataset")
-            except UnsupportedEvent as err:  # a stored charge the rule cannot account for: admit nothing more
-                raise BudgetExceeded(
-                    f"the charges on this dataset include one that {rule!r} accounting cannot account for ({err})",
-                    accounting=rule,
-                ) from err
-            if refused is not None:
-                raise refused
-            charge = Charge(
-                id=uuid.uuid4().hex,
-                analyst=analyst,
-                dataset=dataset,
-                at=self._clock().astimezone(UTC),
-                sql_sha256=sql_sha256,
-                event=event,
-                epsilon=float(epsilon),
-                delta=float(delta),
-                composition=composition,
-                scope=scope,
-            )
-            self._insert(charge)
-            if sql is not None:  # last: PostgreSQL holds the chain's head lock from here to the commit
-                self._record(admission(charge.id, analyst, dataset, sql, charge.epsilon, charge.delta), charge.at)
-            return charge
+        if idempotency is not None:  # first, before any lock of the admit's own: keys are serialised on their own
+            claim = self._claimed(analyst, idempotency.key)
+            if claim is not None:  # paid already: this admit writes nothing
+                check_claim(claim, dataset, idempotency.request_sha256)
+                paid = self._charge(claim.charge_id)
+                if not _same_price(paid, sql_sha256, event, entry.epsilon, entry.delta, composition, scope):
+                    raise IdempotencyKeyReused(
+                        "this Idempotency-Key paid for another charge than this request now costs (the policy "
+                        "changed since); use a new key", key=claim.key, charge_id=claim.charge_id)
+                return paid
+        try:
+            mine = self._tallied(analyst, dataset, rule).bound(scope)
+            refused = refusal(mine, entry, budget, accounting)
+            if refused is None and dataset_budget is not None:
+                everyone = self._tallied(None, dataset, rule).bound(scope)
+                refused = refusal(everyone, entry, dataset_budget, accounting, scope="dataset")
+        except UnsupportedEvent as err:  # a stored charge the rule cannot account for: admit nothing more
+            raise BudgetExceeded(
+                f"the charges on this dataset include one that {rule!r} accounting cannot account for ({err})",
+                accounting=rule,
+            ) from err
+        if refused is not None:
+            raise refused
+        charge = Charge(
+            id=uuid.uuid4().hex,
+            analyst=analyst,
+            dataset=dataset,
+            at=self._clock().astimezone(UTC),
+            sql_sha256=sql_sha256,
+            event=event,
+            epsilon=entry.epsilon,
+            delta=entry.delta,
+            composition=composition,
+            scope=scope,
+        )
+        self._insert(charge)
+        if idempotency is not None:  # the key commits with its charge, or neither does
+            self._bind(Claim(analyst, idempotency.key, dataset, idempotency.request_sha256, charge.id))
+        if sql is not None:  # last: PostgreSQL holds the chain's head lock from here to the commit
+            self._record(admission(charge.id, analyst, dataset, sql, charge.epsilon, charge.delta), charge.at)
+        return charge
 
     def tallied(self, *, dataset: str, analyst: str | None = None, rule: Rule = "basic") -> Ledgered:
         """The per-cell sums of the analyst's (or, with None, every analyst's) charges on the dataset under

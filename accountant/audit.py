@@ -45,7 +45,7 @@ from accountant.chain import (
     verify_chain,
 )
 from accountant.file_lock import writer_lock
-from accountant.ledger import use_wal
+from accountant.ledger import Waits, use_wal
 from accountant.postgres import Pool, migrate
 from accountant.stores import store_of
 
@@ -233,9 +233,10 @@ class PostgresAudit:
     here a row lock needs no upsert (unlike the ledger's per-analyst locks, which are advisory).
     """
 
-    def __init__(self, url: str, *, clock: Any = _utcnow, timeout_s: float = 30.0, pool_size: int = 4) -> None:
+    def __init__(self, url: str, *, clock: Any = _utcnow, timeout_s: float = 30.0, pool_size: int = 4,
+                 waits: Waits | None = None) -> None:
         self._clock = clock
-        self._pool = Pool(url, size=pool_size, timeout_s=timeout_s)
+        self._pool = Pool(url, size=pool_size, timeout_s=timeout_s, waits=waits)
         try:
             migrate(self._pool, "audit", POSTGRES_MIGRATIONS)
         except BaseException:
@@ -290,10 +291,11 @@ def _postgres_entry(row: tuple[Any, ...]) -> AuditEntry:
     return AuditEntry(seq, at.astimezone(UTC), *rest)
 
 
-def open_audit(url_or_path: str | os.PathLike[str]) -> AuditLog:
+def open_audit(url_or_path: str | os.PathLike[str], waits: Waits | None = None) -> AuditLog:
     """Open (creating or migrating its tables if needed) the audit log at `url_or_path`: a SQLite file
-    path or `sqlite:///…`, or a `postgresql://…` URL (normally the ledger's)."""
+    path or `sqlite:///…`, or a `postgresql://…` URL (normally the ledger's); on PostgreSQL its sessions'
+    waits are bounded by `waits` as the ledger's are."""
     kind, target = store_of(url_or_path)
     if kind == "postgresql":
-        return PostgresAudit(target)
+        return PostgresAudit(target, waits=waits)
     return SqliteAudit(target)

@@ -14,28 +14,54 @@ sqlite_ledger.py, postgres.py), the SQL row codecs the last two share (sql_rows.
 counts their triggers keep, which spare an admit counting the history (tallies.py).
 """
 
-from accountant.admitting import Since, _Admitting, _check_request, _check_window, _Memo, _Memos, event_of
-from accountant.charges import Charge, Clock, Ledger, StoredRelease, _utcnow
+from accountant.admitting import (
+    Since,
+    _Admitting,
+    _check_request,
+    _check_window,
+    _Memo,
+    _Memos,
+    check_claim,
+    event_of,
+)
+from accountant.charges import (
+    ANSWERED,
+    Charge,
+    Claim,
+    Clock,
+    Idempotency,
+    Ledger,
+    StoredRelease,
+    Waits,
+    _utcnow,
+    is_key,
+)
 from accountant.memory_ledger import MemoryLedger
 from accountant.sql_rows import scope_of, scope_to_text, since_of, since_sql
 from accountant.sqlite_ledger import SCHEMA_VERSION, SqliteLedger, use_wal
 
 __all__ = [
+    "ANSWERED",
     "SCHEMA_VERSION",
     "Charge",
+    "Claim",
     "Clock",
+    "Idempotency",
     "Ledger",
     "MemoryLedger",
     "Since",
     "SqliteLedger",
     "StoredRelease",
+    "Waits",
     "_Admitting",
     "_Memo",
     "_Memos",
     "_check_request",
     "_check_window",
     "_utcnow",
+    "check_claim",
     "event_of",
+    "is_key",
     "scope_of",
     "scope_to_text",
     "since_of",

@@ -15,12 +15,14 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import Counter
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 
 from accountant.admitting import Since, _Admitting, _check_window, _Memos
 from accountant.chain import AuditRecord
-from accountant.charges import Charge, Clock, StoredRelease, _utcnow
+from accountant.charges import ANSWERED, Charge, Claim, Clock, StoredRelease, Waits, _utcnow
+from accountant.errors import LedgerBusy
 from accountant.filter import Entry, Spend, total
 from accountant.sql_rows import entry_of
 
@@ -30,20 +32,63 @@ from accountant.sql_rows import entry_of
 class MemoryLedger(_Admitting):
     """A ledger in process memory, for tests and single-process demos; one lock makes admit atomic."""
 
-    def __init__(self, *, clock: Clock = _utcnow) -> None:
+    def __init__(self, *, clock: Clock = _utcnow, waits: Waits | None = None) -> None:
         self._lock = threading.Lock()
+        self._waits = waits or Waits()
         self._rows: list[Charge] = []  # in insertion order
         self._histories: dict[tuple[str | None, str], list[int]] = {}  # (analyst or None, dataset): row numbers
         self._releases: dict[tuple[str, str, str], StoredRelease] = {}
+        self._claims: dict[tuple[str, str], Claim] = {}  # (analyst, key)
         self._clock = clock
         self._memos = _Memos()
         self.admissions: list[AuditRecord] = []  # the admitted entries, in order (no chain in memory)
 
-    def _write(self) -> AbstractContextManager[object]:
-        return self._lock
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        with self._held(self._waits.lock_s):
+            yield
+
+    @contextmanager
+    def _held(self, timeout_s: float) -> Iterator[None]:
+        """The ledger's lock, waited for at most `timeout_s`."""
+        if not self._lock.acquire(timeout=timeout_s):
+            raise LedgerBusy(f"the ledger was locked for more than {timeout_s:g} s; retry shortly",
+                             retry_after_s=self._waits.retry_after_s)
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     def _reading(self) -> AbstractContextManager[object]:
         return self._lock
+
+    def _claimed(self, analyst: str, key: str) -> Claim | None:
+        return self._claims.get((analyst, key))
+
+    def _bind(self, claim: Claim) -> None:
+        self._claims[(claim.analyst, claim.key)] = claim
+
+    def _charge(self, charge_id: str) -> Charge:
+        return next(c for c in self._rows if c.id == charge_id)
+
+    def claim(self, analyst: str, key: str) -> Claim | None:
+        with self._lock:
+            return self._claims.get((analyst, key))
+
+    def end_claim(self, analyst: str, key: str, code: str) -> Claim | None:
+        with self._held(self._waits.lock_s):
+            return self._end(analyst, key, code)
+
+    def _end(self, analyst: str, key: str, outcome: str) -> Claim | None:
+        found = self._claims.get((analyst, key))
+        if found is not None and found.outcome is None:
+            found = self._claims[(analyst, key)] = Claim(found.analyst, found.key, found.dataset,
+                                                         found.request_sha256, found.charge_id, outcome)
+        return found
+
+    def probe(self, datasets: Sequence[str], timeout_s: float) -> None:
+        with self._held(timeout_s):
+            pass
 
     def _insert(self, charge: Charge) -> None:
         self._rows.append(charge)
@@ -118,11 +163,22 @@ class MemoryLedger(_Admitting):
         with self._lock:
             return self._releases.get((analyst, dataset, request_sha256))
 
-    def store_release(self, release: StoredRelease, audit: AuditRecord | None = None) -> None:
-        with self._lock:
-            self._releases.setdefault((release.analyst, release.dataset, release.request_sha256), release)
+    def store_release(
+        self, release: StoredRelease, audit: AuditRecord | None = None, *, idempotency_key: str | None = None
+    ) -> bool:
+        with self._held(self._waits.lock_s):
+            if idempotency_key is not None:
+                found = self._claims.get((release.analyst, idempotency_key))
+                if found is None or found.charge_id != release.charge_id or found.outcome is not None:
+                    return False  # the key's charge has its outcome already
+                self._end(release.analyst, idempotency_key, ANSWERED)
+            identity = (release.analyst, release.dataset, release.request_sha256)
+            if identity in self._releases:
+                return False
+            self._releases[identity] = release
             if audit is not None:
                 self.admissions.append(audit)
+            return True
 
     def close(self) -> None:
         pass

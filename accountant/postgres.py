@@ -13,7 +13,7 @@ import json
 import queue
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,12 +23,16 @@ from psycopg import pq
 from accountant import tallies
 from accountant.admission import POSTGRES_MIGRATIONS, append
 from accountant.chain import AuditRecord
+from accountant.errors import ChargeUncertain, LedgerBusy
 from accountant.filter import Entry, Spend, total
 from accountant.ledger import (
+    ANSWERED,
     Charge,
+    Claim,
     Clock,
     Since,
     StoredRelease,
+    Waits,
     _Admitting,
     _check_window,
     _Memos,
@@ -63,27 +67,29 @@ class Pool:
     """At most `size` autocommit connections to one database, opened lazily and reused; thread-safe.
 
     A connection that broke, or came back inside a transaction, is closed instead of reused. Each session
-    runs in UTC, gives up waiting for a lock after `timeout_s`, and is ended by the server if it idles in
-    a transaction (a frozen process) for 2·`timeout_s`, so its locks are released.
+    runs in UTC, gives up waiting for a lock after `waits.lock_s` (lock_timeout), and is ended by the server
+    if it idles inside a transaction for `waits.idle_s` (idle_in_transaction_session_timeout: a frozen
+    process's locks last no longer; the product's own transactions never idle, they run statement after
+    statement). Waiting for a free connection is bounded by `waits.lock_s` too; connecting, by `timeout_s`.
     """
 
-    def __init__(self, conninfo: str, *, size: int = 8, timeout_s: float = 30.0) -> None:
+    def __init__(self, conninfo: str, *, size: int = 8, timeout_s: float = 30.0, waits: Waits | None = None) -> None:
         if size < 1:
             raise ValueError(f"pool size must be >= 1, got {size!r}")
         self._conninfo = conninfo
-        self._timeout_s = timeout_s
+        self.timeout_s = timeout_s
+        self.waits = waits or Waits()
         self._slots = threading.BoundedSemaphore(size)
         self._idle: queue.LifoQueue[Connection] = queue.LifoQueue()
         self._closed = False
 
     def _connect(self) -> Connection:
-        conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=max(1, int(self._timeout_s)))
+        conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=max(1, int(self.timeout_s)))
         try:
-            ms = int(self._timeout_s * 1000)
             conn.execute(
                 "SELECT set_config('TimeZone', 'UTC', false), set_config('lock_timeout', %s, false),"
                 " set_config('idle_in_transaction_session_timeout', %s, false)",
-                (str(ms), str(2 * ms)),
+                (_ms(self.waits.lock_s), _ms(self.waits.idle_s)),
             )
         except BaseException:
             conn.close()
@@ -95,8 +101,9 @@ class Pool:
         """A connection for this thread until the block ends."""
         if self._closed:
             raise RuntimeError("the PostgreSQL pool is closed")
-        if not self._slots.acquire(timeout=self._timeout_s):
-            raise TimeoutError(f"no PostgreSQL connection free within {self._timeout_s} s")
+        if not self._slots.acquire(timeout=self.waits.lock_s):
+            raise LedgerBusy(f"no PostgreSQL connection free within {self.waits.lock_s:g} s; retry shortly",
+                             retry_after_s=self.waits.retry_after_s)
         try:
             try:
                 conn = self._idle.get_nowait()
@@ -128,6 +135,16 @@ class Pool:
                 return
 
 
+def _ms(seconds: float) -> str:
+    """A PostgreSQL duration setting in whole milliseconds, at least 1 (0 would mean no limit).
+
+    Example:
+        >>> _ms(5.0), _ms(0.0001)
+        ('5000', '1')
+    """
+    return str(max(1, int(seconds * 1000)))
+
+
 def migrate(pool: Pool, component: str, migrations: Sequence[str]) -> int:
     """Bring `component`'s tables up to `len(migrations)`; returns that version. Idempotent.
 
@@ -136,6 +153,8 @@ def migrate(pool: Pool, component: str, migrations: Sequence[str]) -> int:
     a failed migration leaves nothing behind. A database newer than this code is refused, not altered.
     """
     with pool.connection() as conn, conn.transaction():
+        # start-up waits for another process's migration as long as connecting may take, not an admit's bound
+        conn.execute("SELECT set_config('lock_timeout', %s, true)", (_ms(pool.timeout_s),))
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -195,7 +214,20 @@ MIGRATIONS: tuple[str, ...] = (
     "ALTER TABLE charges ADD COLUMN scope text",
     # 3: the charges of each history counted by triggers, filled from the existing ones (accountant/tallies.py)
     tallies.POSTGRES,
+    # 4: an analyst's idempotency key and the charge it paid, committed with that charge (kept as long as it)
+    """
+    CREATE TABLE idempotency_keys (
+        analyst text NOT NULL,
+        key text NOT NULL,
+        dataset text NOT NULL,
+        request_sha256 text NOT NULL,
+        charge_id text NOT NULL UNIQUE REFERENCES charges (id),
+        outcome text,
+        PRIMARY KEY (analyst, key)
+    );
+    """,
 )
+_CLAIM = "SELECT analyst, key, dataset, request_sha256, charge_id, outcome FROM idempotency_keys"
 _COLUMNS = COLUMNS.format(at="at")
 
 
@@ -231,10 +263,12 @@ class PostgresLedger(_Admitting):
     must take it, and only this class writes `charges`.
     """
 
-    def __init__(self, url: str, *, clock: Clock = _utcnow, timeout_s: float = 30.0, pool_size: int = 8) -> None:
+    def __init__(self, url: str, *, clock: Clock = _utcnow, timeout_s: float = 30.0, pool_size: int = 8,
+                 waits: Waits | None = None) -> None:
         self._clock = clock
         self._memos = _Memos()
-        self._pool = Pool(url, size=pool_size, timeout_s=timeout_s)
+        self._waits = waits or Waits()
+        self._pool = Pool(url, size=pool_size, timeout_s=timeout_s, waits=self._waits)
         self._local = threading.local()  # the connection of this thread's open admit, if any
         try:
             migrate(self._pool, "ledger", MIGRATIONS)
@@ -244,24 +278,63 @@ class PostgresLedger(_Admitting):
             raise
 
     @contextmanager
+    def _bounded(self) -> Iterator[None]:
+        """A lock wait or a statement past its bound is `LedgerBusy`: PostgreSQL cancelled the statement, so
+        the transaction is rolled back and nothing of it was written."""
+        try:
+            yield
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as err:
+            raise LedgerBusy(
+                f"the ledger could not take its locks within {self._waits.lock_s:g} s (another process holds "
+                "them, or is stalled holding them); its transaction was rolled back: retry after Retry-After",
+                retry_after_s=self._waits.retry_after_s) from err
+
+    @contextmanager
     def _write(self) -> Iterator[None]:
-        with self._pool.connection() as conn, conn.transaction():
-            self._local.conn, self._local.locked = conn, set()
+        """The admit's transaction. Its statements are bounded (lock_timeout, and statement_timeout from its
+        first lock on, `_locked`). An error of the COMMIT itself leaves its outcome unknown (the connection
+        may have dropped after the server committed): that is `ChargeUncertain`, never a free refusal."""
+        done = False
+        with self._bounded(), self._pool.connection() as conn:
+            try:
+                with conn.transaction():
+                    self._local.conn, self._local.locked, self._local.locking = conn, set(), True
+                    try:
+                        yield
+                    finally:
+                        self._local.conn = None
+                    done = True
+            except Exception as err:
+                if not done:
+                    raise
+                raise ChargeUncertain("the ledger did not confirm the charge's commit: it counts as charged",
+                                      charge=None, retry_after_s=self._waits.retry_after_s) from err
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A report's read: no advisory lock, so it never waits behind an admit (a frozen one included). It
+        reads committed charges only, and `_tallied`'s watermark count makes a memo brought up to date this
+        way sound: a charge that commits later below the watermark changes that count, and the next reader
+        starts over."""
+        with self._bounded(), self._pool.connection() as conn, conn.transaction():
+            self._local.conn, self._local.locked, self._local.locking = conn, set(), False
             try:
                 yield
             finally:
                 self._local.conn = None
 
-    def _reading(self) -> AbstractContextManager[object]:
-        return self._write()  # a transaction holding the same locks: it waits for admits in flight
-
     def _locked(self, *key: str) -> Connection:
-        """The open admit's connection, holding the advisory lock on `key` (taken once per transaction)."""
+        """The open admit's connection, holding the advisory lock on `key` (taken once per transaction; the
+        first one also sets the transaction's statement_timeout). In a report's read, the connection only."""
         conn: Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             raise RuntimeError("PostgresLedger storage hooks run only inside _write()")
-        if key not in self._local.locked:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("ledger", *key),))
+        if self._local.locking and key not in self._local.locked:
+            if self._local.locked:
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("ledger", *key),))
+            else:
+                conn.execute("SELECT set_config('statement_timeout', %s, true), pg_advisory_xact_lock(%s)",
+                             (_ms(self._waits.statement_s), lock_key("ledger", *key)))
             self._local.locked.add(key)
         return conn
 
@@ -282,6 +355,47 @@ class PostgresLedger(_Admitting):
     def _record(self, record: AuditRecord, at: datetime) -> None:
         conn = self._locked("pair", record.analyst or "", record.dataset or "")  # the admit's connection
         append(conn, record, at, postgres=True)  # locks the chain's head row until the admit commits
+
+    def _claimed(self, analyst: str, key: str) -> Claim | None:
+        # the key's own lock, taken first: admits binding one key serialise whatever their datasets (the
+        # order is key, pair, dataset, chain head in every admit, so they cannot deadlock)
+        conn = self._locked("key", analyst, key)
+        row = conn.execute(f"{_CLAIM} WHERE analyst = %s AND key = %s", (analyst, key)).fetchone()
+        return None if row is None else Claim(*row)
+
+    def _bind(self, claim: Claim) -> None:
+        conn = self._locked("key", claim.analyst, claim.key)
+        conn.execute("INSERT INTO idempotency_keys (analyst, key, dataset, request_sha256, charge_id)"
+                     " VALUES (%s, %s, %s, %s, %s)",
+                     (claim.analyst, claim.key, claim.dataset, claim.request_sha256, claim.charge_id))
+
+    def _charge(self, charge_id: str) -> Charge:
+        conn: Connection = self._local.conn
+        row = conn.execute(f"SELECT {_COLUMNS} FROM charges WHERE id = %s", (charge_id,)).fetchone()
+        assert row is not None  # a claim's charge: REFERENCES charges (id)
+        return charge_of(row, row[3].astimezone(UTC))
+
+    def claim(self, analyst: str, key: str) -> Claim | None:
+        with self._bounded(), self._pool.connection() as conn:
+            row = conn.execute(f"{_CLAIM} WHERE analyst = %s AND key = %s", (analyst, key)).fetchone()
+        return None if row is None else Claim(*row)
+
+    def end_claim(self, analyst: str, key: str, code: str) -> Claim | None:
+        with self._bounded(), self._pool.connection() as conn:
+            row = conn.execute(
+                "UPDATE idempotency_keys SET outcome = coalesce(outcome, %s) WHERE analyst = %s AND key = %s"
+                " RETURNING analyst, key, dataset, request_sha256, charge_id, outcome", (code, analyst, key),
+            ).fetchone()  # one statement: the row lock orders it with a release storing the key's outcome
+        return None if row is None else Claim(*row)
+
+    def probe(self, datasets: Sequence[str], timeout_s: float) -> None:
+        """Take each dataset's advisory lock and the audit chain's head row, as admits do (in their order),
+        waiting at most `timeout_s` for each, and let go: a stalled holder makes this `LedgerBusy`."""
+        with self._bounded(), self._pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT set_config('lock_timeout', %s, true)", (_ms(timeout_s),))
+            for dataset in sorted(set(datasets)):
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("ledger", "dataset", dataset),))
+            conn.execute("SELECT 1 FROM audit_head WHERE id = 1 FOR UPDATE")
 
     def spent(self, analyst: str, dataset: str) -> Spend:
         with self._pool.connection() as conn:
@@ -331,16 +445,27 @@ class PostgresLedger(_Admitting):
             ).fetchone()
         return None if row is None else StoredRelease(analyst, dataset, request_sha256, row[0], bytes(row[1]))
 
-    def store_release(self, release: StoredRelease, audit: AuditRecord | None = None) -> None:
-        """Keep `release` for repeats; with `audit`, append that entry to the chain in the same transaction
-        (a refused entry is raised after the release commits, as SqliteLedger.store_release)."""
+    def store_release(
+        self, release: StoredRelease, audit: AuditRecord | None = None, *, idempotency_key: str | None = None
+    ) -> bool:
+        """Keep `release` for repeats unless a release of the same request is stored (then False, nothing
+        written); with `audit`, append that entry to the chain in the same transaction (a refused entry is
+        raised after the release commits, as SqliteLedger.store_release); with `idempotency_key`, set the
+        key's outcome in the same transaction, and keep the release only if it had none."""
         refused: Exception | None = None
-        with self._pool.connection() as conn, conn.transaction():
-            conn.execute(
+        with self._bounded(), self._pool.connection() as conn, conn.transaction():
+            if idempotency_key is not None and not conn.execute(
+                "UPDATE idempotency_keys SET outcome = %s WHERE analyst = %s AND key = %s AND charge_id = %s"
+                " AND outcome IS NULL", (ANSWERED, release.analyst, idempotency_key, release.charge_id),
+            ).rowcount:
+                return False  # the key's charge has its outcome already: this run is not released
+            inserted = conn.execute(
                 "INSERT INTO releases (analyst, dataset, request_sha256, charge_id, body)"
                 " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
                 (release.analyst, release.dataset, release.request_sha256, release.charge_id, release.body),
-            )
+            ).rowcount
+            if not inserted:
+                return False  # another release of this request was first: this one is not released
             if audit is not None:
                 try:
                     with conn.transaction():  # a savepoint: a refused entry leaves the release to commit
@@ -349,6 +474,7 @@ class PostgresLedger(_Admitting):
                     refused = err
         if refused is not None:
             raise refused  # after the release committed: the answer is withheld, a repeat returns it
+        return True
 
     def close(self) -> None:
         self._pool.close()

@@ -21,7 +21,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 
@@ -29,14 +29,15 @@ from accountant import tallies
 from accountant.admission import append, migrate_sqlite
 from accountant.admitting import Since, _Admitting, _check_window, _Memos
 from accountant.chain import AuditRecord
-from accountant.charges import Charge, Clock, StoredRelease, _utcnow
+from accountant.charges import ANSWERED, Charge, Claim, Clock, StoredRelease, Waits, _utcnow
+from accountant.errors import LedgerBusy
 from accountant.file_lock import writer_lock
 from accountant.filter import Entry, Spend, total
 from accountant.sql_rows import COLUMNS, charge_of, charge_row, since_of, since_sql, where
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
-SCHEMA_VERSION = 3  # 2: charges.scope; 3: tallies (accountant/tallies.py)
+SCHEMA_VERSION = 4  # 2: charges.scope; 3: tallies (accountant/tallies.py); 4: idempotency_keys
 # --- SQLite -----------------------------------------------------------------------------------------
 
 _SCHEMA = (
@@ -66,9 +67,21 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS charges_by_time ON charges (at_us, seq)",
     "CREATE INDEX IF NOT EXISTS charges_by_dataset ON charges (dataset)",  # the dataset budget's reads
     *tallies.SQLITE,  # an index ends with the rowid (seq): the owner's and the dataset's serve seq > ? too
+    # an analyst's idempotency key and the charge it paid, committed with that charge (kept as long as it)
+    """CREATE TABLE IF NOT EXISTS idempotency_keys (
+        analyst TEXT NOT NULL,
+        key TEXT NOT NULL,
+        dataset TEXT NOT NULL,
+        request_sha256 TEXT NOT NULL,
+        charge_id TEXT NOT NULL UNIQUE REFERENCES charges (id),
+        outcome TEXT,
+        PRIMARY KEY (analyst, key)
+    )""",
 )
+_CLAIM = "SELECT analyst, key, dataset, request_sha256, charge_id, outcome FROM idempotency_keys"
 _COLUMNS = COLUMNS.format(at="at_us")
-_UPGRADES = {1: ("ALTER TABLE charges ADD COLUMN scope TEXT",), 2: tallies.FILL}  # from version k to k + 1
+# from version k to k + 1 (version 4's table is created by _SCHEMA, which runs first)
+_UPGRADES = {1: ("ALTER TABLE charges ADD COLUMN scope TEXT",), 2: tallies.FILL, 3: ()}
 
 
 def _to_us(moment: datetime) -> int:
@@ -112,13 +125,19 @@ class SqliteLedger(_Admitting):
 
     One connection per ledger object, guarded by a lock; `admit` runs in `BEGIN IMMEDIATE`, which takes
     the database's write lock before reading the spend, so concurrent admits on the same file serialise.
+    `timeout_s` bounds the waits at start-up; every write after it waits at most `waits.lock_s` in all,
+    for this object's lock, this process's writer lock and SQLite's (a frozen process holding SQLite's
+    write lock keeps it until it ends: each writer then gives up with `LedgerBusy`, writing nothing).
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, clock: Clock = _utcnow, timeout_s: float = 30.0
+        self, path: str | os.PathLike[str], *, clock: Clock = _utcnow, timeout_s: float = 30.0,
+        waits: Waits | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self._clock = clock
+        self._waits = waits or Waits()
+        self._busy_ms = int(timeout_s * 1000)  # the most SQLite's busy handler ever waits (0: not at all)
         self._memos = _Memos()
         self._writer = writer_lock(path)  # shared with the audit log's connection to this file (file_lock.py)
         self._conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
@@ -153,8 +172,65 @@ class SqliteLedger(_Admitting):
     @contextmanager
     def _write(self) -> Iterator[None]:
         # BEGIN IMMEDIATE takes SQLite's write lock before the spend is read: admits on one file serialise
-        with self._lock, self._writer, _immediate(self._conn):
+        with self._writing(self._waits.lock_s), _immediate(self._conn):
             yield
+
+    @contextmanager
+    def _writing(self, timeout_s: float) -> Iterator[None]:
+        """This object's lock and the file's writer lock, with SQLite's busy timeout set to what is left of
+        `timeout_s`: a wait past it is `LedgerBusy` (SQLite's "database is locked" included)."""
+        deadline = time.monotonic() + timeout_s
+        if not self._lock.acquire(timeout=timeout_s):
+            raise self._busy(timeout_s)
+        try:
+            if not self._writer.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                raise self._busy(timeout_s)
+            try:
+                left_ms = int(max(0.0, deadline - time.monotonic()) * 1000)
+                self._conn.execute(f"PRAGMA busy_timeout = {min(self._busy_ms, left_ms)}")
+                try:
+                    yield
+                except sqlite3.OperationalError as err:
+                    if "locked" in str(err) or "busy" in str(err):  # SQLITE_BUSY: rolled back, nothing written
+                        raise self._busy(timeout_s) from err
+                    raise
+            finally:
+                self._writer.release()
+        finally:
+            self._lock.release()
+
+    def _busy(self, timeout_s: float) -> LedgerBusy:
+        return LedgerBusy(f"the ledger file was locked by another writer for more than {timeout_s:g} s (a process "
+                          "stalled inside a write?); its transaction was rolled back: retry after Retry-After",
+                          retry_after_s=self._waits.retry_after_s)
+
+    def _claimed(self, analyst: str, key: str) -> Claim | None:
+        row = self._conn.execute(f"{_CLAIM} WHERE analyst = ? AND key = ?", (analyst, key)).fetchone()
+        return None if row is None else Claim(*row)
+
+    def _bind(self, claim: Claim) -> None:
+        self._conn.execute("INSERT INTO idempotency_keys (analyst, key, dataset, request_sha256, charge_id)"
+                           " VALUES (?, ?, ?, ?, ?)",
+                           (claim.analyst, claim.key, claim.dataset, claim.request_sha256, claim.charge_id))
+
+    def _charge(self, charge_id: str) -> Charge:
+        row = self._conn.execute(f"SELECT {_COLUMNS} FROM charges WHERE id = ?", (charge_id,)).fetchone()
+        return charge_of(row, _EPOCH + row[3] * _MICROSECOND)
+
+    def claim(self, analyst: str, key: str) -> Claim | None:
+        with self._lock:
+            return self._claimed(analyst, key)
+
+    def end_claim(self, analyst: str, key: str, code: str) -> Claim | None:
+        with self._write():
+            self._conn.execute("UPDATE idempotency_keys SET outcome = ? WHERE analyst = ? AND key = ?"
+                               " AND outcome IS NULL", (code, analyst, key))
+            return self._claimed(analyst, key)
+
+    def probe(self, datasets: Sequence[str], timeout_s: float) -> None:
+        """SQLite has one write lock for the file: take it (within `timeout_s`) and let go."""
+        with self._writing(timeout_s), _immediate(self._conn):
+            pass
 
     def _insert(self, charge: Charge) -> None:
         self._conn.execute(f"INSERT INTO charges ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -223,11 +299,15 @@ class SqliteLedger(_Admitting):
             ).fetchone()
         return None if row is None else StoredRelease(analyst, dataset, request_sha256, row[0], bytes(row[1]))
 
-    def store_release(self, release: StoredRelease, audit: AuditRecord | None = None) -> None:
-        """Keep `release` for repeats; with `audit` (the answer's `answered` entry), append that entry to the
-        chain in the same transaction, committed FULL: the answer may leave as soon as this returns. If the
-        chain refuses the entry, the release still commits (the charge paid for it: a repeat returns it) and
-        the refusal is raised, so the answer is withheld.
+    def store_release(
+        self, release: StoredRelease, audit: AuditRecord | None = None, *, idempotency_key: str | None = None
+    ) -> bool:
+        """Keep `release` for repeats unless a release of the same request is stored (then False, nothing
+        written); with `audit` (the answer's `answered` entry), append that entry to the chain in the same
+        transaction, committed FULL: the answer may leave as soon as this returns. If the chain refuses the
+        entry, the release still commits (the charge paid for it: a repeat returns it) and the refusal is
+        raised, so the answer is withheld. With `idempotency_key`, the release is also the key's outcome
+        (`Claim.outcome`), set in the same transaction, and kept only if the key had none.
 
         Without `audit` the release commits without its own fsync (synchronous = NORMAL, for this one
         write): in WAL mode a process crash cannot lose it, and the next FULL commit on this file makes it
@@ -238,10 +318,18 @@ class SqliteLedger(_Admitting):
         row = (release.analyst, release.dataset, release.request_sha256, release.charge_id, release.body)
         insert = ("INSERT OR IGNORE INTO releases (analyst, dataset, request_sha256, charge_id, body)"
                   " VALUES (?, ?, ?, ?, ?)")
-        if audit is not None:  # one transaction, one fsync, for the release and its entry
+        if audit is not None or idempotency_key is not None:  # one transaction, one fsync, for all of it
             refused: Exception | None = None
             with self._write():
-                self._conn.execute(insert, row)
+                if idempotency_key is not None and self._conn.execute(
+                    "UPDATE idempotency_keys SET outcome = ? WHERE analyst = ? AND key = ? AND charge_id = ?"
+                    " AND outcome IS NULL", (ANSWERED, release.analyst, idempotency_key, release.charge_id),
+                ).rowcount == 0:
+                    return False  # the key's charge has its outcome already: this run is not released
+                if self._conn.execute(insert, row).rowcount == 0:
+                    return False  # another release of this request was first: this one is not released
+                if audit is None:
+                    return True
                 self._conn.execute("SAVEPOINT answered")
                 try:
                     append(self._conn, audit, self._clock().astimezone(UTC), postgres=False)
@@ -251,11 +339,11 @@ class SqliteLedger(_Admitting):
                 self._conn.execute("RELEASE answered")
             if refused is not None:
                 raise refused
-            return
-        with self._lock, self._writer:
+            return True
+        with self._writing(self._waits.lock_s):
             self._conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                self._conn.execute(insert, row)
+                return bool(self._conn.execute(insert, row).rowcount)
             finally:
                 self._conn.execute("PRAGMA synchronous = FULL")  # every charge commits with its own fsync
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from accountant.ledger import Ledger, SqliteLedger
+from accountant.ledger import Ledger, SqliteLedger, Waits
 
 Kind = Literal["sqlite", "postgresql"]
 _POSTGRES = ("postgresql://", "postgres://")
@@ -45,11 +45,12 @@ def store_of(url_or_path: str | os.PathLike[str]) -> tuple[Kind, str]:
     raise ValueError(f"unsupported ledger address (scheme {scheme!r}): use a file path, sqlite:///PATH or postgresql://…")
 
 
-def open_ledger(url_or_path: str | os.PathLike[str]) -> Ledger:
-    """Open (creating or migrating its tables if needed) the ledger at `url_or_path`."""
+def open_ledger(url_or_path: str | os.PathLike[str], waits: Waits | None = None) -> Ledger:
+    """Open (creating or migrating its tables if needed) the ledger at `url_or_path`, its waits bounded by
+    `waits` (the defaults of `Waits` when None)."""
     kind, target = store_of(url_or_path)
     if kind == "postgresql":
         from accountant.postgres import PostgresLedger  # psycopg is loaded only for PostgreSQL
 
-        return PostgresLedger(target)
-    return SqliteLedger(target)
+        return PostgresLedger(target, waits=waits)
+    return SqliteLedger(target, waits=waits)

@@ -60,7 +60,7 @@ def build_env(settings: Settings, *, timed: StageTimer = untimed) -> Env:
                 engines.pop()
                 engine.close()  # the builder attaches the source itself
                 engines.append((dataset.name, open_bounding_store(dataset, store_dir(settings, policy), settings)))
-        ledger = open_ledger(settings.ledger or policy.ledger)  # a SQLite file or a PostgreSQL URL
+        ledger = open_ledger(settings.ledger or policy.ledger, settings.ledger_waits)  # SQLite file or PostgreSQL URL
     except Exception:
         for _, engine in engines:
             engine.close()
@@ -97,7 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             restore_logging()
             raise
         app.state.env = env
-        app.state.audit = open_audit(settings.ledger or str(env.policy.ledger))  # same store as the ledger
+        app.state.audit = open_audit(settings.ledger or str(env.policy.ledger), settings.ledger_waits)  # same store
         app.state.ledger_file = ops.LedgerFile.of(env)
         app.state.runner = QueryRunner(settings.query_workers)  # queries run apart from the other routes
         sigterm = _SigtermExit()

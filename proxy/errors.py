@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from accountant.errors import AccountantError
+from accountant.errors import AccountantError, ChargeUncertain, LedgerBusy
 from proxy.auth import AuthError
 from proxy.engine import EngineError
 from proxy.query.errors import QueryError
@@ -40,6 +40,10 @@ STATUS: dict[str, int] = {
     "execution_failed": 500,
     "timeout": 504,
     "unavailable": 503,
+    "ledger_busy": 503,
+    "ledger_uncertain": 503,
+    "idempotency_key_reused": 422,
+    "idempotency_key_spent": 409,
     "internal": 500,
 }
 
@@ -54,6 +58,9 @@ def error_response(request: Request, exc: Exception) -> JSONResponse:
     headers: dict[str, str] = {}
     match exc:
         case RateLimited():
+            code, message, detail = exc.code, str(exc), dict(exc.detail)
+            headers["Retry-After"] = str(exc.retry_after_s)
+        case LedgerBusy() | ChargeUncertain():  # a ledger wait past its bound: retry once the holder is gone
             code, message, detail = exc.code, str(exc), dict(exc.detail)
             headers["Retry-After"] = str(exc.retry_after_s)
         case QueryError() | AuthError() | AccountantError() | EngineError():

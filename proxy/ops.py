@@ -115,14 +115,17 @@ async def _within(timeout_s: float, check: Callable[[], None]) -> str | None:
 
 
 async def readiness(env: Env, ledger_file: LedgerFile | None) -> dict[str, str | None]:
-    """Component -> None when it works, else the reason: the ledger file and a read, and `SELECT 1` on every
-    DuckDB engine (with its database file still in place) or a job on every Spark connection; the checks run
-    at once."""
+    """Component -> None when it works, else the reason: the ledger file, a read, and the locks an admit on
+    each dataset takes, within the time limit (a process frozen holding one would stall every admit: the
+    ledger is then not ready), and `SELECT 1` on every DuckDB engine (with its database file still in place)
+    or a job on every Spark connection; the checks run at once."""
 
     def ledger() -> None:
         if ledger_file is not None:
             ledger_file.check()
         env.ledger.count()
+        # within the check's own limit, so that the reason given is the lock, not the time limit
+        env.ledger.probe([name for name, _ in env.engines], min(env.settings.ledger_lock_timeout_s, timeout * 0.75))
 
     def engine(name: str) -> Callable[[], None]:
         def check() -> None:
@@ -151,7 +154,8 @@ class Ready(BaseModel):
 @router.get("/readyz", include_in_schema=False, responses={200: {"model": Ready},
                                   503: {"model": ErrorResponse, "description": "not ready (code `unavailable`)"}})
 async def readyz(request: Request) -> JSONResponse:
-    """Readiness: 200 when the ledger can be read and every dataset's engine answers `SELECT 1`. Answered
+    """Readiness: 200 when the ledger can be read and locked in time, and every dataset's engine answers
+    `SELECT 1`. Answered
     apart from the thread pools that serve queries and other routes, so a busy server still answers it."""
     env: Env = request.app.state.env
     ledger_file = getattr(request.app.state, "ledger_file", None)

@@ -7,6 +7,11 @@ charged `timeout` and is never released. An identical request (same analyst, dat
 effective parameters, and a query whose answer is the same function of the data: `repeat_identity`, whatever
 its dialect or spelling) gets the stored release back, byte for byte, at no charge, so repeating a query can
 never average its noise away (DESIGN.md §5).
+
+An idempotency key (`reply(..., idempotency_key=…)`: the `Idempotency-Key` header) makes a retry after a
+crash free: the key is bound to its charge in the admit that commits it, and a retry with it gets the stored
+release or, when none was stored, runs under the charge already paid. A keyed answer leaves only if its
+release is the one stored for the request, so one charge never has two releases (docs/privacy.md §5.8).
 """
 
 from __future__ import annotations
@@ -14,16 +19,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 from accountant.chain import AuditRecord
+from accountant.errors import ChargeUncertain, IdempotencyKeySpent
 from accountant.filter import Budget
-from accountant.ledger import Charge, Ledger, StoredRelease
+from accountant.ledger import ANSWERED, Charge, Claim, Idempotency, Ledger, StoredRelease, check_claim, is_key
 from mechanisms.sampling import Sampler
-from proxy import answer_timing, auto_run
+from proxy import answer_timing, auto_run, faults
 from proxy.auth import dataset_for
 from proxy.deadline import Deadline
 from proxy.engine import QueryEngine
@@ -37,6 +44,8 @@ from proxy.query.render import DUCKDB, render, render_text
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
 from proxy.store import StoreEngine
+
+log = logging.getLogger(__name__)
 
 Stage = Literal["plan", "admit", "execute", "release"]  # plan = parse + analyse + price + rewrite
 STAGES: tuple[Stage, ...] = get_args(Stage)
@@ -80,6 +89,7 @@ class Reply:
     body: bytes  # the JSON answer exactly as first sent
     charge_id: str
     repeat: bool
+    audited: bool = True  # a new answer's `answered` entry committed with its release (else the caller's to write)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,37 +157,107 @@ def reply(
     rebar: Callable[[bytes, Prepared], bytes] | None = None,
     on_planned: Callable[[Prepared], None] | None = None,
     audited: Callable[[Answer], AuditRecord] | None = None,
+    idempotency_key: str | None = None,
 ) -> Reply:
     """The answer to `req`: the stored release of an identical earlier request (its error bars by `rebar` at
     this request's confidence, proxy/repeat_bars.py), else a new charged one, delivered within `deadline`
     (default: `query_timeout_s` from admission). `on_planned` sees the plan before anything else happens (the
     audit trail records its normalised SQL instead of parsing it again). `audited(answer)` is the answer's
     `answered` audit entry, committed with its stored release in one durable transaction (proxy/audit_trail.py
-    then has nothing left to write before the answer leaves)."""
+    then has nothing left to write before the answer leaves).
+
+    With `idempotency_key` (checked: `accountant.charges.is_key`, else `invalid_parameter`), a key already
+    bound to another request is refused free (`idempotency_key_reused`), one whose charge ended in a charged
+    error too (`idempotency_key_spent`), and otherwise the request runs under the key's charge, or a new one
+    that binds the key. The first outcome of a keyed charge is its only one: a run's answer leaves only if
+    storing it also made it the key's outcome; a charged error of a keyed request must be made the key's
+    outcome with `settle_keyed` before it is sent (the caller does it, since a time limit can pass outside
+    this call: proxy/runner.py)."""
+    if idempotency_key is not None and not is_key(idempotency_key):
+        raise InvalidParameter("an Idempotency-Key is 1 to 128 characters of A-Z a-z 0-9 _ . : - (a UUID fits)",
+                               parameter="Idempotency-Key")
     deadline = deadline or Deadline(env.settings.query_timeout_s)
     with env.timed("plan"):
         prepared = prepare(req, analyst, env.policy, env.sampler.salt())
     if on_planned is not None:
         on_planned(prepared)
+    claim = None if idempotency_key is None else env.ledger.claim(analyst.name, idempotency_key)
+    if claim is not None:  # bound to another request: refused before anything else, free
+        check_claim(dataclasses.replace(claim, outcome=None), prepared.dataset.name, prepared.request_sha256)
     stored = env.ledger.stored_release(analyst.name, prepared.dataset.name, prepared.request_sha256)
     answer_timing.pace(prepared.dataset.answer_time, prepared.dataset.padded_ms, deadline, stored is not None)
     if stored is not None:
         return Reply(stored.body if rebar is None else rebar(stored.body, prepared), stored.charge_id, repeat=True)
-    result = answer(prepared, analyst, env, on_admitted, deadline)
+    if claim is not None:  # paid, nothing released: run under the charge, unless an error was its outcome
+        check_claim(claim, prepared.dataset.name, prepared.request_sha256)
+    key = None if idempotency_key is None else Idempotency(idempotency_key, prepared.request_sha256)
+    try:
+        result = answer(prepared, analyst, env, on_admitted, deadline, key)
+    except IdempotencyKeySpent:  # a concurrent retry gave the key its outcome since: its answer, if it was one
+        stored = env.ledger.stored_release(analyst.name, prepared.dataset.name, prepared.request_sha256)
+        if stored is None:
+            raise
+        return Reply(stored.body if rebar is None else rebar(stored.body, prepared), stored.charge_id, repeat=True)
     body = render(result)
+    faults.point("rendered")
     deadline.deliver()  # from here on the answer is released; if too late, a charged timeout instead
-    env.ledger.store_release(
+    kept = env.ledger.store_release(
         StoredRelease(analyst.name, prepared.dataset.name, prepared.request_sha256, result.charge.id, body),
-        None if audited is None else audited(result),
+        None if audited is None else audited(result), idempotency_key=idempotency_key,
     )
-    return Reply(body, result.charge.id, repeat=False)
+    faults.point("stored")
+    if kept:
+        return Reply(body, result.charge.id, repeat=False)
+    if key is None:  # an unkeyed charge is run once: its answer is its one release (the first stored is another's)
+        return Reply(body, result.charge.id, repeat=False, audited=False)
+    # A keyed run that did not become its key's outcome is never sent: a concurrent retry under the same
+    # charge got there first, with an answer (the stored one is the answer to this request) or an error.
+    return _outcome(env, analyst.name, env.ledger.claim(analyst.name, idempotency_key or ""), rebar, prepared)
+
+
+def _outcome(
+    env: Env, analyst: str, claim: Claim | None, rebar: Callable[[bytes, Prepared], bytes] | None,
+    prepared: Prepared | None,
+) -> Reply:
+    """The reply a keyed request gets once its key has an outcome: the stored answer of the key's request,
+    or, when that outcome was an error, `idempotency_key_spent` naming it (nothing of this run is sent)."""
+    stored = None if claim is None else env.ledger.stored_release(analyst, claim.dataset, claim.request_sha256)
+    if stored is not None:
+        body = stored.body if rebar is None or prepared is None else rebar(stored.body, prepared)
+        return Reply(body, stored.charge_id, repeat=True)
+    if claim is None or claim.outcome in (None, ANSWERED):
+        raise RuntimeError("a keyed run was not released, and its key has no outcome to send instead")
+    check_claim(claim, claim.dataset, claim.request_sha256)  # raises idempotency_key_spent
+    raise AssertionError("unreachable")
+
+
+def settle_keyed(env: Env, analyst: str, idempotency_key: str | None, error: Exception, charged: bool) -> Reply:
+    """Before a charged error of a keyed request is sent: make it the key's one outcome, so that no retry
+    runs under the charge again (the error, a `timeout` say, is an output of that charge), and raise it. If
+    the key had an outcome already (a concurrent retry's answer or error), that outcome is sent instead:
+    the stored answer as a repeat, or `idempotency_key_spent`. Anything else (no key, a refusal before
+    admission, `ledger_uncertain`, where nothing ran) raises `error` unchanged. Best effort: a ledger that
+    cannot record the outcome is logged, and the error is sent (a retry may then run under the charge)."""
+    if idempotency_key is None or not charged or isinstance(error, ChargeUncertain) or not is_key(idempotency_key):
+        raise error
+    code = getattr(error, "code", "internal")
+    code = code if isinstance(code, str) else "internal"
+    try:
+        claim = env.ledger.end_claim(analyst, idempotency_key, code)
+    except Exception:
+        log.exception("could not record the outcome %s of an idempotency key; a retry with it may run again", code)
+        raise error from None
+    if claim is None or claim.outcome == code:  # this error is the key's outcome (or one just like it was)
+        raise error
+    return _outcome(env, analyst, claim, None, None)
 
 
 def answer(
     prepared: Prepared, analyst: AnalystPolicy, env: Env, on_admitted: Callable[[Charge], None],
-    deadline: Deadline | None = None,
+    deadline: Deadline | None = None, idempotency: Idempotency | None = None,
 ) -> Answer:
-    """Admit, run and release one prepared query; the deadline's clock starts at admission."""
+    """Admit, run and release one prepared query; the deadline's clock starts at admission. With
+    `idempotency`, the admit binds the key, or returns the charge it already paid (then it runs under that)."""
     deadline = deadline or Deadline(env.settings.query_timeout_s)
     price = prepared.plan.price
     engine = env.engine(prepared.dataset.name)
@@ -185,14 +265,21 @@ def answer(
     picking = auto_run.selection_text(prepared.plan, engine) if prepared.plan.auto is not None else None
     engine.refresh()  # a changed source is rebuilt into its store before the charge, not on the query's clock
     with env.timed("admit"):
-        charge = env.ledger.admit(
-            analyst=analyst.name, dataset=prepared.dataset.name, sql_sha256=prepared.plan.sql_sha256,
-            event=price.event, epsilon=price.epsilon, delta=price.delta, composition=price.composition,
-            budget=prepared.budget, accounting=prepared.dataset.accounting,
-            dataset_budget=prepared.dataset.budget, scope=prepared.plan.scope,
-            sql=prepared.plan.normalized_sql,  # its admitted audit entry commits with the charge
-        )
+        try:
+            charge = env.ledger.admit(
+                analyst=analyst.name, dataset=prepared.dataset.name, sql_sha256=prepared.plan.sql_sha256,
+                event=price.event, epsilon=price.epsilon, delta=price.delta, composition=price.composition,
+                budget=prepared.budget, accounting=prepared.dataset.accounting,
+                dataset_budget=prepared.dataset.budget, scope=prepared.plan.scope,
+                sql=prepared.plan.normalized_sql,  # its admitted audit entry commits with the charge
+                idempotency=idempotency,
+            )
+        except ChargeUncertain as err:  # the COMMIT's outcome is unknown: reported as charged, never as free
+            if isinstance(err.charge, Charge):
+                on_admitted(err.charge)
+            raise
     on_admitted(charge)  # from here on, every failure reports charged: true
+    faults.point("admitted")
     deadline.start()
     bounds = None
     with env.timed("execute"):

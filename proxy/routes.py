@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from pydantic import AfterValidator
+from starlette.concurrency import run_in_threadpool
 
 from accountant.events import to_json
 from accountant.filter import Entry
@@ -21,7 +22,7 @@ from proxy.budget_view import budget_now, budget_out, json_value, plus, refusal,
 from proxy.budget_view import stored as history
 from proxy.deadline import Deadline
 from proxy.decimal_json import DecimalJSONRoute
-from proxy.pipeline import Answer, Env, Prepared, Reply, prepare, reply
+from proxy.pipeline import Answer, Env, Prepared, Reply, prepare, reply, settle_keyed
 from proxy.policy import AnalystPolicy
 from proxy.schemas import (
     BoundsOut,
@@ -55,7 +56,7 @@ def _moment(text: str | None) -> dt.datetime | None:
 
 
 router = APIRouter(
-    responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 413, 500, 504)},
+    responses={code: {"model": ErrorResponse} for code in (400, 401, 403, 409, 413, 422, 500, 503, 504)},
     route_class=DecimalJSONRoute,  # JSON numbers as exact decimals: ε = 0.1 is charged as at most 1/10
 )
 
@@ -103,12 +104,22 @@ async def _run(request: Request, analyst: AnalystPolicy, work: Callable[[Deadlin
         "X-DP-Charge-Id": {"description": "the charge that paid for this answer", "schema": {"type": "string"}},
     }}, **RATE_LIMITED},
 )
-async def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: EnvDep) -> Response:
+async def query(
+    body: QueryRequest, request: Request, analyst: AnalystDep, env: EnvDep,
+    idempotency_key: Annotated[str | None, Header(
+        description="your key for this request (1-128 of A-Z a-z 0-9 _ . : -, e.g. a UUID): a retry with it "
+                    "is never charged twice")] = None,
+) -> Response:
     """Answer one SQL query with a differentially private release, charging the budget first.
 
     Repeating an identical request returns the first answer byte for byte, without a new charge
     (header `X-DP-Repeat: true`): repeats cannot average the noise away. A repeat at another `confidence`
-    gets the same answer with its error bars at that confidence (public functions of the noise)."""
+    gets the same answer with its error bars at that confidence (public functions of the noise).
+
+    With an `Idempotency-Key`, a retry after a lost response (a crash, a dropped connection) is answered
+    under the charge the key paid, with the stored answer when there is one: one charge, one release. The
+    key is bound to the request it was first charged for; another request with it is refused
+    (`idempotency_key_reused`, 422), and a key whose charge ended in a charged error is spent (409)."""
 
     request.state.query = body  # what this route parsed: the audit trail records it (proxy/audit_trail.py)
 
@@ -128,10 +139,16 @@ async def query(body: QueryRequest, request: Request, analyst: AnalystDep, env: 
         return reply(body, analyst, env, admitted, lambda answer: _render(answer, env), deadline,
                      rebar=lambda stored, prepared: repeat_bars.at_confidence(stored, prepared, noise_out),
                      on_planned=planned,
-                     audited=lambda answer: answered(answer.charge, request.state.normalized_sql))
+                     audited=lambda answer: answered(answer.charge, request.state.normalized_sql),
+                     idempotency_key=idempotency_key)
 
-    result: Reply = await _run(request, analyst, work, env)
-    request.state.audited = not result.repeat  # its entry committed with the release: AuditTrail skips it
+    try:
+        result: Reply = await _run(request, analyst, work, env)
+    except Exception as err:  # a keyed charge's error is its one outcome: recorded before it leaves (or, if a
+        # concurrent retry gave the key its outcome first, that outcome is sent instead)
+        charged = bool(getattr(request.state, "charged", False))
+        result = await run_in_threadpool(settle_keyed, env, analyst.name, idempotency_key, err, charged)
+    request.state.audited = result.audited and not result.repeat  # committed with the release: AuditTrail skips it
     headers = {"X-DP-Repeat": str(result.repeat).lower(), "X-DP-Charge-Id": result.charge_id}
     if wanted == output_formats.CSV:
         text, metadata = output_formats.to_csv(result.body)

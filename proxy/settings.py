@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from accountant.charges import Waits
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DPPROXY_", frozen=True, extra="ignore")
@@ -27,12 +29,21 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     rejections_kept: int = Field(500, ge=1, le=100_000)  # recent rejections kept per process (dashboard)
     readiness_timeout_s: float = Field(2.0, gt=0, le=60)  # per /readyz check (ledger, each engine)
+    # the ledger's waits (docs/operations.md, "Ledger waits"): past one, a 503 `ledger_busy` with Retry-After
+    ledger_lock_timeout_s: float = Field(5.0, gt=0, le=600)  # for a lock (or a pooled connection)
+    ledger_statement_timeout_s: float = Field(10.0, gt=0, le=600)  # for one statement of an admit (PostgreSQL)
+    ledger_idle_timeout_s: float = Field(5.0, gt=0, le=600)  # a session idle in a transaction is ended (PostgreSQL)
     # the largest request body read (proxy/intake.py); larger ones get 413 without being read
     max_body_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
     query_workers: int = Field(2, ge=1, le=64)  # threads that run queries and previews (proxy/runner.py)
     # server processes of `dpproxy serve` (--workers): replicas on one port, sharing the ledger and the stores
     workers: int = Field(1, ge=1, le=64)
     interactive_docs: bool = False  # serve /docs and /redoc (third-party scripts from a CDN; see docs/operations.md)
+
+    @property
+    def ledger_waits(self) -> Waits:
+        """The bounds of every ledger wait, as the ledgers take them."""
+        return Waits(self.ledger_lock_timeout_s, self.ledger_statement_timeout_s, self.ledger_idle_timeout_s)
 
     @field_validator("ledger", mode="before")
     @classmethod

@@ -251,7 +251,7 @@ def test_sqlite_ledger_keeps_scopes_and_upgrades_version_1_files(tmp_path: Path)
     finally:
         ledger.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
     conn.close()
 
 

@@ -6,6 +6,7 @@ import contextlib
 import multiprocessing
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -15,10 +16,20 @@ from pathlib import Path
 import pytest
 
 from accountant.cells import CellScope, ledgered
-from accountant.errors import BudgetExceeded
+from accountant.errors import BudgetExceeded, IdempotencyKeyReused, IdempotencyKeySpent, LedgerBusy
 from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ThresholdEvent
 from accountant.filter import BASIC, Accounting, Budget, Entry, Rule, Spend, usage
-from accountant.ledger import Charge, Ledger, MemoryLedger, SqliteLedger
+from accountant.ledger import (
+    ANSWERED,
+    Charge,
+    Claim,
+    Idempotency,
+    Ledger,
+    MemoryLedger,
+    SqliteLedger,
+    StoredRelease,
+    Waits,
+)
 
 START = datetime(2025, 1, 1, tzinfo=UTC)
 BUDGET = Budget(1.0, 1e-6)
@@ -71,10 +82,13 @@ def _admit(
     event: Event = EVENT,
     accounting: Accounting = BASIC,
     dataset_budget: Budget | None = None,
+    idempotency: Idempotency | None = None,
 ) -> Charge:
     extra: dict[str, object] = {}
     if accounting != BASIC or dataset_budget is not None:  # keep the plain call the older contract makes
         extra = {"accounting": accounting, "dataset_budget": dataset_budget}
+    if idempotency is not None:
+        extra["idempotency"] = idempotency
     return ledger.admit(
         analyst=analyst,
         dataset=dataset,
@@ -206,6 +220,115 @@ class TestLedgerContract:
         assert outcomes.count("admitted") == admitted_ok
         assert ledger.count() == admitted_ok
         assert ledger.spent("ana", "sales") == Spend(1.25, 0.0)
+
+
+REQUEST = "12" * 32  # a request's identity (proxy/pipeline.py computes it)
+
+
+class TestIdempotencyContract:
+    """An idempotency key binds one charge, in the admit that makes it: a retry with the key writes nothing
+    and gets that charge; another request with it is refused; concurrent retries make one charge, and one
+    stored release per request is kept (issue 26 item 12)."""
+
+    def test_a_retry_with_the_key_gets_the_charge_it_paid(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        key = Idempotency("job-1", REQUEST)
+        first = _admit(ledger, 0.25, idempotency=key)
+        assert ledger.claim("ana", "job-1") == Claim("ana", "job-1", "sales", REQUEST, first.id)
+        assert _admit(ledger, 0.25, idempotency=key) == first  # nothing written: no second charge
+        assert ledger.count() == 1 and ledger.spent("ana", "sales") == Spend(0.25, 0.0)
+
+    def test_keys_are_per_analyst(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        mine = _admit(ledger, 0.25, idempotency=Idempotency("job-1", REQUEST))
+        theirs = _admit(ledger, 0.25, analyst="bob", idempotency=Idempotency("job-1", REQUEST))
+        assert mine.id != theirs.id and ledger.count() == 2
+        assert ledger.claim("bob", "job-1") == Claim("bob", "job-1", "sales", REQUEST, theirs.id)
+        assert ledger.claim("cy", "job-1") is None
+
+    def test_a_key_used_for_another_request_is_refused_and_writes_nothing(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        paid = _admit(ledger, 0.25, idempotency=Idempotency("job-1", REQUEST))
+        for other in (
+            {"idempotency": Idempotency("job-1", "34" * 32)},  # other SQL or parameters
+            {"idempotency": Idempotency("job-1", REQUEST), "dataset": "hr"},  # another dataset
+            {"idempotency": Idempotency("job-1", REQUEST), "epsilon": 0.5},  # the same request priced otherwise
+        ):
+            with pytest.raises(IdempotencyKeyReused) as refused:
+                _admit(ledger, **{"epsilon": 0.25, **other})  # type: ignore[arg-type]
+            assert refused.value.detail["charge_id"] == paid.id
+        assert ledger.count() == 1 and ledger.spent("ana", "sales") == Spend(0.25, 0.0)
+
+    def test_a_refused_admit_binds_no_key(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        key = Idempotency("job-1", REQUEST)
+        with pytest.raises(BudgetExceeded):
+            _admit(ledger, 2.0, idempotency=key)
+        assert ledger.claim("ana", "job-1") is None
+        assert _admit(ledger, 0.25, idempotency=key).epsilon == 0.25  # the key is still free
+
+    def test_a_key_whose_charge_ended_in_an_error_is_spent(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        key = Idempotency("job-1", REQUEST)
+        paid = _admit(ledger, 0.25, idempotency=key)
+        ended = Claim("ana", "job-1", "sales", REQUEST, paid.id, "timeout")
+        assert ledger.end_claim("ana", "job-1", "timeout") == ended
+        assert ledger.end_claim("ana", "job-1", "internal") == ended  # the first outcome stays
+        assert ledger.claim("ana", "job-1") == ended and ledger.end_claim("ana", "nokey", "timeout") is None
+        with pytest.raises(IdempotencyKeySpent):
+            _admit(ledger, 0.25, idempotency=key)
+        late = StoredRelease("ana", "sales", REQUEST, paid.id, b"a run that finished after the error")
+        assert ledger.store_release(late, idempotency_key="job-1") is False  # never a second outcome
+        assert ledger.stored_release("ana", "sales", REQUEST) is None and ledger.count() == 1
+
+    def test_a_stored_release_is_its_keys_outcome(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        paid = _admit(ledger, 0.25, idempotency=Idempotency("job-1", REQUEST))
+        release = StoredRelease("ana", "sales", REQUEST, paid.id, b'{"rows": []}')
+        assert ledger.store_release(release, idempotency_key="job-1") is True
+        answered = Claim("ana", "job-1", "sales", REQUEST, paid.id, ANSWERED)
+        assert ledger.end_claim("ana", "job-1", "timeout") == answered  # a late error does not replace it
+        assert ledger.stored_release("ana", "sales", REQUEST) == release
+
+    @pytest.mark.parametrize("bad", ["", "a b", "x" * 129, "k\n", "ключ", "a\"b"])
+    def test_malformed_keys_are_refused(self, bad: str) -> None:
+        with pytest.raises(ValueError, match="idempotency key"):
+            Idempotency(bad, REQUEST)
+
+    def test_the_first_release_of_a_request_is_kept_and_says_so(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        charge = _admit(ledger)
+        first = StoredRelease("ana", "sales", REQUEST, charge.id, b'{"rows": [[1]]}')
+        assert ledger.store_release(first) is True
+        assert ledger.store_release(StoredRelease("ana", "sales", REQUEST, charge.id, b"other")) is False
+        assert ledger.stored_release("ana", "sales", REQUEST) == first
+
+    def test_concurrent_retries_of_one_key_make_one_charge_and_keep_one_release(
+        self, make_ledger: Factory
+    ) -> None:
+        ledger = make_ledger()
+        threads = 12
+        barrier = threading.Barrier(threads, timeout=TIMEOUT_S)
+        key = Idempotency("retry-me", REQUEST)
+
+        def retry(i: int) -> tuple[str | None, bool]:
+            barrier.wait()
+            try:
+                charge = _admit(ledger, 0.25, idempotency=key)
+            except IdempotencyKeySpent:  # another retry's release is the key's outcome already
+                return None, False
+            body = f'{{"run": {i}}}'.encode()  # each run draws its own noise
+            release = StoredRelease("ana", "sales", REQUEST, charge.id, body)
+            return charge.id, ledger.store_release(release, idempotency_key="retry-me")
+
+        with ThreadPoolExecutor(threads) as pool:
+            outcomes = [f.result(timeout=TIMEOUT_S) for f in [pool.submit(retry, i) for i in range(threads)]]
+        paid = {charge_id for charge_id, _ in outcomes} - {None}
+        assert len(paid) == 1  # one charge for every retry
+        assert [kept for _, kept in outcomes].count(True) == 1  # one run's release kept, the others not sent
+        assert ledger.count() == 1 and ledger.spent("ana", "sales") == Spend(0.25, 0.0)
+        stored = ledger.stored_release("ana", "sales", REQUEST)
+        assert stored is not None and {stored.charge_id} == paid
 
 
 class TestAccountingContract:
@@ -420,7 +543,7 @@ def test_sqlite_file_is_wal_and_versioned(tmp_path: Path) -> None:
     SqliteLedger(path).close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
     conn.close()
 
 
@@ -502,3 +625,25 @@ def test_a_stored_gaussian_blocks_gdp_admits_instead_of_failing(tmp_path: Path) 
     with pytest.raises(BudgetExceeded, match="proven for sigma in"):
         _admit(ledger, 0.1, event=LaplaceEvent(1, 10.0), accounting=Accounting("gdp"))
     assert ledger.count() == 1
+
+
+def test_sqlite_admits_give_up_on_a_frozen_writer_within_the_bound(tmp_path: Path) -> None:
+    """A process frozen inside a write transaction held SQLite's write lock and every admit waited 30 s
+    (then a 500); now each waits at most `Waits.lock_s`, then `LedgerBusy`, writing nothing (issue 26 item 11)."""
+    path = tmp_path / "ledger.sqlite"
+    ledger = SqliteLedger(path, waits=Waits(lock_s=0.3))
+    frozen = sqlite3.connect(path, isolation_level=None)
+    try:
+        frozen.execute("BEGIN IMMEDIATE")  # as a process stopped inside an admit holds it
+        for attempt in (lambda: _admit(ledger), lambda: ledger.probe(["sales"], 0.3)):
+            started = time.monotonic()
+            with pytest.raises(LedgerBusy) as busy:
+                attempt()
+            assert time.monotonic() - started < 2.0 and busy.value.retry_after_s >= 1
+        assert ledger.count() == 0
+        frozen.execute("ROLLBACK")
+        ledger.probe(["sales"], 0.3)
+        assert _admit(ledger).epsilon == 0.125
+    finally:
+        frozen.close()
+        ledger.close()

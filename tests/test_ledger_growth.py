@@ -246,7 +246,7 @@ def test_sqlite_version_2_files_are_upgraded_with_their_tallies_filled(tmp_path:
     ledger = SqliteLedger(path)
     try:
         with contextlib.closing(sqlite3.connect(path)) as conn:
-            assert conn.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+            assert conn.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
             assert conn.execute(TALLIES).fetchall() == [("ana", "sales", 2), ("bob", "sales", 1)]
         _budget_is_exact(ledger)
     finally:
@@ -266,7 +266,7 @@ def test_postgres_version_2_schemas_are_upgraded_with_their_tallies_filled(pg_ur
                 (f"v2-{seq}", analyst, EVENT_TEXT))
     ledger = PostgresLedger(pg_url)
     try:
-        assert execute(pg_url, "SELECT max(version) FROM schema_migrations WHERE component = 'ledger'") == [(3,)]
+        assert execute(pg_url, "SELECT max(version) FROM schema_migrations WHERE component = 'ledger'") == [(4,)]
         assert execute(pg_url, TALLIES) == [("ana", "sales", 2), ("bob", "sales", 1)]
         indexes = execute(pg_url, "SELECT indexname FROM pg_indexes WHERE tablename = 'charges'"
                                   " AND schemaname = current_schema() ORDER BY 1")

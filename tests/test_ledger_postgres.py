@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
@@ -17,10 +18,10 @@ import psycopg
 import pytest
 
 from accountant.admission import POSTGRES_MIGRATIONS
-from accountant.errors import BudgetExceeded
+from accountant.errors import BudgetExceeded, LedgerBusy
 from accountant.filter import Budget, Spend
-from accountant.ledger import Charge, SqliteLedger, StoredRelease
-from accountant.postgres import MIGRATIONS, Pool, PostgresLedger, migrate
+from accountant.ledger import Charge, SqliteLedger, StoredRelease, Waits
+from accountant.postgres import MIGRATIONS, Pool, PostgresLedger, lock_key, migrate
 from accountant.stores import open_ledger
 from tests import test_ledger
 from tests.pg_fixtures import execute, fresh_schema
@@ -54,6 +55,10 @@ class TestPostgresLedgerContract(test_ledger.TestLedgerContract):
 
 class TestPostgresAccountingContract(test_ledger.TestAccountingContract):
     """The admit rules and the dataset budget, unchanged, on PostgreSQL."""
+
+
+class TestPostgresIdempotencyContract(test_ledger.TestIdempotencyContract):
+    """Idempotency keys, unchanged, on PostgreSQL (migration 4 adds idempotency_keys)."""
 
 
 class TestPostgresCellContract(test_ledger.TestCellContract):
@@ -226,3 +231,41 @@ def test_open_ledger_picks_the_store_by_address(pg_url: str, tmp_path: Path) -> 
         ledger.close()
     with pytest.raises(ValueError, match="unsupported ledger address"):
         open_ledger("mysql://db/ledger")
+
+
+WAITS = Waits(lock_s=0.5, statement_s=2.0, idle_s=2.0)
+
+
+def test_a_session_frozen_holding_the_dataset_lock_bounds_every_wait(pg_url: str) -> None:
+    """A replica stopped (SIGSTOP) inside an admit, just after taking the dataset's lock, stalled the other
+    replicas' admits on that dataset for ~50 s (issue 26 item 11). Now: an admit waits `lock_s`, then
+    `LedgerBusy` and nothing written; reports do not wait at all; the probe says busy; and PostgreSQL ends
+    the frozen session after `idle_s`, so its lock goes and admits succeed again."""
+    ledger = PostgresLedger(pg_url, waits=WAITS)
+    holder = Pool(pg_url, size=1, waits=WAITS)  # a product session, with the product's idle limit
+    shared = Budget(10.0, 1e-6)
+    try:
+        _admit(ledger, 0.125, dataset_budget=shared)
+        with holder.connection() as frozen:
+            frozen.execute("BEGIN")
+            frozen.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("ledger", "dataset", "sales"),))
+            frozen_at = time.monotonic()  # from here the session idles in its transaction, as a frozen process
+            started = time.monotonic()
+            with pytest.raises(LedgerBusy):
+                _admit(ledger, 0.125, analyst="bob", dataset_budget=shared)
+            assert time.monotonic() - started < WAITS.lock_s + 1.0
+            started = time.monotonic()
+            assert ledger.tallied(dataset="sales").bound(None) is not None  # a report reads without the lock
+            assert ledger.spent("ana", "sales") == Spend(0.125, 0.0)
+            assert time.monotonic() - started < WAITS.lock_s
+            with pytest.raises(LedgerBusy):
+                ledger.probe(["sales"], 0.3)
+            assert ledger.count() == 1  # the refused admit wrote nothing
+            time.sleep(max(0.0, WAITS.idle_s + 1.0 - (time.monotonic() - frozen_at)))
+            ledger.probe(["sales"], 0.3)  # the server ended the frozen session: its lock is gone
+            assert _admit(ledger, 0.125, analyst="bob", dataset_budget=shared).analyst == "bob"
+            with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+                frozen.execute("SELECT 1")
+    finally:
+        holder.close()
+        ledger.close()
