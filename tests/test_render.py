@@ -31,7 +31,8 @@ def test_a_computed_key_becomes_try_forms_that_cannot_fail_on_spark() -> None:
     sql = _spark("SELECT CAST(FLOOR(-f / n) * 10 AS BIGINT) AS k, COUNT(*) FROM t GROUP BY 1")
     computed = parse_one(sql, read="spark").find(exp.Subquery)
     assert computed is not None
-    assert "TRY_CAST(TRY_MULTIPLY(CASE WHEN TRY_DIVIDE(TRY_SUBTRACT(0, " in computed.sql("spark")
+    # the operand -f is parenthesised (precedence is kept in the tree: computed._operand)
+    assert "TRY_CAST(TRY_MULTIPLY(CASE WHEN TRY_DIVIDE((TRY_SUBTRACT(0, " in computed.sql("spark")
     # nothing that fails under ANSI mode is left in the computed value: no CAST, + - * / or unary minus
     inner = computed.this.expressions[-1]
     failing = (exp.Cast, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg)
