@@ -3,7 +3,9 @@
 `duckdb.connect()` starts a new database instance: 40-50 ms on a 2-core VM, most of a small oracle example (the
 suite's oracles draw thousands). `connect()` instead attaches a new in-memory catalog to one instance per
 process and makes it the default (about 5 ms); `close()`, or dropping the last reference, detaches it and
-whatever the run attached (a `src` schema, say), so every run starts empty, as with its own instance.
+whatever the run attached (a `src` schema, say), so every run starts empty, as with its own instance. (Another
+run that is still open in the same process stays attached, so catalog functions such as `duckdb_tables()` list
+its tables too: filter them by `current_database()`.)
 
 Example:
     >>> con = connect()
@@ -11,7 +13,7 @@ Example:
     [(1,)]
     >>> con.close()
     >>> con = connect()
-    >>> con.execute("SELECT COUNT(*) FROM duckdb_tables()").fetchall()  # a new, empty database
+    >>> con.execute("SELECT COUNT(*) FROM duckdb_tables() WHERE database_name = current_database()").fetchall()
     [(0,)]
     >>> con.close()
 """
