@@ -1,7 +1,7 @@
 """Per-cell accounting: parallel composition across queries (docs/privacy.md §7).
 
 A charge may carry a `CellScope`: the cells of one table's cell space (the product of its unit-level
-columns with finite domains, proxy/query/scope.py) that the query could touch. Every privacy unit lies in
+columns with finite domains, proxy/query/price/cell_space.py) that the query could touch. Every privacy unit lies in
 exactly one cell of each table's space, so a unit pays only for the charges whose scope holds its cell.
 
 For one (table, space) the usage of a cell is the sum, under the rule's additive currency, of every charge
@@ -38,7 +38,7 @@ import numpy as np
 
 from accountant.filter import Entry, Rule, Usage, cost
 
-MAX_SIZE = 1_000_000  # cells in one space: far above what proxy/query/scope.py builds (100k)
+MAX_SIZE = 1_000_000  # cells in one space: far above what proxy/query/price/cell_space.py builds (100k)
 _LIMB = 20  # bits per limb: a 0/1 matrix times 20-bit limbs sums exactly in float64 for < 2**33 scopes
 _GRID = 256  # costs finer than 2**-256 are rounded up to it (conservative; keeps the limbs few)
 _CHUNK_ELEMENTS = 1 << 22  # bounds the dense 0/1 block of one matrix product to 32 MB

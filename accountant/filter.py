@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 from accountant import loss
 from accountant.events import Event
-from mechanisms import gaussian, gdp
+from mechanisms import gdp
+from mechanisms.gaussian import zcdp
 from mechanisms.rounding import down as _down
 
 if TYPE_CHECKING:
@@ -225,7 +226,7 @@ def capacity(budget: Budget, accounting: Accounting) -> Capacity:
     if conversion <= 0:
         raise ValueError(f"accounting = {accounting.rule!r} needs a budget delta > 0, got {budget.delta!r}")
     if accounting.rule == "zcdp":
-        amount = gaussian.rho_for(budget.epsilon, conversion)
+        amount = zcdp.rho_for(budget.epsilon, conversion)
     else:
         amount = gdp.mu_for(budget.epsilon, conversion)
     return Capacity(accounting.rule, amount, selection, conversion)

@@ -41,7 +41,8 @@ from accountant.filter import (
     fits,
     remaining,
 )
-from mechanisms import gaussian, laplace
+from mechanisms import laplace
+from mechanisms.gaussian import zcdp
 from mechanisms.rounding import down
 from mechanisms.rounding import up as _up
 
@@ -90,7 +91,7 @@ def _epsilon_at(rule: Rule, amount: float, delta: float) -> float:
     """The ε that ρ-zCDP (CKS20 Prop. 12) or μ-GDP (DRS19 Cor. 2.13) amounts to at δ."""
     if amount <= 0:
         return 0.0
-    return gaussian.epsilon_from_rho(amount, delta) if rule == "zcdp" else gaussian.epsilon_of(amount, delta)
+    return zcdp.epsilon_from_rho(amount, delta) if rule == "zcdp" else zcdp.epsilon_of(amount, delta)
 
 
 def account(used: Usage, budget: Budget, accounting: Accounting) -> Account:

@@ -33,11 +33,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from proxy.app import open_bounding_store, store_dir  # noqa: E402
-from proxy.policy import load_policy  # noqa: E402
-from proxy.query import plan  # noqa: E402
-from proxy.query.rewrite import rewrite  # noqa: E402
-from proxy.query.rewrite_cells import rewrite_cells  # noqa: E402
-from proxy.query.rewrite_ranked import rewrite_ranked  # noqa: E402
+from proxy.policy.load import load_policy  # noqa: E402
+from proxy.query.planner import plan  # noqa: E402
+from proxy.query.rewrite.cells import rewrite_cells  # noqa: E402
+from proxy.query.rewrite.on_store import rewrite_ranked  # noqa: E402
+from proxy.query.rewrite.per_query import rewrite  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
 
 QUERIES = (

@@ -148,8 +148,8 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
 def configure(fmt: LogFormat = "json", level: str = "info") -> Callable[[], None]:
     """Send every log record (uvicorn's included) to stderr as `fmt`, and return the undo.
 
-    uvicorn's own access log is turned off: the access line of `proxy.observe` replaces it (it has the
-    request id, the outcome code and the analyst, and never a query string). Idempotent.
+    uvicorn's own access log is turned off: the access line of `proxy.http.middleware.access_log` replaces it (it has
+    the request id, the outcome code and the analyst, and never a query string). Idempotent.
     """
     root = logging.getLogger()
     if any(getattr(h, "dpproxy", False) for h in root.handlers):

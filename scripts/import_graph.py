@@ -41,7 +41,7 @@ def module_name(path: Path, root: Path = ROOT) -> str:
 
 
 def _resolve(name: str, modules: set[str]) -> str | None:
-    """The project module an imported dotted name lands in (`proxy.query.parse.parse` -> `proxy.query.parse`)."""
+    """The project module an imported dotted name lands in (`a.b.name` -> `a.b`)."""
     while name:
         if name in modules:
             return name

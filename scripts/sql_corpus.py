@@ -19,12 +19,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from proxy.auto_run import plan_at, selection_text  # noqa: E402
 from proxy.pipeline import engine_sql  # noqa: E402
-from proxy.query import plan  # noqa: E402
 from proxy.query.catalog import Catalog  # noqa: E402
 from proxy.query.errors import QueryError  # noqa: E402
-from proxy.query.render import DUCKDB, Target  # noqa: E402
+from proxy.query.planner import plan  # noqa: E402
+from proxy.query.rewrite.render import DUCKDB, Target  # noqa: E402
+from proxy.run.auto_bounds import plan_at, selection_text  # noqa: E402
 from tests.demo_catalog import DEMO  # noqa: E402
 
 _REPEAT = re.compile(r"<<(.*?)\*(\d+)>>", re.DOTALL)

@@ -25,7 +25,7 @@ from typing import Any, cast
 import httpx
 import pytest
 
-from proxy.demo import DemoFiles, build_demo
+from proxy.cli.demo import DemoFiles, build_demo
 
 REPO = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 60.0  # generous: imports (DuckDB, OpenDP, FastAPI) take ~2 s on an idle machine
@@ -171,7 +171,7 @@ def spend(client: httpx.Client, dataset: str = "demo") -> dict[str, Any]:
     return cast(dict[str, Any], entry)
 
 
-# The demo's visits choose their bounds per query ("auto", proxy/demo.py). Tests about other features assert
+# The demo's visits choose their bounds per query ("auto", proxy/cli/demo.py). Tests about other features assert
 # exact noise and charges at fixed bounds: they run the demo with the fixed bounds it had before (max_rows 20,
 # max_groups 4, amount in [0, 500], duration_s in [0, 3600]); tests/test_demo_auto_http.py runs it as shipped.
 FIXED_BOUNDS: tuple[tuple[str, str, int], ...] = (

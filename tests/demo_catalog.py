@@ -1,6 +1,6 @@
-"""The demo policy as a catalog (proxy/demo.py), with a public table `departments`: the BI corpus runs on it."""
+"""The demo policy as a catalog (proxy/cli/demo.py), with a public table `departments`: the BI corpus runs on it."""
 
-from proxy.demo import CATEGORIES, PLANS, REGIONS
+from proxy.cli.demo import CATEGORIES, PLANS, REGIONS
 from proxy.query.catalog import Catalog, ColumnSpec, PublicTable, TableSchema
 
 VISITS = TableSchema("visits", "user_id", (

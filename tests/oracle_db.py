@@ -1,5 +1,5 @@
 """The neighbouring-dataset oracles' shared set-up: small tables in a fresh in-memory DuckDB, optionally built
-into the bounding store as proxy/store.py builds it, one query run, its rows keyed by their group keys.
+into the bounding store as proxy/store/duckdb_store.py builds it, one query run, its rows keyed by their group keys.
 
 Example:
     >>> run("SELECT g, COUNT(*) FROM t GROUP BY g ORDER BY g", {"t": ("u BIGINT, g VARCHAR", [(1, "a"), (2, "a")])}, 1)
@@ -12,8 +12,8 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 
-from proxy.query import ranked
 from proxy.query.catalog import TableSchema
+from proxy.query.rewrite import store_layout
 from tests import scratch_db
 
 Rows = Sequence[tuple[object, ...]]
@@ -56,7 +56,7 @@ def run(sql: str, tables: Mapping[str, tuple[str, Rows]], n_keys: int, *,
             marks = ", ".join(["?"] * len(rows[0]) + ["NULL"] * (width - len(rows[0])))
             con.executemany(f"INSERT INTO {prefix}{name} VALUES ({marks})", rows)
     for table in store:
-        con.execute(ranked.build_sql(table, key))
+        con.execute(store_layout.build_sql(table, key))
     result = con.execute(sql).fetchall()
     con.close()
     return {tuple(row[:n_keys]): tuple(value(v) for v in row[n_keys:]) for row in result}

@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 
 from proxy.engines.duckdb_engine import Engine
-from proxy.store import StoreEngine
+from proxy.store.duckdb_store import StoreEngine
 from tests.conftest import fixed_bounds
 
 MASTER = "local[2]"

@@ -33,7 +33,9 @@ from accountant.filter import (
 )
 from accountant.loss import approximate_mu, approximate_rho, epsilon_delta
 from accountant.report import account, how_many, refusal, tightest
-from mechanisms import discrete_gaussian, gaussian, gdp
+from mechanisms import gdp
+from mechanisms.gaussian import gdp_bound
+from mechanisms.gaussian import zcdp as gaussian
 from tests.test_gaussian import _reference_epsilon
 from tests.test_gdp import _reference_pure_mu  # also sets mpmath to 50 digits
 
@@ -88,7 +90,7 @@ def test_many_small_gaussian_releases_fit_far_better_under_zcdp() -> None:
     assert zcdp >= 10 * basic
     # the discrete Gaussian's proven μ (docs/privacy.md §8): μ = c(50)/50 each, GDP admits ⌊μ_budget²/μ²⌋
     gdp_count = how_many(small, UNIT, Accounting("gdp", 0.0))
-    assert gdp_count == math.floor(Fraction(gdp.mu_for(1.0, 1e-6)) ** 2 / Fraction(discrete_gaussian.mu(1, 50.0)) ** 2)
+    assert gdp_count == math.floor(Fraction(gdp.mu_for(1.0, 1e-6)) ** 2 / Fraction(gdp_bound.mu(1, 50.0)) ** 2)
     assert gdp_count > zcdp
 
 
@@ -103,8 +105,8 @@ def test_approximate_costs_of_each_event() -> None:
     assert approximate_mu(LaplaceEvent(2, 4.0)) == (gdp.pure_mu(0.5), 0.0)
     assert approximate_mu(GaussianEvent(0, 4.0)) == (0.0, 0.0)  # no sensitivity, nothing to account
     mu, _ = approximate_mu(ComposedEvent((LaplaceEvent(1, 1.0), GaussianEvent(1, 4.0))))
-    assert Fraction(mu) ** 2 >= Fraction(gdp.pure_mu(1.0)) ** 2 + Fraction(discrete_gaussian.mu(1, 4.0)) ** 2
-    assert mu == pytest.approx(math.hypot(gdp.pure_mu(1.0), discrete_gaussian.unit_mu(4.0)), rel=1e-15)
+    assert Fraction(mu) ** 2 >= Fraction(gdp.pure_mu(1.0)) ** 2 + Fraction(gdp_bound.mu(1, 4.0)) ** 2
+    assert mu == pytest.approx(math.hypot(gdp.pure_mu(1.0), gdp_bound.unit_mu(4.0)), rel=1e-15)
     with pytest.raises(UnsupportedEvent, match="proven for sigma in"):  # beyond the proven range of σ
         approximate_mu(ComposedEvent((LaplaceEvent(1, 1.0), GaussianEvent(1, 4e6))))
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from proxy.__main__ import main
-from proxy.demo import DemoFiles
+from proxy.cli.demo import DemoFiles
 from tests.conftest import Server, fixed_bounds, policy_copy
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.query.analyse import analyse
+from proxy.query.analyse.analysis import analyse
 from proxy.query.errors import QueryError
-from proxy.query.parse import parse
+from proxy.query.parse.statement import parse
 from tests.catalogs import CATALOG
 
 

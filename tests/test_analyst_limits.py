@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.limits import LIMIT_KEYS, AnalystLimits
-from proxy.policy import load_policy, policy_problems
+from proxy.policy.limits import LIMIT_KEYS, AnalystLimits
+from proxy.policy.load import load_policy, policy_problems
 from tests.test_policy import VALID, write
 
 ALICE = 'budgets = { demo = { epsilon = 3.0, delta = 1e-6 } }\n'

@@ -1,4 +1,4 @@
-"""Padded answer times (proxy/answer_timing.py): on a dataset with `answer_time = "padded"`, every outcome
+"""Padded answer times (proxy/run/padding.py): on a dataset with `answer_time = "padded"`, every outcome
 after admission (an answer, a timeout, a repeat) is handed to the request handler no earlier than its window's
 end, fixed at admission; refusals before admission are not held.
 
@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from accountant.ledger import Charge
-from proxy.answer_timing import PacedDeadline
+from accountant.ledger.charges import Charge
 from proxy.app import build_env
-from proxy.demo import DemoFiles
-from proxy.engine import ExecutionTimeout
+from proxy.cli.demo import DemoFiles
+from proxy.engines.base import ExecutionTimeout
 from proxy.pipeline import Env, Reply, reply
-from proxy.policy import PolicyFileError, load_policy
+from proxy.policy.load import PolicyFileError, load_policy
 from proxy.query.errors import PolicyError
-from proxy.runner import QueryRunner
+from proxy.run.padding import PacedDeadline
+from proxy.run.query_pool import QueryRunner
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
 from tests.conftest import policy_copy

@@ -1,6 +1,6 @@
 """An answer's `answered` audit entry commits with its stored release, in one transaction of the ledger's store
-(`Ledger.store_release(release, audit)`, proxy/audit_trail.py): after it returns, both are there and the chain
-verifies; if the chain refuses the entry, the release (paid for) is kept and the refusal is raised, so the
+(`Ledger.store_release(release, audit)`, proxy/http/middleware/audit_trail.py): after it returns, both are there and
+the chain verifies; if the chain refuses the entry, the release (paid for) is kept and the refusal is raised, so the
 answer is withheld and a repeat returns it."""
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from accountant.audit import SqliteAudit
-from accountant.chain import sql_sha256
+from accountant.audit.chain import sql_sha256
+from accountant.audit.log import SqliteAudit
 from accountant.events import LaplaceEvent
 from accountant.filter import Budget
-from accountant.ledger import Charge, MemoryLedger, SqliteLedger, StoredRelease
-from proxy.audit_trail import answered
+from accountant.ledger.charges import Charge, StoredRelease
+from accountant.ledger.memory import MemoryLedger
+from accountant.ledger.sqlite import SqliteLedger
+from proxy.http.middleware.audit_trail import answered
 
 SQL = "SELECT region, COUNT(*) AS n FROM visits GROUP BY region"
 

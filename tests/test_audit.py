@@ -24,7 +24,8 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from accountant.audit import (
+from accountant.audit import chain
+from accountant.audit.log import (
     GENESIS,
     AuditEntry,
     AuditFilter,
@@ -33,7 +34,6 @@ from accountant.audit import (
     Coverage,
     PostgresAudit,
     SqliteAudit,
-    chain,
     open_audit,
     seal,
     sql_sha256,
@@ -41,14 +41,15 @@ from accountant.audit import (
 )
 from accountant.errors import BudgetExceeded
 from accountant.filter import Budget
-from accountant.ledger import Charge, Ledger, MemoryLedger
-from accountant.stores import open_ledger
-from proxy import audit_routes
+from accountant.ledger.charges import Charge, Ledger
+from accountant.ledger.memory import MemoryLedger
+from accountant.ledger.stores import open_ledger
 from proxy.app import create_app
-from proxy.audit_cli import audit_verify
-from proxy.audit_trail import AuditTrail, Held, audit_record
-from proxy.demo import DemoFiles
-from proxy.policy import load_policy
+from proxy.cli.audit import audit_verify
+from proxy.cli.demo import DemoFiles
+from proxy.http import audit_routes
+from proxy.http.middleware.audit_trail import AuditTrail, Held, audit_record
+from proxy.policy.load import load_policy
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
 from tests.conftest import free_port, policy_copy

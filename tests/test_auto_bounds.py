@@ -25,14 +25,15 @@ from accountant.events import (
 )
 from mechanisms import dp_quantile, laplace
 from mechanisms.sampling import SecureSampler
-from proxy.policy import load_policy, policy_problems
-from proxy.query import auto_bounds as auto
-from proxy.query import plan, ranked
-from proxy.query.analyse import analyse
+from proxy.policy.load import load_policy, policy_problems
+from proxy.query.analyse.analysis import analyse
+from proxy.query.auto import bounds as auto
 from proxy.query.catalog import Catalog, TableSchema
-from proxy.query.parse import parse
-from proxy.query.render import DUCKDB
-from proxy.query.rewrite_ranked import rewrite_ranked
+from proxy.query.parse.statement import parse
+from proxy.query.planner import plan
+from proxy.query.rewrite import store_layout
+from proxy.query.rewrite.on_store import rewrite_ranked
+from proxy.query.rewrite.render import DUCKDB
 from tests import oracle_db, scratch_db
 from tests.test_policy import VALID, write
 from tests.test_sensitivity import TABLE, _run_on_store, rows
@@ -146,9 +147,9 @@ def _laplace(event: object) -> list[LaplaceEvent]:
 
 
 @pytest.mark.parametrize(("query", "mechanism", "multiplier", "chosen"), [
-    ("SELECT COUNT(*) FROM t", "gaussian", None, True),  # σ at the chosen bound: proxy/query/auto_gauss.py
+    ("SELECT COUNT(*) FROM t", "gaussian", None, True),  # σ at the chosen bound: proxy/query/auto/gauss.py
     ("SELECT COUNT(*) FROM t", "laplace", 3.0, False),
-    ("SELECT MEDIAN(x) FROM t", "laplace", None, True),  # proxy/query/auto_quantile.py
+    ("SELECT MEDIAN(x) FROM t", "laplace", None, True),  # proxy/query/auto/quantile.py
     ("SELECT SUM(x + n) FROM t", "laplace", None, False),
 ])
 def test_what_the_selection_cannot_serve_runs_at_the_limits_and_the_rest_chooses(
@@ -217,7 +218,7 @@ def test_choice_reads_the_histogram_of_capped_rows_per_cell() -> None:
     data += [(u, "b", "N", "a", 1.0, 1) for u in range(1, 6)]
     data += [(9, g, "N", "a", 1.0, 1) for g in "abc" for _ in range(40)]
     con.executemany("INSERT INTO src.t VALUES (?, ?, ?, ?, ?, ?)", data)
-    con.execute(ranked.build_sql(AUTO, "key"))
+    con.execute(store_layout.build_sql(AUTO, "key"))
     analysis = analyse(parse("SELECT g, COUNT(*) FROM t GROUP BY g"), CATALOG)
     sql = auto.selection_sql(analysis, exp.table_("t", quoted=True)).sql("duckdb")
     histogram = dict(con.execute(sql).fetchall())

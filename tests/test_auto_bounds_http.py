@@ -12,7 +12,7 @@ import pytest
 from accountant import loss
 from accountant.events import from_json
 from mechanisms import laplace
-from proxy.demo import DemoFiles
+from proxy.cli.demo import DemoFiles
 from tests.conftest import Server, policy_copy, spend
 
 LIMIT = 200

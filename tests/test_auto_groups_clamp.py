@@ -17,18 +17,21 @@ from accountant import loss, report
 from accountant.events import AutoBoundsEvent, ComposedEvent, ExponentialEvent, LaplaceEvent, from_json, to_json
 from mechanisms import laplace
 from mechanisms.sampling import FixedSampler
-from proxy import auto_run
-from proxy.policy import load_policy, policy_problems
-from proxy.query import auto_bounds as auto
-from proxy.query import auto_clamp, auto_groups, auto_sql, auto_total, plan, ranked
-from proxy.query.analyse import Analysis, analyse
-from proxy.query.auto_sql import selection, slots, standalone
+from proxy.policy.load import load_policy, policy_problems
+from proxy.query.analyse.analysis import Analysis, analyse
+from proxy.query.auto import bounds as auto
+from proxy.query.auto import clamp, histograms, total
+from proxy.query.auto import groups as auto_groups
+from proxy.query.auto.histograms import selection, slots, standalone
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-from proxy.query.measures import Measure, fixed_point
-from proxy.query.parse import parse
-from proxy.query.render import DUCKDB
-from proxy.query.rewrite import rewrite
-from proxy.query.rewrite_ranked import rewrite_ranked
+from proxy.query.parse.statement import parse
+from proxy.query.planner import plan
+from proxy.query.price.measures import Measure, fixed_point
+from proxy.query.rewrite import store_layout
+from proxy.query.rewrite.on_store import rewrite_ranked
+from proxy.query.rewrite.per_query import rewrite
+from proxy.query.rewrite.render import DUCKDB
+from proxy.run import auto_bounds as auto_run
 from tests import scratch_db
 from tests.test_auto_bounds import _laplace
 from tests.test_policy import VALID, write
@@ -122,7 +125,7 @@ def test_the_charge_bounds_every_part_at_every_chosen_bound(query: str) -> None:
     for c in columns:
         spec = AUTO.column(c)
         assert spec is not None and spec.bounds is not None
-        grid = auto_clamp.clamp_grid(spec.bounds, spec.kind)
+        grid = clamp.clamp_grid(spec.bounds, spec.kind)
         pairs[c] = [(grid[i], grid[j]) for i, j in ((0, -1), (0, 0), (-1, -1), (len(grid) // 2, -1), (1, 2))]
     clamp_choices = [tuple((c, lo, hi) for c, (lo, hi) in zip(columns, combo, strict=True))
                      for combo in zip(*(pairs[c] for c in columns), strict=True)] or [()]
@@ -179,7 +182,7 @@ def test_every_step_moves_within_its_stated_sensitivity(
         if part.bound == "total":
             spec = AUTO.column(part.column or "")
             assert spec is not None
-            grid = auto_total.cap_grid(auto_total.total_limit(analysis, spec))
+            grid = total.cap_grid(total.total_limit(analysis, spec))
             caps.append((spec.name, grid[min(cap, len(grid) - 1)]))
     at = auto.at_bound(analysis, k, min(g, analysis.max_groups), (), tuple(caps))
     assert [m.cap for m in at.measures if m.kind == "sum"] == [c for _, c in caps] or not caps
@@ -212,13 +215,13 @@ def assert_release_within(before: dict[tuple[object, ...], tuple[int, ...]],
 
 
 def _on_store(sqls: list[str], data: list[tuple[object, ...]]) -> list[list[tuple[object, ...]]]:
-    """Build the store of `data` once (ranked.build_sql, as proxy/store.py runs it) and run each of `sqls`."""
+    """Build the store of `data` once (store_layout.build_sql, as proxy/store/duckdb_store.py runs it), run `sqls`."""
     con = scratch_db.connect()
     con.execute("ATTACH ':memory:' AS src")
     con.execute("CREATE TABLE src.t (uid BIGINT, g VARCHAR, r VARCHAR, p VARCHAR, x DOUBLE, n INTEGER)")
     if data:
         con.executemany("INSERT INTO src.t VALUES (?, ?, ?, ?, ?, ?)", data)
-    con.execute(ranked.build_sql(AUTO, "key"))
+    con.execute(store_layout.build_sql(AUTO, "key"))
     try:
         return [con.execute(sql).fetchall() for sql in sqls]
     finally:
@@ -262,8 +265,8 @@ def _distances(part: auto.AutoPart, big: list[tuple[object, ...]], small: list[t
                      dict(enumerate(auto_groups.histogram(small_rows, limit)))), 1)]
     spec = AUTO.column(part.column or "")
     assert spec is not None and spec.bounds is not None
-    _, up_big, down_big = auto_clamp.histograms(big_rows, spec.bounds, spec.kind)
-    _, up_small, down_small = auto_clamp.histograms(small_rows, spec.bounds, spec.kind)
+    _, up_big, down_big = clamp.histograms(big_rows, spec.bounds, spec.kind)
+    _, up_small, down_small = clamp.histograms(small_rows, spec.bounds, spec.kind)
     return [(_l1(dict(enumerate(up_big)), dict(enumerate(up_small))), part.sensitivity),
             (_l1(dict(enumerate(down_big)), dict(enumerate(down_small))), part.sensitivity)]
 
@@ -286,7 +289,7 @@ def test_the_bounds_follow_the_data() -> None:
     data = [(u, f"g{i}", "N", "a", 0.5 + 3.5 * (i % 2), i) for u in range(300) for i in range(2)]
     data += [(999, f"g{i}", "N", "a", 1e9, 10**6) for i in range(12)]
     con.executemany("INSERT INTO src.t VALUES (?, ?, ?, ?, ?, ?)", data)
-    con.execute(ranked.build_sql(table, "key"))
+    con.execute(store_layout.build_sql(table, "key"))
     alone = plan("SELECT g, SUM(x) FROM t GROUP BY g", Catalog((table,)), epsilon=10.0, delta=1e-7,
                  mechanism="laplace", bounding="store", auto_share=0.5)
     assert alone.auto is not None and [p.bound for p in alone.auto.parts] == ["total"]  # g only adds bias to it
@@ -303,7 +306,7 @@ def test_the_bounds_follow_the_data() -> None:
     assert at.analysis.measures[1] == Measure("sum", "x", *fixed_point(ColumnSpec("x", "DOUBLE", bounds=(-3, 5.5))),
                                               cap=cap)
     assert "__group_rank__g <= 2" in at.sql and "WHERE __cap_t1 > " in at.sql  # the rank filter, heavy units scaled
-    assert ranked.grid_value("x") in at.sql  # a capped sum keeps the declared clamp: the store's clamped column
+    assert store_layout.grid_value("x") in at.sql  # a capped sum keeps the declared clamp: the store's clamped column
     assert at.price.noise[1].sensitivity == cap  # min(C, g·k·max|bound|) = C
     assert [(p["bound"], p["value"]) for p in chosen.report()["parts"]] == [  # type: ignore[index]
         ("max_groups", 2), ("total", cap / grid)]
@@ -322,7 +325,7 @@ def test_an_auto_clamp_never_reads_the_stores_grid_even_when_the_spec_carries_th
     make the rewrite clamp per query, or the sum would hold values up to the limit under noise for the choice."""
     import dataclasses
 
-    from proxy.query.rewrite_ranked import rewrite_ranked
+    from proxy.query.rewrite.on_store import rewrite_ranked
 
     x = ColumnSpec("x", "DOUBLE", bounds=(0, 1000), auto_bounds=True)
     base = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), x), max_rows=3, max_groups=2)
@@ -361,13 +364,13 @@ def test_the_selection_text_is_kept_per_query_shape_not_per_charge(query: str) -
     analysis = analyse(parse(query), CATALOG, canonical_units=True)
     first, second = auto.auto_bounds(analysis, 0.1, 0.9), auto.auto_bounds(analysis, 0.37, 0.95)
     assert first.parts and first != second
-    auto_sql._remembered.cache_clear()  # earlier tests in this process may have asked for the same shape
+    histograms._remembered.cache_clear()  # earlier tests in this process may have asked for the same shape
     for store, share in itertools.product((True, False), repeat=2):
-        fresh = auto_sql._remembered.__wrapped__(auto_sql._Asked(analysis, (), store, DUCKDB, True, share, first))
-        hits = auto_sql._remembered.cache_info().hits
+        fresh = histograms._remembered.__wrapped__(histograms._Asked(analysis, (), store, DUCKDB, True, share, first))
+        hits = histograms._remembered.cache_info().hits
         assert selection(analysis, first, store, DUCKDB, share=share) == fresh
         assert selection(analysis, second, store, DUCKDB, share=share) == fresh
-        assert auto_sql._remembered.cache_info().hits == hits + 1
+        assert histograms._remembered.cache_info().hits == hits + 1
     other = analyse(parse(query.replace("2", "3").replace("50", "51").replace("'a'", "'A'")), CATALOG,
                     canonical_units=True)
     assert (other != analysis) == ("WHERE" in query)  # the same shape with another constant: never the first's text

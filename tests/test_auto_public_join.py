@@ -10,10 +10,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy import auto_run
 from proxy.app import build_env
-from proxy.demo import DemoFiles, build_demo
-from proxy.query import plan
+from proxy.cli.demo import DemoFiles, build_demo
+from proxy.query.planner import plan
+from proxy.run import auto_bounds
 from proxy.settings import Settings
 from tests import departments
 from tests.conftest import Server, spend
@@ -43,7 +43,7 @@ def _histograms(policy: Path, ledger: Path, bounding: str) -> list[tuple[object,
         planned = plan(BY_DEPARTMENT, env.policy.dataset("demo").catalog, epsilon=1.0, delta=1e-6,
                        mechanism="laplace", salt=7, bounding=bounding)  # type: ignore[arg-type]
         assert planned.auto is not None and [p.bound for p in planned.auto.parts] == ["max_rows", "max_groups"]
-        return sorted(engine.run(auto_run.selection_text(planned, engine)).rows)
+        return sorted(engine.run(auto_bounds.selection_text(planned, engine)).rows)
     finally:
         for _, engine in env.engines:
             engine.close()

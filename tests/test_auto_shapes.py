@@ -14,15 +14,18 @@ from hypothesis import strategies as st
 
 from accountant import loss
 from accountant.events import AutoBoundsEvent, GaussianEvent
-from mechanisms import discrete_gaussian, dp_quantile, gaussian, laplace
-from proxy import auto_run
-from proxy.query import auto_bounds as auto
-from proxy.query import auto_clamp, plan, ranked
-from proxy.query.auto_gauss import sigma_at
-from proxy.query.auto_sql import standalone
+from mechanisms import dp_quantile, laplace
+from mechanisms.gaussian import gdp_bound, zcdp
+from proxy.query.auto import bounds as auto
+from proxy.query.auto import clamp as auto_clamp
+from proxy.query.auto.gauss import sigma_at
+from proxy.query.auto.histograms import standalone
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-from proxy.query.quantile_noise import counts
-from proxy.query.render import DUCKDB
+from proxy.query.planner import plan
+from proxy.query.release.quantiles import counts
+from proxy.query.rewrite import store_layout
+from proxy.query.rewrite.render import DUCKDB
+from proxy.run import auto_bounds
 from tests import oracle_db, scratch_db
 from tests.test_auto_bounds import _laplace
 from tests.test_auto_groups_clamp import AUTO, CATALOG, _distances, _first_parts
@@ -72,8 +75,8 @@ def test_gaussian_noise_at_every_chosen_bound_costs_no_more_than_its_charged_eve
             measure = analysis.measures[spec.measure]
             assert spec.mechanism == "gaussian" and spec.sensitivity ** 2 >= g * measure.sensitivity(k) ** 2
             assert spec.sensitivity <= event.sensitivity
-            assert gaussian.rho(spec.sensitivity, spec.scale) <= gaussian.rho(event.sensitivity, event.sigma)
-            assert discrete_gaussian.mu(spec.sensitivity, spec.scale) <= discrete_gaussian.mu(event.sensitivity,
+            assert zcdp.rho(spec.sensitivity, spec.scale) <= zcdp.rho(event.sensitivity, event.sigma)
+            assert gdp_bound.mu(spec.sensitivity, spec.scale) <= gdp_bound.mu(event.sensitivity,
                                                                                                event.sigma)
 
 
@@ -81,8 +84,8 @@ def test_scaling_sigma_with_the_sensitivity_alone_would_break_the_gdp_charge() -
     """The broken variant σ_k = σ_L·Δ_k/Δ_L keeps ρ but not the discrete Gaussian's proven μ (μ_Z(σ, 1)·σ falls
     as σ grows): sigma_at searches σ upward instead."""
     naive = 2000.0 * 1 / 1000
-    assert discrete_gaussian.mu(1, naive) > discrete_gaussian.mu(1000, 2000.0)
-    assert discrete_gaussian.mu(1, sigma_at(1, 1000, 2000.0)) <= discrete_gaussian.mu(1000, 2000.0)
+    assert gdp_bound.mu(1, naive) > gdp_bound.mu(1000, 2000.0)
+    assert gdp_bound.mu(1, sigma_at(1, 1000, 2000.0)) <= gdp_bound.mu(1000, 2000.0)
     assert sigma_at(1, 1000, 2000.0) > naive
 
 
@@ -112,7 +115,7 @@ def test_quantiles_at_the_chosen_bounds_move_within_the_charge(
     planned = plan(query, CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace", salt=salt)
     assert planned.auto is not None and planned.auto.parts and planned.price.quantiles
     g = min(g, planned.analysis.max_groups)
-    at = auto_run.plan_at(planned, auto.ChosenBounds((), k, g))
+    at = auto_bounds.plan_at(planned, auto.ChosenBounds((), k, g))
     n_keys = len(at.analysis.keys)
     big = _run(at.sql, data, n_keys)
     small = _run(at.sql, [row for row in data if row[0] != removed], n_keys)
@@ -150,7 +153,7 @@ def test_a_quantile_query_charges_its_selection_and_its_quantiles_at_the_limits(
     # over L0 = 3 groups: per group 0.15 = 2·Δ(1/2, 6)/T, T = 40
     assert (median.max_rows, median.scale, median.event.sensitivity) == (6, pytest.approx(40, rel=1e-14), 18.0)
     assert planned.price.epsilon == pytest.approx(1.0, rel=1e-12)
-    at = auto_run.plan_at(planned, auto.ChosenBounds((), 2, 1))
+    at = auto_bounds.plan_at(planned, auto.ChosenBounds((), 2, 1))
     (spec,) = at.price.quantiles
     assert (spec.max_rows, spec.scale, spec.event) == (2, pytest.approx(40 / 3, rel=1e-14), median.event)
 
@@ -181,10 +184,10 @@ def test_what_the_selection_cannot_read_runs_at_the_declared_limits(
     assert planned.auto is not None and planned.auto.parts == () and words in (planned.auto.note or "")
     assert planned.price == at_limits.price and planned.sql == at_limits.sql
     assert not isinstance(planned.price.event, AutoBoundsEvent)
-    report = auto_run.preview(planned.auto, planned.analysis).report()
+    report = auto_bounds.preview(planned.auto, planned.analysis).report()
     assert report["chosen"] is False and report["parts"] == [] and report["epsilon"] == 0.0
     assert report["max_rows"] == AUTO.max_rows and report["note"] == planned.auto.note
-    assert auto_run.plan_at(planned, 2) is planned  # a repeat's bars: the plan at the limits itself
+    assert auto_bounds.plan_at(planned, 2) is planned  # a repeat's bars: the plan at the limits itself
 
 
 # --- joins and computed keys: the oracle over every selection and the query at the chosen bounds ---------------
@@ -213,8 +216,8 @@ def _joined_store(sqls: list[str], data: list[tuple[object, ...]], units: list[t
         con.executemany("INSERT INTO src.t VALUES (?, ?, ?, ?, ?, ?)", data)
     if units:
         con.executemany("INSERT INTO src.w VALUES (?, ?)", units)
-    con.execute(ranked.build_sql(AUTO, "key"))
-    con.execute(ranked.build_sql(W, "key"))
+    con.execute(store_layout.build_sql(AUTO, "key"))
+    con.execute(store_layout.build_sql(W, "key"))
     try:
         return [con.execute(sql).fetchall() for sql in sqls]
     finally:
@@ -249,7 +252,7 @@ def test_joins_computed_keys_spreads_and_filters_move_every_step_within_its_sens
             grid = auto_clamp.clamp_grid(AUTO.column(name).bounds, AUTO.column(name).kind)  # type: ignore[union-attr, arg-type]
             a, b = grid[min(i, len(grid) - 1)], grid[min(j, len(grid) - 1)]
             clamps.append((name, min(a, b), max(a, b)))
-    at = auto_run.plan_at(planned, auto.ChosenBounds((), k, min(g, analysis.max_groups), tuple(clamps)))
+    at = auto_bounds.plan_at(planned, auto.ChosenBounds((), k, min(g, analysis.max_groups), tuple(clamps)))
     smaller = ([r for r in data if r[0] != removed], [u for u in units if u[0] != removed])
     (*big, before), (*small, after) = (_joined_store([*selections, at.sql], *d) for d in ((data, units), smaller))
     firsts = _first_parts(chooser)

@@ -1,4 +1,4 @@
-"""The per-unit L1 cap of SUM and AVG of a column with bounds = "auto" (proxy/query/auto_total.py, docs/privacy.md
+"""The per-unit L1 cap of SUM and AVG of a column with bounds = "auto" (proxy/query/auto/total.py, docs/privacy.md
 §10.2): the target t, the grid, the exact scaling (Σ|scaled| <= C), the charge at every C, the selection's privacy
 ratio, and a release without the scaling failing the neighbouring-dataset check the capped one passes."""
 
@@ -14,13 +14,14 @@ from hypothesis import strategies as st
 
 from mechanisms import laplace
 from mechanisms.sampling import FixedSampler
-from proxy.query import auto_bounds as auto
-from proxy.query import auto_total, plan
-from proxy.query.analyse import analyse
-from proxy.query.measures import Measure
-from proxy.query.parse import parse
-from proxy.query.rewrite import rewrite
-from proxy.query.rewrite_ranked import rewrite_ranked
+from proxy.query.analyse.analysis import analyse
+from proxy.query.auto import bounds as auto
+from proxy.query.auto import total as auto_total
+from proxy.query.parse.statement import parse
+from proxy.query.planner import plan
+from proxy.query.price.measures import Measure
+from proxy.query.rewrite.on_store import rewrite_ranked
+from proxy.query.rewrite.per_query import rewrite
 from tests import scratch_db
 from tests.test_auto_groups_clamp import AUTO, CATALOG, _keyed, _on_store, assert_release_within
 

@@ -12,9 +12,9 @@ import duckdb
 import pytest
 
 from accountant.events import to_json
-from proxy.demo import build_demo
-from proxy.query import plan
+from proxy.cli.demo import build_demo
 from proxy.query.errors import QueryError
+from proxy.query.planner import plan
 from tests.demo_catalog import DEMO
 from tests.test_redteam import signature
 

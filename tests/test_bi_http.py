@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.demo import DemoFiles, build_demo
+from proxy.cli.demo import DemoFiles, build_demo
 from tests import departments
 from tests.conftest import Server, policy_copy, spend
 
@@ -141,7 +141,7 @@ def test_private_partitions_say_what_they_can_hide_before_any_charge(analyst: ht
 
 
 def test_public_tables_load_from_the_policy(bi: tuple[Server, DemoFiles]) -> None:
-    from proxy.policy import load_policy
+    from proxy.policy.load import load_policy
 
     server, _ = bi
     assert server.policy is not None

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from proxy.query import auto_bounds as auto
-from proxy.query.analyse import analyse
-from proxy.query.parse import parse
+from proxy.query.analyse.analysis import analyse
+from proxy.query.auto import bounds as auto
+from proxy.query.parse.statement import parse
 from tests.test_auto_groups_clamp import AUTO, CATALOG, _on_store
 
-rr = importlib.import_module("proxy.query.rewrite_ranked")  # the module (proxy.query exports its function)
+rr = importlib.import_module("proxy.query.rewrite.on_store")  # the module (proxy.query exports its function)
 
 QUERIES = [
     "SELECT g, SUM(x), AVG(n), COUNT(*) FROM t GROUP BY g",

@@ -15,7 +15,8 @@ from accountant.cells import CellScope, ledgered, plus
 from accountant.errors import BudgetExceeded, UnsupportedEvent
 from accountant.events import GaussianEvent, LaplaceEvent
 from accountant.filter import Accounting, Budget, Entry, additive, cost, usage
-from accountant.ledger import MemoryLedger, SqliteLedger
+from accountant.ledger.memory import MemoryLedger
+from accountant.ledger.sqlite import SqliteLedger
 from accountant.report import refusal
 
 SIZE = 6

@@ -20,11 +20,12 @@ from hypothesis import strategies as st
 from accountant.cells import ledgered
 from accountant.errors import BudgetExceeded
 from accountant.filter import Budget
-from accountant.ledger import MemoryLedger
-from proxy.query import plan, types
+from accountant.ledger.memory import MemoryLedger
+from proxy.query import types
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.errors import EmptyScope
-from proxy.query.scope import cell_space
+from proxy.query.planner import plan
+from proxy.query.price.cell_space import cell_space
 from tests import scratch_db
 from tests.test_scope import where_clauses
 

@@ -10,14 +10,14 @@ import duckdb
 import pytest
 from sqlglot import parse_one
 
-from proxy.query import plan
-from proxy.query.analyse import analyse
+from proxy.query.analyse.analysis import analyse
+from proxy.query.analyse.names import Names
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-from proxy.query.computed import scalar, total
+from proxy.query.computed.values import scalar, total
 from proxy.query.errors import QueryError
-from proxy.query.names import Names
-from proxy.query.parse import parse
-from proxy.query.rewrite import rewrite
+from proxy.query.parse.statement import parse
+from proxy.query.planner import plan
+from proxy.query.rewrite.per_query import rewrite
 from tests import scratch_db
 
 T = TableSchema("t", "uid", (

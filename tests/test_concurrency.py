@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from mechanisms.rounding import down
-from proxy.demo import DemoFiles
+from proxy.cli.demo import DemoFiles
 from tests.conftest import Server, StartFresh, spend, sum_up
 
 QUERY_EPSILON = 0.1

@@ -10,15 +10,15 @@ from hypothesis import HealthCheck, example, given, settings
 from sqlglot import parse_one
 
 from mechanisms.sampling import FixedSampler
-from proxy.query import plan
-from proxy.query.analyse import analyse
+from proxy.query.analyse.analysis import analyse
+from proxy.query.analyse.names import Names
+from proxy.query.analyse.row_expr import row_expression
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.errors import QueryError
-from proxy.query.names import Names
-from proxy.query.parse import parse
-from proxy.query.release import release
-from proxy.query.rewrite import rewrite
-from proxy.query.row_expr import row_expression
+from proxy.query.parse.statement import parse
+from proxy.query.planner import plan
+from proxy.query.release.publish import release
+from proxy.query.rewrite.per_query import rewrite
 from tests import oracle_db, scratch_db
 from tests.conftest import spend
 from tests.test_sensitivity import CATALOG, TABLE, _run, rows

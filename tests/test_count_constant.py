@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.query import plan
-from proxy.query.analyse import analyse
+from proxy.query.analyse.analysis import analyse
 from proxy.query.errors import UnsupportedQuery
-from proxy.query.parse import parse
-from proxy.query.rewrite import rewrite
+from proxy.query.parse.statement import parse
+from proxy.query.planner import plan
+from proxy.query.rewrite.per_query import rewrite
 from tests.test_precedence import CATALOG, CON
 
 

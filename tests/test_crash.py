@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.demo import DemoFiles
+from proxy.cli.demo import DemoFiles
 from tests.conftest import StartFresh, spend, sum_up
 
 SQL = "SELECT region, COUNT(*) AS n FROM visits GROUP BY region"

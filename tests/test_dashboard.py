@@ -21,9 +21,9 @@ import pytest
 
 from accountant.events import LaplaceEvent
 from accountant.filter import Spend
-from accountant.ledger import Charge
-from proxy import dashboard
-from proxy.demo import DemoFiles
+from accountant.ledger.charges import Charge
+from proxy.cli.demo import DemoFiles
+from proxy.http import dashboard
 from tests.conftest import Server, StartFresh, spend, sum_up
 
 CHROMIUM = "/usr/bin/chromium"

@@ -1,4 +1,4 @@
-"""Exact decimal charges: ε and δ are priced from the digits the analyst wrote (proxy/decimal_json.py,
+"""Exact decimal charges: ε and δ are priced from the digits the analyst wrote (proxy/http/decimal_json.py,
 proxy/schemas.py). Nine queries of ε = 0.1 used to fit a budget of 1 (float 0.1 exceeds 1/10); now ten do, and
 nothing ever charges more than was written or more than the budget."""
 
@@ -14,13 +14,13 @@ from pydantic import ValidationError
 from accountant.errors import BudgetExceeded
 from accountant.events import LaplaceEvent
 from accountant.filter import BASIC, Budget
-from accountant.ledger import MemoryLedger
+from accountant.ledger.memory import MemoryLedger
 from mechanisms import laplace
 from mechanisms.rounding import down
-from proxy.decimal_json import loads
-from proxy.demo import DemoFiles
-from proxy.query import plan
+from proxy.cli.demo import DemoFiles
+from proxy.http.decimal_json import loads
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+from proxy.query.planner import plan
 from proxy.schemas import QueryRequest
 from tests.conftest import StartFresh, spend
 

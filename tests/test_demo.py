@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.demo import CATEGORIES, REGIONS, DemoFiles, build_demo
-from proxy.engine import Engine
-from proxy.policy import load_policy
+from proxy.cli.demo import CATEGORIES, REGIONS, DemoFiles, build_demo
+from proxy.engines.duckdb_engine import Engine
+from proxy.policy.load import load_policy
 
 USERS, ROWS = 500, 20_000
 

@@ -1,4 +1,4 @@
-"""The demo as shipped (proxy/demo.py: visits with every bound "auto") over HTTP: the README's example, a
+"""The demo as shipped (proxy/cli/demo.py: visits with every bound "auto") over HTTP: the README's example, a
 Gaussian count, a median, a join, a spread, and an expression that runs at the declared limits; each one
 charge, nothing refused."""
 
@@ -13,7 +13,7 @@ import pytest
 from accountant import loss
 from accountant.events import from_json
 from mechanisms import laplace
-from proxy.demo import CATEGORIES, DemoFiles
+from proxy.cli.demo import CATEGORIES, DemoFiles
 from tests.conftest import Server, policy_copy, spend
 
 README = "SELECT region, COUNT(*) AS visits, AVG(amount) AS avg_amount FROM visits GROUP BY region"

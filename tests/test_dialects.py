@@ -7,10 +7,10 @@ import httpx
 import pytest
 from sqlglot import exp
 
-from proxy.query import plan, repeat_identity
 from proxy.query.catalog import Catalog
 from proxy.query.errors import InvalidParameter, PolicyError
-from proxy.query.parse import parse
+from proxy.query.parse.statement import parse
+from proxy.query.planner import plan, repeat_identity
 from tests.catalogs import VISITS
 
 CATALOG = Catalog((VISITS,), schemas=("main", "public"), databases=("demo",))

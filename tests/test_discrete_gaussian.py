@@ -1,4 +1,4 @@
-"""The proven μ-GDP bound of the discrete Gaussian (mechanisms/discrete_gaussian.py, docs/privacy.md §8):
+"""The proven μ-GDP bound of the discrete Gaussian (mechanisms/gaussian/gdp_bound.py, docs/privacy.md §8):
 vertices against mpmath at 50 digits, the certificate's error bounds, the tail bound, the vector bound."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mechanisms import discrete_gaussian as dg
+from mechanisms.gaussian import gdp_bound as dg
 
 SIGMAS = [0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0]
 SHIFTS = [1, 2, 3, 5, 8]

@@ -1,4 +1,4 @@
-"""The large-σ bound on μ_Z(σ, 1) (mechanisms/discrete_gaussian_analytic.py, docs/privacy.md §8.7): against the
+"""The large-σ bound on μ_Z(σ, 1) (mechanisms/gaussian/gdp_bound_analytic.py, docs/privacy.md §8.7): against the
 vertex certificate where both apply, its closed-form tail brackets and vertex increments against 50-digit
 mpmath sums, its range, and what admitting σ > 256 changes for the `gdp` rule."""
 
@@ -16,9 +16,9 @@ from accountant.events import GaussianEvent
 from accountant.filter import Entry
 from accountant.loss import approximate_mu
 from accountant.report import tightest
-from mechanisms import discrete_gaussian as dg
-from mechanisms import discrete_gaussian_analytic as dga
-from mechanisms import gaussian
+from mechanisms.gaussian import gdp_bound as dg
+from mechanisms.gaussian import gdp_bound_analytic as dga
+from mechanisms.gaussian import zcdp
 
 
 @lru_cache(maxsize=256)
@@ -128,5 +128,5 @@ def test_calibration_by_inversion_above_256(sensitivity: float, target: float) -
 def test_a_large_sigma_history_reports_within_a_tenth_of_a_percent_of_continuous_gdp() -> None:
     history = [Entry(GaussianEvent(1, 1000.0), 0.01, 0.0)] * 200 + [Entry(GaussianEvent(20, 3000.0), 0.01, 0.0)] * 50
     epsilon, rule = tightest(history, 1e-6)
-    continuous = gaussian.epsilon_of(math.sqrt(200 / 1000.0**2 + 50 * (20 / 3000.0) ** 2), 1e-6)
+    continuous = zcdp.epsilon_of(math.sqrt(200 / 1000.0**2 + 50 * (20 / 3000.0) ** 2), 1e-6)
     assert rule == "gdp" and continuous < epsilon <= continuous * 1.001

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from proxy.__main__ import main
-from proxy.demo import REGIONS, DemoFiles
+from proxy.cli.demo import REGIONS, DemoFiles
 from tests.conftest import Server, StartFresh, policy_copy, spend, sum_up
 
 AGES = 90 - 18 + 1 + 3  # 18..90, BELOW, ABOVE, NULL

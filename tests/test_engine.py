@@ -8,7 +8,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from proxy.engine import Engine, EngineMisconfigured, ExecutionFailed, ExecutionTimeout, Rows
+from proxy.engines.base import EngineMisconfigured, ExecutionFailed, ExecutionTimeout, Rows
+from proxy.engines.duckdb_engine import Engine
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 
 

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from proxy.demo import DemoFiles
+from proxy.cli.demo import DemoFiles
 from tests.conftest import Server, StartFresh, difference_down, spend
 
 ERROR_KEYS = {"ok", "status", "code", "error", "detail", "charged"}

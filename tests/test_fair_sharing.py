@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.demo import DemoFiles, build_demo
+from proxy.cli.demo import DemoFiles, build_demo
 from tests.conftest import Server, policy_copy
 
 HEAVY = ("SELECT day, age, category, region, COUNT(*) AS n{tag}, SUM(amount) AS s FROM visits "

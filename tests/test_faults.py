@@ -8,7 +8,7 @@
   PostgreSQL ended the frozen session.
 - A SIGKILL between a charge's commit and its answer left a charge no client received, and an identical
   retry paid again. Here the server kills itself at each step of a request with an `Idempotency-Key`
-  (proxy/faults.py), and the retry after a restart is answered under the one charge, with one release.
+  (proxy/run/faults.py), and the retry after a restart is answered under the one charge, with one release.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import httpx
 import psycopg
 import pytest
 
-from accountant.postgres import lock_key
-from proxy.audit_cli import audit_verify
-from proxy.demo import DemoFiles
+from accountant.ledger.postgres import lock_key
+from proxy.cli.audit import audit_verify
+from proxy.cli.demo import DemoFiles
 from tests.conftest import StartFresh, spend
 from tests.pg_fixtures import fresh_schema
 

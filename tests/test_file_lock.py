@@ -10,10 +10,11 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from accountant.audit import AuditRecord, SqliteAudit, sql_sha256
+from accountant.audit.log import AuditRecord, SqliteAudit, sql_sha256
 from accountant.events import LaplaceEvent
 from accountant.filter import Budget
-from accountant.ledger import SqliteLedger, StoredRelease
+from accountant.ledger.charges import StoredRelease
+from accountant.ledger.sqlite import SqliteLedger
 
 
 def test_ledger_and_audit_writers_of_one_file_never_meet_sqlite_busy(tmp_path: Path) -> None:

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.query import plan
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+from proxy.query.planner import plan
 from tests import oracle_db
 
-rr = importlib.import_module("proxy.query.rewrite_ranked")  # the module (proxy.query exports its function)
+rr = importlib.import_module("proxy.query.rewrite.on_store")  # the module (proxy.query exports its function)
 
 P = TableSchema("p", "uid", (
     ColumnSpec("uid", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),

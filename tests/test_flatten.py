@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.query import plan, repeat_identity
 from proxy.query.catalog import Catalog
 from proxy.query.errors import QueryError
+from proxy.query.planner import plan, repeat_identity
 from tests.catalogs import VISITS
 
 CATALOG = Catalog((VISITS,))
@@ -59,7 +59,7 @@ def test_anything_beyond_filter_and_project_is_refused(sql: str, construct: str)
 
 def test_computed_projections_are_flattened_into_computed_keys_and_filters() -> None:
     """A BI virtual dataset (`SELECT *, <expr> AS name FROM t`) plans exactly as the direct query (issue #14)."""
-    from proxy.query import plan
+    from proxy.query.planner import plan
     from tests.demo_catalog import DEMO
 
     wrapped = ("SELECT q.bucket, COUNT(*) AS n FROM (SELECT *, CAST(FLOOR(age / 10) * 10 AS INTEGER) AS bucket "

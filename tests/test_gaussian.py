@@ -11,7 +11,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from mechanisms import gaussian
+from mechanisms.gaussian import zcdp
 
 positive = st.floats(min_value=1e-6, max_value=1e6, allow_nan=False, allow_infinity=False)
 rhos = st.floats(min_value=1e-8, max_value=1e3, allow_nan=False, allow_infinity=False)
@@ -28,13 +28,13 @@ deltas = st.floats(min_value=1e-15, max_value=0.5, allow_nan=False, allow_infini
     ids=["unit", "sigma-2", "scaled", "sum-range-3", "zero-sensitivity"],
 )
 def test_rho_table(sensitivity: float, sigma: float, expected_rho: float) -> None:
-    assert gaussian.rho(sensitivity, sigma) == expected_rho  # exact: dyadic inputs
+    assert zcdp.rho(sensitivity, sigma) == expected_rho  # exact: dyadic inputs
 
 
 @given(sensitivity=positive, rho=rhos)
 def test_sigma_for_is_conservative_and_smallest(sensitivity: float, rho: float) -> None:
-    sigma = gaussian.sigma_for(sensitivity, rho)
-    assert gaussian.rho(sensitivity, sigma) <= rho
+    sigma = zcdp.sigma_for(sensitivity, rho)
+    assert zcdp.rho(sensitivity, sigma) <= rho
     assert Fraction(sensitivity) ** 2 / (2 * Fraction(sigma) ** 2) <= Fraction(rho)
     smaller = math.nextafter(sigma, 0.0)
     assert Fraction(sensitivity) ** 2 / (2 * Fraction(smaller) ** 2) > Fraction(rho)
@@ -43,8 +43,8 @@ def test_sigma_for_is_conservative_and_smallest(sensitivity: float, rho: float) 
 @given(sensitivity=positive, sigma=positive)
 def test_rho_and_mu_round_up(sensitivity: float, sigma: float) -> None:
     exact_rho = Fraction(sensitivity) ** 2 / (2 * Fraction(sigma) ** 2)
-    assert Fraction(gaussian.rho(sensitivity, sigma)) >= exact_rho
-    assert Fraction(gaussian.mu(sensitivity, sigma)) >= Fraction(sensitivity) / Fraction(sigma)
+    assert Fraction(zcdp.rho(sensitivity, sigma)) >= exact_rho
+    assert Fraction(zcdp.mu(sensitivity, sigma)) >= Fraction(sensitivity) / Fraction(sigma)
 
 
 # --- zCDP -> (ε, δ) ---------------------------------------------------------------------------------
@@ -96,7 +96,7 @@ def _reference_epsilon(rho: float, delta: float) -> mpmath.mpf:
     ],
 )
 def test_epsilon_from_rho_matches_reference(rho: float, delta: float) -> None:
-    ours = gaussian.epsilon_from_rho(rho, delta)
+    ours = zcdp.epsilon_from_rho(rho, delta)
     reference = _reference_epsilon(rho, delta)
     assert ours >= reference  # valid: some α attains ε <= ours
     assert ours <= reference * (1 + 1e-9) + 1e-300  # and tight
@@ -104,20 +104,20 @@ def test_epsilon_from_rho_matches_reference(rho: float, delta: float) -> None:
 
 @given(rho=rhos, delta=deltas)
 def test_epsilon_from_rho_beats_the_classical_bound(rho: float, delta: float) -> None:
-    value = gaussian.epsilon_from_rho(rho, delta)
+    value = zcdp.epsilon_from_rho(rho, delta)
     assert 0 <= value <= (rho + 2 * math.sqrt(rho * math.log(1 / delta))) * (1 + 1e-12)
 
 
 def test_epsilon_from_rho_is_zero_without_noise_cost() -> None:
-    assert gaussian.epsilon_from_rho(0.0, 1e-6) == 0.0  # exact by construction
+    assert zcdp.epsilon_from_rho(0.0, 1e-6) == 0.0  # exact by construction
 
 
 @settings(max_examples=40, deadline=None)
 @given(epsilon=epsilons, delta=deltas)
 def test_rho_for_inverts_the_conversion(epsilon: float, delta: float) -> None:
-    rho = gaussian.rho_for(epsilon, delta)
-    assert gaussian.epsilon_from_rho(rho, delta) <= epsilon
-    assert gaussian.epsilon_from_rho(rho * (1 + 1e-9), delta) > epsilon  # the largest, up to 1e-9
+    rho = zcdp.rho_for(epsilon, delta)
+    assert zcdp.epsilon_from_rho(rho, delta) <= epsilon
+    assert zcdp.epsilon_from_rho(rho * (1 + 1e-9), delta) > epsilon  # the largest, up to 1e-9
 
 
 @settings(max_examples=40, deadline=None)
@@ -129,8 +129,8 @@ def test_gaussian_calibration_chain_is_conservative(sensitivity: float, epsilon:
     # 0.001998348118835145 for 0.0019983481188351445): the chain holds to a relative 1e-12, and the
     # planner, which retries until the charge is within the request, never charges more than asked
     # (test_price.test_calibration_never_charges_more_than_asked).
-    sigma = gaussian.sigma_for(sensitivity, gaussian.rho_for(epsilon, delta))
-    assert gaussian.epsilon_from_rho(gaussian.rho(sensitivity, sigma), delta) <= epsilon * (1 + 1e-12)
+    sigma = zcdp.sigma_for(sensitivity, zcdp.rho_for(epsilon, delta))
+    assert zcdp.epsilon_from_rho(zcdp.rho(sensitivity, sigma), delta) <= epsilon * (1 + 1e-12)
 
 
 # --- GDP --------------------------------------------------------------------------------------------
@@ -162,7 +162,7 @@ GDP_CASES = [
 
 @pytest.mark.parametrize(("epsilon", "mu"), GDP_CASES, ids=[f"eps={e}-mu={m}" for e, m in GDP_CASES])
 def test_gdp_delta_matches_mpmath(epsilon: float, mu: float) -> None:
-    ours = gaussian.delta_of(epsilon, mu)
+    ours = zcdp.delta_of(epsilon, mu)
     reference = _reference_delta(epsilon, mu)
     assert math.isfinite(ours)
     if reference < 1e-290:
@@ -177,11 +177,11 @@ def test_gdp_delta_matches_mpmath(epsilon: float, mu: float) -> None:
     mu=st.floats(min_value=1e-3, max_value=100),
 )
 def test_gdp_delta_falls_with_epsilon_and_rises_with_mu(epsilon: float, extra: float, mu: float) -> None:
-    value = gaussian.delta_of(epsilon, mu)
+    value = zcdp.delta_of(epsilon, mu)
     assert 0 <= value <= 1
     tolerance = 1e-12 * value + 1e-300
-    assert gaussian.delta_of(epsilon + extra, mu) <= value + tolerance
-    assert gaussian.delta_of(epsilon, mu * 1.1) >= value - tolerance
+    assert zcdp.delta_of(epsilon + extra, mu) <= value + tolerance
+    assert zcdp.delta_of(epsilon, mu * 1.1) >= value - tolerance
 
 
 @pytest.mark.parametrize(
@@ -190,15 +190,15 @@ def test_gdp_delta_falls_with_epsilon_and_rises_with_mu(epsilon: float, extra: f
     ids=["mu=0.1", "mu=0.5", "mu=1", "mu=1-small-delta", "mu=3", "mu=10"],
 )
 def test_gdp_epsilon_of_is_the_conservative_inverse(mu: float, delta: float) -> None:
-    epsilon = gaussian.epsilon_of(mu, delta)
-    assert gaussian.delta_of(epsilon, mu) <= delta
+    epsilon = zcdp.epsilon_of(mu, delta)
+    assert zcdp.delta_of(epsilon, mu) <= delta
     assert _reference_delta(epsilon, mu) <= delta  # true δ at the reported ε
     assert _reference_delta(epsilon * (1 - 1e-6), mu) > delta  # and not much larger than needed
 
 
 def test_gdp_zero_mu_is_free() -> None:
-    assert gaussian.delta_of(1.0, 0.0) == 0.0
-    assert gaussian.epsilon_of(0.0, 1e-6) == 0.0
+    assert zcdp.delta_of(1.0, 0.0) == 0.0
+    assert zcdp.epsilon_of(0.0, 1e-6) == 0.0
 
 
 # --- error bars -------------------------------------------------------------------------------------
@@ -214,7 +214,7 @@ def _exact_two_sided_tail(sigma: float, k: int) -> mpmath.mpf:
 @pytest.mark.parametrize("sigma", [0.4, 1.0, 3.3, 10.0, 30.0], ids=lambda s: f"sigma={s}")
 @pytest.mark.parametrize("confidence", [0.5, 0.95, 0.999], ids=lambda c: f"conf={c}")
 def test_ci_halfwidth_is_the_exact_quantile(sigma: float, confidence: float) -> None:
-    k = gaussian.ci_halfwidth(sigma, confidence)
+    k = zcdp.ci_halfwidth(sigma, confidence)
     alpha = 1 - mpmath.mpf(confidence)
     assert _exact_two_sided_tail(sigma, k) <= alpha
     if k > 0:
@@ -223,7 +223,7 @@ def test_ci_halfwidth_is_the_exact_quantile(sigma: float, confidence: float) -> 
 
 @pytest.mark.parametrize("sigma", [1e4, 1.5e4, 1e9], ids=["exact-edge", "bound", "huge"])
 def test_ci_halfwidth_for_large_sigma_is_near_the_continuous_quantile(sigma: float) -> None:
-    k = gaussian.ci_halfwidth(sigma)
+    k = zcdp.ci_halfwidth(sigma)
     z = 1.959963984540054
     assert z * sigma - 2 <= k <= z * sigma + 2
     with mpmath.workdps(30):  # the continuous tail at k bounds the discrete one (see the docstring)
@@ -233,16 +233,16 @@ def test_ci_halfwidth_for_large_sigma_is_near_the_continuous_quantile(sigma: flo
 @pytest.mark.parametrize(
     ("function", "args"),
     [
-        (gaussian.rho, (1, 0.0)),
-        (gaussian.sigma_for, (1, 0.0)),
-        (gaussian.sigma_for, (0, 1.0)),
-        (gaussian.epsilon_from_rho, (-1.0, 1e-6)),
-        (gaussian.epsilon_from_rho, (1.0, 0.0)),
-        (gaussian.epsilon_from_rho, (1.0, 1.0)),
-        (gaussian.rho_for, (0.0, 1e-6)),
-        (gaussian.delta_of, (-1.0, 1.0)),
-        (gaussian.epsilon_of, (1.0, 0.0)),
-        (gaussian.ci_halfwidth, (math.nan,)),
+        (zcdp.rho, (1, 0.0)),
+        (zcdp.sigma_for, (1, 0.0)),
+        (zcdp.sigma_for, (0, 1.0)),
+        (zcdp.epsilon_from_rho, (-1.0, 1e-6)),
+        (zcdp.epsilon_from_rho, (1.0, 0.0)),
+        (zcdp.epsilon_from_rho, (1.0, 1.0)),
+        (zcdp.rho_for, (0.0, 1e-6)),
+        (zcdp.delta_of, (-1.0, 1.0)),
+        (zcdp.epsilon_of, (1.0, 0.0)),
+        (zcdp.ci_halfwidth, (math.nan,)),
     ],
     ids=[
         "zero-sigma",

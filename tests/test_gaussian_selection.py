@@ -9,10 +9,10 @@ import pytest
 from accountant.events import ComposedEvent, GaussianThresholdEvent, ThresholdEvent, from_json, to_json
 from accountant.loss import approximate_mu, approximate_rho, epsilon_delta
 from mechanisms import threshold
-from proxy.query.analyse import analyse
+from proxy.query.analyse.analysis import analyse
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-from proxy.query.parse import parse
-from proxy.query.price import price
+from proxy.query.parse.statement import parse
+from proxy.query.price.charge import price
 
 
 def _mp_tail(n: int, sigma: float) -> mpmath.mpf:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from accountant.errors import BudgetExceeded
 from accountant.events import GaussianEvent
 from accountant.filter import Accounting, Budget, Entry, capacity, usage
-from accountant.ledger import MemoryLedger
+from accountant.ledger.memory import MemoryLedger
 from accountant.loss import epsilon_delta
 from accountant.report import account
 from mechanisms import gdp
@@ -144,8 +144,8 @@ def test_a_release_that_k_over_sigma_would_admit_is_refused() -> None:
 
 @pytest.mark.parametrize("sigma", [0.5, 1.0, 2.0, 7.5])
 def test_the_reference_unit_mu_matches_the_certificate(sigma: float) -> None:
-    from mechanisms import discrete_gaussian
+    from mechanisms.gaussian import gdp_bound
 
     with mpmath.workdps(50):
         exact = _mp_unit_mu(sigma)
-    assert exact <= discrete_gaussian.unit_mu(sigma) <= exact * (1 + 1e-9)
+    assert exact <= gdp_bound.unit_mu(sigma) <= exact * (1 + 1e-9)

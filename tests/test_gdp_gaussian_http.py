@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mechanisms import discrete_gaussian
-from proxy.demo import DemoFiles
+from mechanisms.gaussian import gdp_bound
+from proxy.cli.demo import DemoFiles
 from tests.conftest import Server, policy_copy, spend
 
 
@@ -26,7 +26,7 @@ def test_a_gaussian_query_on_a_gdp_dataset(demo: DemoFiles, tmp_path: Path) -> N
             (composed,) = charge["events"]["events"]
             (event,) = composed["events"]
             mu = {c["accounting"]: c for c in charge["costs"]}["gdp"]["mu"]
-            assert mu == discrete_gaussian.mu(event["sensitivity"], event["sigma"])  # the proven μ_Z, charged
+            assert mu == gdp_bound.mu(event["sensitivity"], event["sigma"])  # the proven μ_Z, charged
             assert mu > event["sensitivity"] / event["sigma"]  # more than Δ/σ, as it must be
             budget = spend(analyst)
             assert budget["accounting"] == "gdp" and 0 < budget["epsilon_remaining"] < 3.0
@@ -37,8 +37,8 @@ def test_a_gaussian_query_on_a_gdp_dataset(demo: DemoFiles, tmp_path: Path) -> N
             assert small.status_code == 200, small.text
             event = small.json()["charge"]["events"]["events"][0]
             mu = {c["accounting"]: c for c in small.json()["charge"]["costs"]}["gdp"]["mu"]
-            assert event["sigma"] > discrete_gaussian.CERTIFIED_SIGMA_MAX
-            assert mu == discrete_gaussian.mu(event["sensitivity"], event["sigma"])
+            assert event["sigma"] > gdp_bound.CERTIFIED_SIGMA_MAX
+            assert mu == gdp_bound.mu(event["sensitivity"], event["sigma"])
             assert mu > event["sensitivity"] / event["sigma"]
             budget = spend(analyst)
 

@@ -12,7 +12,7 @@ from accountant.events import GaussianEvent, GaussianThresholdEvent, LaplaceEven
 from accountant.filter import Accounting, Budget, Entry, usage
 from accountant.report import pld_report
 from accountant.tradeoff import ALPHAS, curves
-from mechanisms import discrete_gaussian, gaussian
+from mechanisms.gaussian import gdp_bound, zcdp
 from mechanisms.threshold import gaussian_delta_of_threshold
 
 
@@ -27,8 +27,8 @@ def test_pld_of_laplace_histories_beats_basic_composition_and_is_labelled() -> N
 def test_pld_of_gaussian_histories_matches_the_exact_gdp_conversion() -> None:
     history = [Entry(GaussianEvent(1, 50.0), 0.0, 0.0)] * 400
     found = pld_report(history, 1e-6)
-    mu = math.sqrt(400) * discrete_gaussian.unit_mu(50.0)
-    exact = gaussian.epsilon_of(mu, 1e-6)
+    mu = math.sqrt(400) * gdp_bound.unit_mu(50.0)
+    exact = zcdp.epsilon_of(mu, 1e-6)
     assert found is not None and exact <= found.epsilon <= exact * 1.01  # pessimistic discretisation: above
 
 
@@ -48,7 +48,7 @@ def test_pld_gives_none_for_sigma_beyond_the_proven_range() -> None:
 def test_gdp_curve_is_g_mu(mu: float) -> None:
     # a history of one Gaussian with μ_Z = mu, no selection: the curve drawn is G_μ (checked with mpmath)
     sigma = 4.0
-    sensitivity = mu / discrete_gaussian.unit_mu(sigma)
+    sensitivity = mu / gdp_bound.unit_mu(sigma)
     history = [Entry(GaussianEvent(sensitivity, sigma), 0.0, 0.0)]
     spent, _ = curves(usage(history, "gdp"), Budget(50.0, 1e-6), Accounting("gdp", 0.0))
     for a, b in zip(ALPHAS, spent.beta, strict=True):

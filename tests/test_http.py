@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.demo import CATEGORIES, REGIONS, DemoFiles
+from proxy.cli.demo import CATEGORIES, REGIONS, DemoFiles
 from tests.conftest import StartFresh, difference_down, spend, sum_up
 
 QUERY_KEYS = {"ok", "dataset", "columns", "rows", "charge", "budget", "noise", "partitions"}

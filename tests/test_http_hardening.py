@@ -15,7 +15,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.demo import DemoFiles
+from proxy.cli.demo import DemoFiles
 from tests.conftest import Server, policy_copy
 
 SQL = "SELECT region, COUNT(*) AS n FROM visits GROUP BY region"

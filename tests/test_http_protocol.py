@@ -1,4 +1,4 @@
-"""`dpproxy serve` on httptools (proxy/http_protocol.py): a method httptools cannot parse still reaches the app
+"""`dpproxy serve` on httptools (proxy/http/protocol.py): a method httptools cannot parse still reaches the app
 and gets the JSON 405, on a new connection and on one that already served a request; malformed requests
 still get a 400; the server runs the stack it was asked for."""
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from proxy.demo import DemoFiles
+from proxy.cli.demo import DemoFiles
 from tests.conftest import Server, StartFresh
 
 COUNT = "SELECT region, COUNT(*) AS n FROM visits GROUP BY region"

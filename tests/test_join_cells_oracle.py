@@ -29,10 +29,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from accountant.cells import CellScope
-from proxy.budget_view import scope_out
-from proxy.policy_dataset import DatasetPolicy
-from proxy.query import plan, ranked
+from proxy.http.views.budget import scope_out
+from proxy.policy.dataset import DatasetPolicy
 from proxy.query.catalog import Catalog, ColumnSpec, PublicTable, TableSchema
+from proxy.query.planner import plan
+from proxy.query.rewrite import store_layout
 from tests import oracle_db, scratch_db
 
 P = TableSchema("p", "uid", (
@@ -102,9 +103,9 @@ def _answers(sqls: Sequence[str], tables: dict[str, Rows], store: bool) -> list[
                 con.executemany(f"INSERT INTO {prefix}{name} VALUES ({', '.join('?' * len(rows[0]))})", rows)
         if store:
             for table in CATALOG.tables:
-                con.execute(ranked.build_sql(table, "k"))
+                con.execute(store_layout.build_sql(table, "k"))
             for public in CATALOG.public:
-                con.execute(ranked.copy_public_sql(public))
+                con.execute(store_layout.copy_public_sql(public))
         # one statement for all: every query returns (__units, __m0), and DuckDB plans one union faster than 56
         union = " UNION ALL ".join(f"SELECT {i} AS __q, * FROM ({sql}) AS __a{i}" for i, sql in enumerate(sqls))
         out: list[list[tuple[object, ...]]] = [[] for _ in sqls]

@@ -17,8 +17,8 @@ import duckdb
 import pytest
 
 from proxy.app import build_env
-from proxy.demo import DemoFiles, build_demo
-from proxy.query import plan
+from proxy.cli.demo import DemoFiles, build_demo
+from proxy.query.planner import plan
 from proxy.settings import Settings
 from tests.conftest import Server, policy_copy, spend
 

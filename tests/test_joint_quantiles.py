@@ -30,9 +30,9 @@ from mechanisms.joint_quantiles import (
     step_distribution,
 )
 from mechanisms.sampling import FixedSampler, SecureSampler
-from proxy.query import plan
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-from proxy.query.quantile_noise import JointSpec, QuantileSpec
+from proxy.query.planner import plan
+from proxy.query.release.quantiles import JointSpec, QuantileSpec
 from tests import scratch_db
 from tests.test_dp_quantile import neighbours, small_histograms
 from tests.test_sampler_audit import Family, audit

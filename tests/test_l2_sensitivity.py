@@ -8,10 +8,10 @@ from fractions import Fraction
 
 from accountant.events import GaussianEvent
 from mechanisms.rounding import sqrt_up
-from proxy.query.analyse import analyse
+from proxy.query.analyse.analysis import analyse
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-from proxy.query.parse import parse
-from proxy.query.price import price
+from proxy.query.parse.statement import parse
+from proxy.query.price.charge import price
 
 
 def _old(l0: int, s: int) -> float:

@@ -1,7 +1,7 @@
 """Imports go one way (proxy shell → proxy.query → accountant → mechanisms), and side effects stay in
 their one module each: duckdb in proxy/engines/duckdb_engine.py, pyspark in proxy/engines/spark_engine.py,
-sqlite3 in accountant/sqlite_ledger.py and accountant/audit.py,
-psycopg in accountant/postgres.py, randomness in
+sqlite3 in accountant/ledger/sqlite.py and accountant/audit/log.py,
+psycopg in accountant/ledger/postgres.py, randomness in
 mechanisms/sampling.py, fastapi/pydantic only in the proxy shell, sqlglot only in proxy/query."""
 
 from __future__ import annotations
@@ -67,16 +67,16 @@ def test_side_effects_stay_in_their_module(path: Path) -> None:
     if "duckdb" in tops:
         # store: builds the bounding store; key_domains: evaluates a computed key on the policy's declared values
         # alone, in an in-memory database with no data, files or extensions
-        assert relative in ("proxy/engines/duckdb_engine.py", "proxy/store.py", "proxy/query/key_domains.py"), relative
+        assert relative in ("proxy/engines/duckdb_engine.py", "proxy/store/duckdb_store.py", "proxy/query/computed/domains.py"), relative
     if "pyspark" in tops or "py4j" in tops:
         assert relative == "proxy/engines/spark_engine.py", relative  # the optional engine, one module
     if "sqlite3" in tops:
-        assert relative in ("accountant/sqlite_ledger.py", "accountant/audit.py"), relative  # the two SQLite stores
+        assert relative in ("accountant/ledger/sqlite.py", "accountant/audit/log.py"), relative  # the two SQLite stores
     if "psycopg" in tops:
-        assert relative == "accountant/postgres.py", relative
+        assert relative == "accountant/ledger/postgres.py", relative
     if names & RANDOMNESS or "random" in tops or "secrets" in tops:
         # demo: API keys; store: the deployment's bounding key
-        assert relative in ("mechanisms/sampling.py", "proxy/demo.py", "proxy/store.py"), relative
+        assert relative in ("mechanisms/sampling.py", "proxy/cli/demo.py", "proxy/store/duckdb_store.py"), relative
     if tops & {"fastapi", "pydantic", "pydantic_settings", "starlette", "uvicorn"}:
         assert _layer(path) == "proxy", relative
     if "sqlglot" in tops:

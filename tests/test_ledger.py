@@ -19,17 +19,9 @@ from accountant.cells import CellScope, ledgered
 from accountant.errors import BudgetExceeded, IdempotencyKeyReused, IdempotencyKeySpent, LedgerBusy
 from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ThresholdEvent
 from accountant.filter import BASIC, Accounting, Budget, Entry, Rule, Spend, usage
-from accountant.ledger import (
-    ANSWERED,
-    Charge,
-    Claim,
-    Idempotency,
-    Ledger,
-    MemoryLedger,
-    SqliteLedger,
-    StoredRelease,
-    Waits,
-)
+from accountant.ledger.charges import ANSWERED, Charge, Claim, Idempotency, Ledger, StoredRelease, Waits
+from accountant.ledger.memory import MemoryLedger
+from accountant.ledger.sqlite import SqliteLedger
 
 START = datetime(2025, 1, 1, tzinfo=UTC)
 BUDGET = Budget(1.0, 1e-6)

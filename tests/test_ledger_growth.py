@@ -1,5 +1,5 @@
 """An admit's cost does not grow with the ledger's history (issue #12): the memo's check reads each history's
-tally (accountant/tallies.py), kept by triggers, instead of counting the history; and the tallies stay exact
+tally (accountant/ledger/tallies.py), kept by triggers, instead of counting the history; and the tallies stay exact
 through admits, deletes, moved rows, late commits and upgrades, on SQLite and PostgreSQL.
 
 The cost is measured as work, never as time: the SQLite virtual machine's instructions (a progress handler
@@ -20,15 +20,16 @@ from typing import Any
 import psycopg
 import pytest
 
-from accountant import postgres
-from accountant.admission import POSTGRES_MIGRATIONS
+from accountant.audit.chain_tables import POSTGRES_MIGRATIONS
 from accountant.cells import CellScope, ledgered
 from accountant.errors import BudgetExceeded
 from accountant.events import LaplaceEvent
 from accountant.filter import Budget
-from accountant.ledger import Ledger, SqliteLedger
-from accountant.postgres import MIGRATIONS, Pool, PostgresLedger, migrate
-from accountant.sql_rows import since_sql
+from accountant.ledger import postgres
+from accountant.ledger.charges import Ledger
+from accountant.ledger.postgres import MIGRATIONS, Pool, PostgresLedger, migrate
+from accountant.ledger.sql_rows import since_sql
+from accountant.ledger.sqlite import SqliteLedger
 from tests.ledger_rows import T, insert_charges, instructions
 from tests.pg_fixtures import execute, fresh_schema
 

@@ -17,12 +17,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from accountant.admission import POSTGRES_MIGRATIONS
+from accountant.audit.chain_tables import POSTGRES_MIGRATIONS
 from accountant.errors import BudgetExceeded, LedgerBusy
 from accountant.filter import Budget, Spend
-from accountant.ledger import Charge, SqliteLedger, StoredRelease, Waits
-from accountant.postgres import MIGRATIONS, Pool, PostgresLedger, lock_key, migrate
-from accountant.stores import open_ledger
+from accountant.ledger.charges import Charge, StoredRelease, Waits
+from accountant.ledger.postgres import MIGRATIONS, Pool, PostgresLedger, lock_key, migrate
+from accountant.ledger.sqlite import SqliteLedger
+from accountant.ledger.stores import open_ledger
 from tests import test_ledger
 from tests.pg_fixtures import execute, fresh_schema
 from tests.test_ledger import TIMEOUT_S, Factory, _admit

@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from accountant.audit import AuditFilter, open_audit
-from proxy.audit_cli import audit_verify
-from proxy.demo import DemoFiles
+from accountant.audit.log import AuditFilter, open_audit
+from proxy.cli.audit import audit_verify
+from proxy.cli.demo import DemoFiles
 from tests.conftest import StartFresh, spend, sum_up
 from tests.pg_fixtures import fresh_schema
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from accountant.errors import AccountantError, UnsupportedEvent
 from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ParallelEvent, ThresholdEvent
 from accountant.loss import epsilon_delta, rho
-from mechanisms import gaussian
+from mechanisms.gaussian import zcdp
 
 DELTA = 1e-6
 
@@ -28,7 +28,7 @@ def test_threshold_is_its_own_pair() -> None:
 def test_gaussian_converts_its_rho_at_the_given_delta() -> None:
     eps, delta = epsilon_delta(GaussianEvent(1, 4.0), DELTA)
     assert delta == DELTA
-    assert eps == gaussian.epsilon_from_rho(gaussian.rho(1, 4.0), DELTA)  # the same deterministic map
+    assert eps == zcdp.epsilon_from_rho(zcdp.rho(1, 4.0), DELTA)  # the same deterministic map
 
 
 def test_gaussians_pool_in_zcdp_across_nesting() -> None:
@@ -46,7 +46,7 @@ def test_gaussians_pool_in_zcdp_across_nesting() -> None:
 def test_mixed_sequential_composition_adds() -> None:
     event = ComposedEvent((LaplaceEvent(1, 10.0), ThresholdEvent(0.25, 1e-9), GaussianEvent(1, 4.0)))
     eps, delta = epsilon_delta(event, DELTA)
-    gaussian_eps = gaussian.epsilon_from_rho(gaussian.rho(1, 4.0), DELTA)
+    gaussian_eps = zcdp.epsilon_from_rho(zcdp.rho(1, 4.0), DELTA)
     assert Fraction(eps) >= Fraction(0.1) + Fraction(0.25) + Fraction(gaussian_eps)
     assert eps == pytest.approx(0.35 + gaussian_eps, rel=1e-15)
     assert Fraction(delta) >= Fraction(1e-9) + Fraction(DELTA)

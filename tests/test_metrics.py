@@ -11,7 +11,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.demo import DemoFiles
+from proxy.cli.demo import DemoFiles
 from tests.conftest import Server, StartFresh, policy_copy, spend
 
 SQL = "SELECT region, COUNT(*) AS n FROM visits GROUP BY region"
@@ -149,8 +149,8 @@ def test_budget_gauges_follow_the_datasets_accounting_rule(
 
 def test_labelled_children_are_looked_up_once_and_count_exactly() -> None:
     """`Metrics` keeps the labelled children it looked up: the same label set counts into the same series,
-    a new one gets its own, and the stage histograms count every `timed` block (proxy/metrics.py)."""
-    from proxy.metrics import Metrics
+    a new one gets its own, and the stage histograms count every `timed` block (proxy/http/metrics.py)."""
+    from proxy.http.metrics import Metrics
 
     metrics = Metrics(lambda: None)
     for code in ("ok", "ok", "unsupported"):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from accountant.events import GaussianEvent, LaplaceEvent
-from mechanisms import gaussian
-from proxy.demo import DemoFiles
-from proxy.query import plan
+from mechanisms.gaussian import zcdp
+from proxy.cli.demo import DemoFiles
 from proxy.query.errors import InvalidParameter
+from proxy.query.planner import plan
 from tests.catalogs import CATALOG
 from tests.conftest import StartFresh, spend
 
@@ -32,7 +32,7 @@ def test_gaussian_noise_multiplier_costs_rho_one_over_two_m_squared(multiplier: 
     (event,) = p.price.event.events  # type: ignore[union-attr]
     assert isinstance(event, GaussianEvent) and event.sigma >= multiplier * event.sensitivity
     rho = 1 / (2 * multiplier**2)
-    assert p.price.epsilon == pytest.approx(gaussian.epsilon_from_rho(rho, 1e-7), rel=1e-9)
+    assert p.price.epsilon == pytest.approx(zcdp.epsilon_from_rho(rho, 1e-7), rel=1e-9)
     assert p.price.delta == 1e-7
 
 

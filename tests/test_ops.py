@@ -18,9 +18,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from proxy import ops
 from proxy.app import create_app
-from proxy.demo import DemoFiles
+from proxy.cli.demo import DemoFiles
+from proxy.http import ops
 from proxy.settings import Settings
 from tests.conftest import Server, StartFresh, policy_copy
 

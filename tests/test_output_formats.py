@@ -22,8 +22,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.engine import write_database
-from proxy.output_formats import ARROW, arrow_type, neutralised, to_arrow, to_csv
+from proxy.engines.duckdb_engine import write_database
+from proxy.http.formats import ARROW, arrow_type, neutralised, to_arrow, to_csv
 from proxy.query.types import TYPE_KINDS
 from tests.conftest import Server
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.query import plan
 from proxy.query.errors import QueryError
+from proxy.query.planner import plan
 from tests.catalogs import CATALOG
 
 TOKENS = [

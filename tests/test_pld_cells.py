@@ -12,7 +12,7 @@ from accountant.events import GaussianEvent, LaplaceEvent
 from accountant.filter import Entry
 from accountant.pld_cells import pld_report_cells
 from accountant.report import pld_report
-from proxy.demo import DemoFiles
+from proxy.cli.demo import DemoFiles
 from tests.conftest import StartFresh
 
 DELTA = 1e-6

@@ -10,7 +10,7 @@ import pytest
 
 from accountant.filter import Accounting, Budget
 from mechanisms.rounding import down
-from proxy.policy import (
+from proxy.policy.load import (
     AnalystPolicy,
     DatasetPolicy,
     Policy,

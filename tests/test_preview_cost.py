@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from accountant.cells import ledgered
-from accountant.sqlite_ledger import SqliteLedger
-from proxy import budget_detail, dashboard, routes
+from accountant.ledger.sqlite import SqliteLedger
 from proxy.app import build_env
-from proxy.budget_view import budget_now
-from proxy.demo import DemoFiles
+from proxy.cli.demo import DemoFiles
+from proxy.http import dashboard, routes
+from proxy.http.views import budget_curves
+from proxy.http.views.budget import budget_now
 from proxy.pipeline import Env
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
@@ -82,5 +83,5 @@ def test_the_dashboards_curves_read_no_more_at_20k_earlier_charges_than_at_2k(en
         work, curves = instructions(ledger._conn, lambda f=figures: dashboard._tradeoff(env, "analyst", f))
         measured.append(work)
         fresh = ledgered(ledger.entries(dataset="demo", analyst="analyst"), dataset.accounting.rule)
-        assert curves is not None and curves == budget_detail.curves(lambda rule, h=fresh: h, dataset, allowed)
+        assert curves is not None and curves == budget_curves.curves(lambda rule, h=fresh: h, dataset, allowed)
     assert measured[0] == measured[1]  # reading the charges to sum them read every one: 10x the work

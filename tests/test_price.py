@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from accountant import loss
 from accountant.events import ComposedEvent, GaussianEvent, LaplaceEvent, ParallelEvent, ThresholdEvent
 from mechanisms import laplace, threshold
-from proxy.query import plan
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.errors import InvalidParameter
+from proxy.query.planner import plan
 from tests.catalogs import CATALOG
 
 

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 from mechanisms import dp_quantile
 from mechanisms.sampling import FixedSampler
-from proxy.query import plan
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.errors import PolicyError
-from proxy.query.measures import date_histogram
-from proxy.query.quantile_noise import counts, point_value
-from proxy.query.release import release
+from proxy.query.planner import plan
+from proxy.query.price.measures import date_histogram
+from proxy.query.release.publish import release
+from proxy.query.release.quantiles import counts, point_value
 from tests import oracle_db, scratch_db
 
 TABLE = TableSchema(

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mechanisms import dp_quantile
-from proxy.query import plan
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-from proxy.query.quantile_noise import counts
+from proxy.query.planner import plan
+from proxy.query.release.quantiles import counts
 from tests import oracle_db
 
 TABLE = TableSchema(

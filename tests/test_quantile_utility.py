@@ -17,11 +17,11 @@ import pytest
 from scipy import stats
 
 from mechanisms.sampling import SecureSampler
-from proxy import auto_run
-from proxy.demo import build_demo
-from proxy.policy import load_policy
-from proxy.query import plan
-from proxy.query.release import release
+from proxy.cli.demo import build_demo
+from proxy.policy.load import load_policy
+from proxy.query.planner import plan
+from proxy.query.release.publish import release
+from proxy.run import auto_bounds
 
 ANSWERS = 40
 ALPHA = 1e-6
@@ -47,8 +47,8 @@ def test_median_by_region_within_five_percent_in_95_percent_of_answers(
         planned = plan("SELECT region, MEDIAN(amount) FROM visits GROUP BY region", catalog,  # type: ignore[arg-type]
                        epsilon=1.0, delta=1e-8, mechanism="laplace", salt=sampler.salt(), cells=False)
         if planned.auto is not None:  # the demo chooses its bounds per query (max_rows, amount's clamp)
-            picked = con.execute(auto_run.selection_text(planned, con)).fetchall()  # type: ignore[arg-type]
-            planned = auto_run.plan_at(planned, auto_run.draw(planned.analysis, planned.auto, picked, sampler))
+            picked = con.execute(auto_bounds.selection_text(planned, con)).fetchall()  # type: ignore[arg-type]
+            planned = auto_bounds.plan_at(planned, auto_bounds.draw(planned.analysis, planned.auto, picked, sampler))
         answer = release(con.execute(planned.sql).fetchall(), planned.analysis, planned.price, sampler)
         for region, median in answer.rows:
             total += 1

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.demo import REGIONS
+from proxy.cli.demo import REGIONS
 from tests.conftest import spend
 
 MEDIAN_BY_REGION = ("SELECT region, MEDIAN(amount) AS median, QUANTILE_CONT(amount, 0.9) AS p90, MIN(age) AS youngest, "

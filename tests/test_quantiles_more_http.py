@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.demo import REGIONS, DemoFiles
+from proxy.cli.demo import REGIONS, DemoFiles
 from tests.conftest import Server, policy_copy, spend
 
 

@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 
 from mechanisms.rounding import up
-from proxy.demo import CATEGORIES, PLANS, REGIONS, DemoFiles
-from proxy.errors import STATUS
+from proxy.cli.demo import CATEGORIES, PLANS, REGIONS, DemoFiles
+from proxy.http.errors import STATUS
 from tests.conftest import Server, StartFresh, policy_copy, spend, sum_up
 
 FIXTURE = Path(__file__).parent / "fixtures" / "redteam.sql"

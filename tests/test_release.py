@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from mechanisms.sampling import FixedSampler
-from proxy.query import plan
-from proxy.query.release import release
+from proxy.query.planner import plan
+from proxy.query.release.publish import release
 from tests.catalogs import CATALOG
 
 

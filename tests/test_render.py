@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from sqlglot import exp, parse_one
 
-from proxy.query import plan
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.errors import UnsupportedQuery
-from proxy.query.render import Target, render
+from proxy.query.planner import plan
+from proxy.query.rewrite.render import Target, render
 
 T = TableSchema("t", "uid", (ColumnSpec("uid", "BIGINT"), ColumnSpec("f", "DOUBLE", groupable=True),
                              ColumnSpec("n", "INTEGER", groupable=True), ColumnSpec("s", "VARCHAR", groupable=True)),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import duckdb
 import httpx
 
-from proxy.demo import DemoFiles
-from proxy.query.parse import DIALECTS
+from proxy.cli.demo import DemoFiles
+from proxy.query.parse.statement import DIALECTS
 from tests.conftest import StartFresh, policy_copy, spend
 
 SQL = "SELECT category, COUNT(*) AS n, AVG(amount) AS a FROM visits GROUP BY category"
@@ -99,7 +99,7 @@ def test_the_same_text_is_a_repeat_exactly_in_the_dialects_where_it_means_the_sa
 def test_different_texts_of_one_question_are_one_repeat_and_other_columns_are_not(
     fresh_server: StartFresh, demo: DemoFiles
 ) -> None:
-    """The identity is what the answer is a function of (proxy/query/__init__.py `repeat_identity`): texts that
+    """The identity is what the answer is a function of (proxy/query/planner.py `repeat_identity`): texts that
     resolve to the same query (the same generated SQL, columns and noise) are one repeat, so rewording cannot buy
     fresh noise for free; the same generated SQL with other released columns is another answer."""
     server = fresh_server()

@@ -23,10 +23,10 @@ from typing import Any
 import httpx
 import pytest
 
-from accountant.audit import AuditFilter, PostgresAudit
+from accountant.audit.log import AuditFilter, PostgresAudit
 from accountant.filter import Spend
-from accountant.postgres import PostgresLedger
-from proxy.demo import DemoFiles
+from accountant.ledger.postgres import PostgresLedger
+from proxy.cli.demo import DemoFiles
 from tests.conftest import REPO, free_port, policy_copy, spend, sum_up
 from tests.pg_fixtures import execute, fresh_schema
 
@@ -35,7 +35,7 @@ REQUESTS = 12  # per worker: 96 in all, 48 per analyst
 BUDGET = 1.0
 QUERY_EPSILON = 0.0625  # exact in binary: 16 queries fill each budget exactly
 READY_TIMEOUT_S = 60
-WIRING = ("proxy/app.py must open DPPROXY_LEDGER with accountant.stores.open_ledger (and Settings.ledger "
+WIRING = ("proxy/app.py must open DPPROXY_LEDGER with accountant.ledger.stores.open_ledger (and Settings.ledger "
           "must be str | None so that it can hold a URL)")
 
 
@@ -162,7 +162,8 @@ def test_replicas_sharing_a_ledger_never_overspend(load: Load) -> None:
 def test_replicas_share_one_audit_chain(load: Load) -> None:
     if execute(load.url, "SELECT to_regclass('audit_log') IS NOT NULL") != [(True,)]:
         pytest.fail("the replicas keep no audit log: proxy/app.py must set app.state.audit = open_audit(...) and "
-                    "install proxy.audit_trail.AuditTrail and proxy.audit_routes.router", pytrace=False)
+                    "install proxy.http.middleware.audit_trail.AuditTrail and proxy.http.audit_routes.router",
+                    pytrace=False)
     audit = PostgresAudit(load.url)
     try:
         result = audit.verify()

@@ -1,4 +1,4 @@
-"""Bounding per cell on the store (proxy/query/rewrite_cells.py): exact answers on hand-computed data.
+"""Bounding per cell on the store (proxy/query/rewrite/cells.py): exact answers on hand-computed data.
 
 A cell of n rows contributes LEAST(n, k) rows and its totals times min(1, k/n), rounded, clamped to k rows'
 worth; light cells (at most k rows in the store) are summed directly and give the same answer.
@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.query import ranked
-from proxy.query.analyse import analyse
+from proxy.query.analyse.analysis import analyse
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-from proxy.query.parse import parse
-from proxy.query.rewrite_cells import rewrite_cells
-from proxy.query.rewrite_ranked import rewrite_ranked, uses_rank_filter
+from proxy.query.parse.statement import parse
+from proxy.query.rewrite import store_layout
+from proxy.query.rewrite.cells import rewrite_cells
+from proxy.query.rewrite.on_store import rewrite_ranked, uses_rank_filter
 from tests import scratch_db
 
 
@@ -36,7 +36,7 @@ def _run(sql: str, table: TableSchema, rows: list[tuple[object, ...]] = ROWS) ->
     con.execute("ATTACH ':memory:' AS src")
     con.execute("CREATE TABLE src.t (uid BIGINT, g VARCHAR, r VARCHAR, n INTEGER)")
     con.executemany("INSERT INTO src.t VALUES (?, ?, ?, ?)", rows)
-    con.execute(ranked.build_sql(table, "key"))
+    con.execute(store_layout.build_sql(table, "key"))
     try:
         answer = [tuple(v if v is None or isinstance(v, str) else int(v) for v in row)
                   for row in con.execute(sql).fetchall()]

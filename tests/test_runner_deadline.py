@@ -1,4 +1,4 @@
-"""The query pool keeps the post-admit time limit without being woken at admission (proxy/runner.py).
+"""The query pool keeps the post-admit time limit without being woken at admission (proxy/run/query_pool.py).
 
 The clock starts when the work calls `deadline.start()` (admission): planning before it is not timed, however
 long, and the handler gives up exactly when the started clock runs out, even though it learnt of the start
@@ -12,9 +12,9 @@ import threading
 
 import pytest
 
-from proxy.deadline import Deadline
-from proxy.engine import ExecutionTimeout
-from proxy.runner import QueryRunner
+from proxy.engines.base import ExecutionTimeout
+from proxy.run.deadline import Deadline
+from proxy.run.query_pool import QueryRunner
 
 LIMIT_S = 0.05
 

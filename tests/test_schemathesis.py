@@ -29,7 +29,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from proxy.demo import DemoFiles
+from proxy.cli.demo import DemoFiles
 from tests.conftest import Server, policy_copy
 
 POSITIVE_EXAMPLES = 100  # per operation and role: the fixed budget of the run (about 15 s on 2 cores)

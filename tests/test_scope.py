@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.query.analyse import analyse
+from proxy.query.analyse.analysis import analyse
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-from proxy.query.parse import parse
-from proxy.query.rewrite import rewrite
-from proxy.query.scope import cell_space
+from proxy.query.parse.statement import parse
+from proxy.query.price.cell_space import cell_space
+from proxy.query.rewrite.per_query import rewrite
 from tests import oracle_db, scratch_db
 
 TABLE = TableSchema(

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from proxy.query.analyse import analyse
+from proxy.query.analyse.analysis import analyse
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-from proxy.query.parse import parse
-from proxy.query.rewrite import rewrite
-from proxy.query.rewrite_ranked import rewrite_ranked
+from proxy.query.parse.statement import parse
+from proxy.query.rewrite.on_store import rewrite_ranked
+from proxy.query.rewrite.per_query import rewrite
 from tests import oracle_db
 
 TABLE = TableSchema(
@@ -111,7 +111,7 @@ STORE_QUERIES = [
 def _run_on_store(
     sql: str, data: list[tuple[object, ...]], n_keys: int, key: str, table: TableSchema = TABLE
 ) -> dict[tuple[object, ...], tuple[object, ...]]:
-    """Build the store of `data` (ranked.build_sql, as proxy/store.py runs it) and run `sql` on it."""
+    """Build the store of `data` (ranked.build_sql, as proxy/store/duckdb_store.py runs it) and run `sql` on it."""
     return oracle_db.run(sql, {"t": (COLUMNS, data)}, n_keys, value=oracle_db.as_int, store=(table,), key=key)
 
 

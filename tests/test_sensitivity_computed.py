@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from proxy.query.analyse import analyse
+from proxy.query.analyse.analysis import analyse
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-from proxy.query.parse import parse
-from proxy.query.rewrite import rewrite
+from proxy.query.parse.statement import parse
+from proxy.query.rewrite.per_query import rewrite
 from tests import oracle_db
 from tests.test_sensitivity import _run, rows
 

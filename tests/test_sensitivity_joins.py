@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from proxy.query import plan
-from proxy.query.analyse import analyse
+from proxy.query.analyse.analysis import analyse
 from proxy.query.catalog import Catalog, ColumnSpec, PublicTable, TableSchema
 from proxy.query.errors import QueryError
-from proxy.query.parse import parse
-from proxy.query.rewrite import rewrite
+from proxy.query.parse.statement import parse
+from proxy.query.planner import plan
+from proxy.query.rewrite.per_query import rewrite
 from tests import oracle_db, scratch_db
 
 P = TableSchema("p", "uid", (
@@ -120,7 +120,7 @@ def test_join_refusals_name_the_construct(query: str, construct: str) -> None:
 def test_joins_and_computed_keys_run_on_the_bounding_store(query: str) -> None:
     """They run on the store's tables (rank filters where the join keeps the base table's rows, tests/
     test_store_oracle.py; else per-query windows); a public table is copied into the store as declared."""
-    from proxy.query import ranked
+    from proxy.query.rewrite import store_layout
 
     con = scratch_db.connect()
     con.execute("ATTACH ':memory:' AS src")
@@ -131,7 +131,7 @@ def test_joins_and_computed_keys_run_on_the_bounding_store(query: str) -> None:
     con.execute("CREATE TABLE src.pub (k INTEGER, label VARCHAR)")
     con.executemany("INSERT INTO src.pub VALUES (?, ?)", PUBLIC_ROWS)
     for table in (P, Q):
-        con.execute(ranked.build_sql(table, "k"))
-    con.execute(ranked.copy_public_sql(PUB))
+        con.execute(store_layout.build_sql(table, "k"))
+    con.execute(store_layout.copy_public_sql(PUB))
     sql = plan(query, CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace", bounding="store").sql
     assert con.execute(sql).fetchall()

@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from accountant.audit import open_audit
-from accountant.sqlite_ledger import SqliteLedger
-from proxy.demo import DemoFiles
+from accountant.audit.log import open_audit
+from accountant.ledger.sqlite import SqliteLedger
+from proxy.cli.demo import DemoFiles
 from tests.conftest import REPO, StartFresh, policy_copy
 from tests.test_spark_policy import GOOD_SPARK
 from tests.test_spark_policy import _policy as spark_policy

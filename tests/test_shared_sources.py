@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.policy import PolicyFileError, load_policy, policy_problems
+from proxy.policy.load import PolicyFileError, load_policy, policy_problems
 
 REPO = Path(__file__).resolve().parent.parent
 ANALYST = "0123456789abcdef" * 4

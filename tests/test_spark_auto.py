@@ -19,15 +19,16 @@ import pytest
 pytest.importorskip("pyspark")
 
 from mechanisms.sampling import FixedSampler
-from proxy import auto_run, pipeline
+from proxy import pipeline
 from proxy.app import build_env
-from proxy.demo import build_demo
+from proxy.cli.demo import build_demo
 from proxy.engines.spark_engine import SparkEngine
-from proxy.engines.spark_store import SparkStoreEngine
-from proxy.query import plan
 from proxy.query.errors import QueryError
+from proxy.query.planner import plan
+from proxy.run import auto_bounds
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
+from proxy.store.spark_store import SparkStoreEngine
 from tests import departments
 from tests.spark_data import TABLES, beside_duckdb, export_parquet, spark_policy
 
@@ -88,11 +89,11 @@ def test_the_selection_and_the_query_at_the_chosen_bounds_give_the_same_rows_on_
     planned = plan(sql, env.policy.dataset("demo").catalog, epsilon=1.0, delta=1e-6, mechanism="laplace", salt=7,
                    bounding=bounding)
     assert planned.auto is not None and planned.auto.parts, sql
-    histograms = spark.run(auto_run.selection_text(planned, spark)).rows
-    assert histograms and sorted(histograms) == sorted(duck.run(auto_run.selection_text(planned, duck)).rows), sql
-    chosen = auto_run.draw(planned.analysis, planned.auto, histograms, FixedSampler())
+    histograms = spark.run(auto_bounds.selection_text(planned, spark)).rows
+    assert histograms and sorted(histograms) == sorted(duck.run(auto_bounds.selection_text(planned, duck)).rows), sql
+    chosen = auto_bounds.draw(planned.analysis, planned.auto, histograms, FixedSampler())
     assert all(part.value is not None for part in chosen.parts)
-    at = auto_run.plan_at(planned, chosen)
+    at = auto_bounds.plan_at(planned, chosen)
     on_spark = spark.run(pipeline.engine_sql(at, spark)).rows
     assert on_spark and sorted(on_spark, key=repr) == sorted(duck.run(pipeline.engine_sql(at, duck)).rows, key=repr)
 

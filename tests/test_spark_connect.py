@@ -41,9 +41,9 @@ print(json.dumps([list(r) for r in rows]))
 
 
 def test_a_generated_query_runs_over_spark_connect(tmp_path: Path) -> None:
-    from proxy.query import plan
     from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-    from proxy.query.render import Target, render
+    from proxy.query.planner import plan
+    from proxy.query.rewrite.render import Target, render
 
     table = TableSchema("t", "uid", (ColumnSpec("uid", "BIGINT"), ColumnSpec("s", "VARCHAR", groupable=True),
                                      ColumnSpec("x", "INTEGER", bounds=(0, 10))), max_groups=2, max_rows=2)

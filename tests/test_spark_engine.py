@@ -26,20 +26,20 @@ from tests import scratch_db
 
 pytest.importorskip("pyspark")
 
-from proxy.demo import build_demo
+from proxy.cli.demo import build_demo
 from proxy.engines.base import EngineMisconfigured, ExecutionTimeout
 from proxy.engines.duckdb_engine import Engine
 from proxy.engines.spark_config import SparkSource, SparkTable
 from proxy.engines.spark_engine import INTERRUPT_ON_CANCEL, SESSION_SETTINGS, SparkEngine, session
-from proxy.policy import load_policy
-from proxy.query import plan
-from proxy.query.analyse import analyse
+from proxy.policy.load import load_policy
+from proxy.query.analyse.analysis import analyse
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.errors import QueryError
-from proxy.query.keyed_hash import keyed_hash, numbers, reference
-from proxy.query.parse import parse
-from proxy.query.render import Target, render
-from proxy.query.rewrite import rewrite_tree
+from proxy.query.parse.statement import parse
+from proxy.query.planner import plan
+from proxy.query.rewrite.keyed_hash import keyed_hash, numbers, reference
+from proxy.query.rewrite.per_query import rewrite_tree
+from proxy.query.rewrite.render import Target, render
 from tests.spark_data import MASTER, export_parquet, spark_policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))

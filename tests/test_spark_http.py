@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from proxy.demo import DemoFiles
+from proxy.cli.demo import DemoFiles
 from tests import conftest
 from tests.conftest import Server
 from tests.spark_data import export_parquet, spark_policy

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from proxy.engines.spark_config import SparkTable
-from proxy.policy import load_policy, policy_problems
+from proxy.policy.load import load_policy, policy_problems
 
 ANALYST = "0123456789abcdef" * 4
 

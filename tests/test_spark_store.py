@@ -1,4 +1,4 @@
-"""The bounding store on Spark (proxy/engines/spark_store.py), in-process on local[2]: built by the proxy's start-up
+"""The bounding store on Spark (proxy/store/spark_store.py), in-process on local[2]: built by the proxy's start-up
 from the demo's Parquet, it holds the same rows and ranks as the store DuckDB builds (proxy/store.py; both order by
 the explicit keyed hash); every workload query on the store path gives the same rows before noise on both engines;
 the proxy answers from it, refusing before the charge what Spark cannot compute alike; a changed source is
@@ -23,16 +23,16 @@ pytest.importorskip("pyspark")
 
 from proxy import pipeline
 from proxy.app import build_env
-from proxy.demo import build_demo
+from proxy.cli.demo import build_demo
 from proxy.engines.spark_config import SparkSource, SparkTable
-from proxy.engines.spark_store import SparkStoreEngine
-from proxy.query import plan
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.errors import QueryError
-from proxy.query.render import render_text
+from proxy.query.planner import plan
+from proxy.query.rewrite.render import render_text
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
-from proxy.store import StoreEngine
+from proxy.store.duckdb_store import StoreEngine
+from proxy.store.spark_store import SparkStoreEngine
 from tests import oracle_db
 from tests.spark_data import MASTER, beside_duckdb, export_parquet, spark_policy
 
@@ -59,7 +59,7 @@ QUERIES = (
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, SparkStoreEngine, StoreEngine]]:
     """The demo (200 users, 3000 visits) served from its Spark store, built by the proxy's start-up, and the
-    DuckDB store proxy/store.py builds from the same rows with the same key."""
+    DuckDB store proxy/store/duckdb_store.py builds from the same rows with the same key."""
     directory = tmp_path_factory.mktemp("spark-store")
     demo = build_demo(directory / "demo", users=200, rows=3000)
     policy = spark_policy(demo.policy, export_parquet(demo.database, directory / "parquet"), directory / "spark",

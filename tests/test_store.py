@@ -1,4 +1,5 @@
-"""The bounding store (proxy/store.py, docs/privacy.md §8): stable per unit, true to its source, swapped safely.
+"""The bounding store (proxy/store/duckdb_store.py, docs/privacy.md §8): stable per unit, true to its source,
+swapped safely.
 
 Everything here runs on real DuckDB files and, for the HTTP case, a real server; nothing is mocked.
 """
@@ -21,14 +22,15 @@ import httpx
 import pytest
 
 from proxy.app import build_env
-from proxy.demo import DemoFiles, build_demo
-from proxy.engine import ExecutionFailed, write_database
+from proxy.cli.demo import DemoFiles, build_demo
+from proxy.engines.base import ExecutionFailed
+from proxy.engines.duckdb_engine import write_database
 from proxy.engines.spark_config import SparkSource, SparkTable
-from proxy.engines.spark_store import stamp_of
-from proxy.query import plan, ranked
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+from proxy.query.planner import plan
+from proxy.query.rewrite import store_layout
 from proxy.settings import Settings
-from proxy.store import (
+from proxy.store.duckdb_store import (
     FORMAT,
     KEY_FILE,
     StoreEngine,
@@ -39,6 +41,7 @@ from proxy.store import (
     fingerprint,
     store_path,
 )
+from proxy.store.spark_store import stamp_of
 from tests.conftest import Server, policy_copy
 
 TABLE = TableSchema(
@@ -240,7 +243,7 @@ def test_a_file_touched_without_a_change_is_rebuilt_into_the_same_store(tmp_path
 
 
 def test_a_spark_source_rewritten_in_place_with_its_size_and_mtime_kept_is_a_change(tmp_path: Path) -> None:
-    """The Spark store's stamp (proxy/engines/spark_store.py) has the same hole and the same fix: each file's
+    """The Spark store's stamp (proxy/store/spark_store.py) has the same hole and the same fix: each file's
     ctime and inode. Stats only: no Spark runs here."""
     table = tmp_path / "t"
     table.mkdir()
@@ -305,7 +308,7 @@ def test_a_store_of_another_source_or_key_is_rebuilt_never_read(tmp_path: Path, 
     try:
         assert _exact(engine) == expected
         stamp = fingerprint(source, CATALOG, deployment_key(tmp_path))
-        assert engine.run(f"SELECT format, fingerprint FROM {ranked.META}").rows == ((FORMAT, stamp),)  # rebuilt
+        assert engine.run(f"SELECT format, fingerprint FROM {store_layout.META}").rows == ((FORMAT, stamp),)  # rebuilt
         assert Counter(engine.run("SELECT * FROM t").rows) != _store_rows(foreign)
     finally:
         engine.close()

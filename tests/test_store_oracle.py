@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from proxy.query import plan
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+from proxy.query.planner import plan
 from tests import oracle_db
 
 P = TableSchema("p", "uid", (

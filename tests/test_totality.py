@@ -23,15 +23,17 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mechanisms.sampling import FixedSampler, SecureSampler
-from proxy import auto_run, pipeline
+from proxy import pipeline
 from proxy.engines.duckdb_engine import Engine
-from proxy.query import QueryPlan, plan, ranked
-from proxy.query.auto_sql import selection
+from proxy.query.auto.histograms import selection
 from proxy.query.catalog import MAX_ABS_BOUND, Catalog, ColumnSpec, TableSchema
 from proxy.query.errors import QueryError
-from proxy.query.release import release
-from proxy.query.render import DUCKDB
-from proxy.store import StoreEngine
+from proxy.query.planner import QueryPlan, plan
+from proxy.query.release.publish import release
+from proxy.query.rewrite import store_layout
+from proxy.query.rewrite.render import DUCKDB
+from proxy.run import auto_bounds as auto_run
+from proxy.store.duckdb_store import StoreEngine
 from tests import scratch_db
 
 EXTREMES: dict[str, list[object]] = {
@@ -98,7 +100,7 @@ def test_no_query_fails_after_admission_on_any_data(
         # one heavy unit holds `heavy` copies of the value: sums of up to 10001 values at the bound pass 2^63
         con.execute(f"INSERT INTO {schema}t SELECT ?, ?, ? FROM range(?)", [i % 2, "ab"[i % 2], value, heavy])
     if bounding == "store":
-        con.execute(ranked.build_sql(table, "key"))
+        con.execute(store_layout.build_sql(table, "key"))
     if planned.auto is not None and planned.auto.parts:  # the selection's histograms, then the query at its bounds
         text = selection(planned.analysis, planned.auto, bounding == "store", DUCKDB, ranked=planned.tree is None)
         chosen = auto_run.draw(planned.analysis, planned.auto, con.execute(text).fetchall(), SecureSampler())
@@ -228,7 +230,7 @@ def spark_engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
     pytest.importorskip("pyspark")
     from proxy.engines.spark_config import SparkSource, SparkTable
     from proxy.engines.spark_engine import SparkEngine
-    from proxy.engines.spark_store import SparkStoreEngine
+    from proxy.store.spark_store import SparkStoreEngine
     from tests.spark_data import MASTER
 
     directory = tmp_path_factory.mktemp("totality-spark")
@@ -259,8 +261,9 @@ def test_spark_answers_every_path_as_duckdb_does(spark_engines: dict[str, Any], 
 def test_the_premises_of_the_totality_argument_hold() -> None:
     """docs/privacy.md §8.8 bounds every value after admission from these limits: raising one must fail here
     first, not after a charge."""
-    from proxy.query import auto_total, rewrite_cells
-    from proxy.query.measures import MAX_SPREAD_STEPS, fixed_point
+    from proxy.query.auto import total as auto_total
+    from proxy.query.price.measures import MAX_SPREAD_STEPS, fixed_point
+    from proxy.query.rewrite import cells
 
     # P1: a grid value is within 2^50 for every bound the loader accepts (fine grids: within 2^30)
     for lo, hi, type_ in ((-MAX_ABS_BOUND, MAX_ABS_BOUND, "BIGINT"), (-MAX_ABS_BOUND, MAX_ABS_BOUND, "DOUBLE"),
@@ -276,6 +279,6 @@ def test_the_premises_of_the_totality_argument_hold() -> None:
     assert MAX_SPREAD_STEPS == 2**21 and auto_total.MAX_CAP == 2**62
     # the per-cell cast: k rows' worth of the widest centred value (2^51) lies within its DOUBLE clamp, which
     # both HUGEINT and Spark's DECIMAL(38, 0) hold
-    assert 10_000 * 2**51 < rewrite_cells.CAST_LIMIT < 10**38
+    assert 10_000 * 2**51 < cells.CAST_LIMIT < 10**38
     # P5 with P1-P2: fewer than 2^63 rows, each adding at most 2^51, never reach DECIMAL(38, 0)'s or HUGEINT's limit
     assert 2**63 * 2**51 < 10**38 < 2**127

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.engine import write_database
+from proxy.engines.duckdb_engine import write_database
 from tests.conftest import Server
 
 KEY = secrets.token_urlsafe(24)

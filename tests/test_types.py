@@ -23,14 +23,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mechanisms.sampling import FixedSampler, SecureSampler
-from proxy.policy import PolicyFileError, load_policy
-from proxy.query import plan, types
-from proxy.query.analyse import analyse
+from proxy.policy.load import PolicyFileError, load_policy
+from proxy.query import types
+from proxy.query.analyse.analysis import analyse
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.errors import EmptyScope
-from proxy.query.parse import parse
-from proxy.query.release import release
-from proxy.query.scope import cell_space
+from proxy.query.parse.statement import parse
+from proxy.query.planner import plan
+from proxy.query.price.cell_space import cell_space
+from proxy.query.release.publish import release
 from tests import scratch_db
 
 

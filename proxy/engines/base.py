@@ -17,7 +17,7 @@ from typing import ClassVar, Protocol
 
 from proxy.query import types
 from proxy.query.catalog import Catalog
-from proxy.query.render import Target
+from proxy.query.rewrite.render import Target
 
 
 class EngineError(Exception):
@@ -58,7 +58,7 @@ class Rows:
 
 class QueryEngine(Protocol):
     """The engine of one dataset. `target` says how the query layer renders a generated query for it
-    (proxy/query/render.py); `run` takes that text (or a constant probe such as `SELECT 1`)."""
+    (proxy/query/rewrite/render.py); `run` takes that text (or a constant probe such as `SELECT 1`)."""
 
     @property
     def target(self) -> Target: ...
