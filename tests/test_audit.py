@@ -24,7 +24,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from accountant.audit import chain
+from accountant.audit.chain import chain
 from accountant.audit.log import (
     GENESIS,
     AuditEntry,
