@@ -19,16 +19,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Literal, get_args
 
 from accountant import loss
+from accountant.cell_scope import CellScope
 from accountant.events import Event
 from mechanisms import gdp
 from mechanisms.gaussian import zcdp
 from mechanisms.rounding import down as _down
-
-if TYPE_CHECKING:
-    from accountant.cells import CellScope
 
 Rule = Literal["basic", "zcdp", "gdp"]
 RULES: tuple[Rule, ...] = get_args(Rule)

@@ -10,7 +10,7 @@ so only distinct sets are composed, and a set inside another is skipped (the lar
 Like `report.pld_report`, a report of the fixed history, never an admit rule (DESIGN.md §4).
 
 Example:
-    >>> from accountant.cells import CellScope
+    >>> from accountant.cell_scope import CellScope
     >>> from accountant.events import GaussianEvent
     >>> north = CellScope.of("visits", "f00d", 4, [0])
     >>> south = CellScope.of("visits", "f00d", 4, [1])

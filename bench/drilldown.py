@@ -38,7 +38,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from accountant.cells import CellScope
+from accountant.cell_scope import CellScope
 from accountant.errors import BudgetExceeded
 from accountant.events import LaplaceEvent
 from accountant.filter import Budget
@@ -49,9 +49,9 @@ from accountant.ledger.sqlite import SqliteLedger
 from proxy.cli.demo import REGIONS, build_demo
 from proxy.engines.duckdb_engine import Engine
 from proxy.policy.load import load_policy
+from proxy.query.analyse.cell_space import cell_space
 from proxy.query.catalog import Catalog
 from proxy.query.planner import QueryPlan, plan
-from proxy.query.price.cell_space import cell_space
 
 BANDS = ((18, 24), (25, 34), (35, 44), (45, 54), (55, 64), (65, 74), (75, 84), (85, 90))
 

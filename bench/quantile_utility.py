@@ -41,7 +41,7 @@ from mechanisms.sampling import SecureSampler  # noqa: E402
 from proxy.cli.demo import build_demo  # noqa: E402
 from proxy.policy.load import load_policy  # noqa: E402
 from proxy.query.planner import plan  # noqa: E402
-from proxy.query.release import quantiles  # noqa: E402
+from proxy.query.price import quantiles  # noqa: E402
 from proxy.query.release.error_bars import error_bar  # noqa: E402
 from proxy.query.release.publish import release  # noqa: E402
 

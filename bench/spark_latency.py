@@ -57,7 +57,7 @@ from proxy.query.rewrite.render import render, render_text  # noqa: E402
 from proxy.schemas import QueryRequest  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
 from proxy.store.spark_store import SparkStoreEngine, _remove  # noqa: E402
-from tests.spark_data import export_parquet, spark_policy  # noqa: E402
+from tests.support.spark_data import export_parquet, spark_policy  # noqa: E402
 
 _UNIQUE = itertools.count(1)
 

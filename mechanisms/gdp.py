@@ -102,7 +102,7 @@ def mu_for(epsilon: float, delta: float) -> float:
 
     μ-GDP implies (ε, δ(ε))-DP for every ε (DRS19 Cor. 2.13), and δ(ε) rises with μ, so a history that is
     μ-GDP with μ <= `mu_for(ε, δ)` is (ε, δ)-DP. The target is shrunk by a relative 1e-6, far above the
-    evaluation error of `delta_of` for ε >= 1e-3 (checked against mpmath in tests/test_gdp.py); smaller
+    evaluation error of `delta_of` for ε >= 1e-3 (checked against mpmath in tests/mechanisms/test_gdp.py); smaller
     budgets are refused.
 
     Example:

@@ -29,11 +29,11 @@ from proxy.http.middleware.access_log import Observe, Rejections
 from proxy.http.middleware.audit_trail import AuditTrail
 from proxy.http.middleware.body_gate import Intake
 from proxy.http.middleware.path_rules import Hygiene
-from proxy.http.middleware.throttle import Throttle
 from proxy.pipeline import Env, StageTimer, untimed
 from proxy.policy.load import DatasetPolicy, Policy, load_policy
 from proxy.policy.public_tables import public_table_problems
 from proxy.run.query_pool import QueryRunner
+from proxy.run.throttle import Throttle
 from proxy.settings import Settings
 from proxy.store.duckdb_store import StoreEngine
 

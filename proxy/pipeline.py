@@ -34,13 +34,14 @@ from mechanisms.sampling import Sampler
 from proxy.engines.base import QueryEngine
 from proxy.policy.access import dataset_for
 from proxy.policy.load import AnalystPolicy, DatasetPolicy, Policy, check_accountable
+from proxy.query import auto_release
 from proxy.query.analyse.analysis import public_cells
 from proxy.query.auto.bounds import ChosenBounds
 from proxy.query.errors import InvalidParameter, PolicyError
 from proxy.query.planner import QueryPlan, plan, repeat_identity
 from proxy.query.release.publish import Release, release
 from proxy.query.rewrite.render import DUCKDB, render, render_text
-from proxy.run import auto_bounds, faults, padding
+from proxy.run import faults, padding
 from proxy.run.deadline import Deadline
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
@@ -263,7 +264,8 @@ def answer(
     price = prepared.plan.price
     engine = env.engine(prepared.dataset.name)
     sql = engine_sql(prepared.plan, engine)  # a refusal here is before the charge: free
-    picking = auto_bounds.selection_text(prepared.plan, engine) if prepared.plan.auto is not None else None
+    target = getattr(engine, "target", DUCKDB)
+    picking = auto_release.selection_text(prepared.plan, target) if prepared.plan.auto is not None else None
     engine.refresh()  # a changed source is rebuilt into its store before the charge, not on the query's clock
     with env.timed("admit"):
         try:
@@ -285,7 +287,7 @@ def answer(
     bounds = None
     with env.timed("execute"):
         deadline.check()
-        if picking is not None:  # choose the bound first (proxy/run/auto_bounds.py): charged above already
+        if picking is not None:  # choose the bound first (proxy/query/auto_release.py): charged above already
             prepared, bounds = at_chosen_bound(prepared, engine, picking, env.sampler, deadline)
             sql, price = engine_sql(prepared.plan, engine), prepared.plan.price
         rows = engine.run(sql, deadline.remaining())
@@ -299,6 +301,14 @@ def answer(
 def at_chosen_bound(
     prepared: Prepared, engine: QueryEngine | StoreEngine, picking: str, sampler: Sampler, deadline: Deadline
 ) -> tuple[Prepared, ChosenBounds]:
-    """The prepared query at the max_rows its selection chooses from the data (proxy/query/auto/bounds.py)."""
-    chosen = auto_bounds.choose(prepared.plan, engine, picking, sampler, deadline.remaining())
-    return dataclasses.replace(prepared, plan=auto_bounds.plan_at(prepared.plan, chosen)), chosen
+    """The prepared query at the bounds its selection (`picking`, auto_release.selection_text) draws from the data:
+    the engine reads every histogram in one query, proxy/query/auto_release.py draws and re-plans."""
+    planned = prepared.plan
+    assert planned.auto is not None
+    if not planned.auto.parts:  # at the declared limits: nothing to read or draw
+        chosen = auto_release.preview(planned.auto, planned.analysis)
+    else:
+        # a bounding store reads each histogram once per store (store/duckdb_store.py: run_remembered)
+        run = getattr(engine, "run_remembered", engine.run) if planned.bounding == "store" else engine.run
+        chosen = auto_release.draw(planned.analysis, planned.auto, run(picking, deadline.remaining()).rows, sampler)
+    return dataclasses.replace(prepared, plan=auto_release.plan_at(planned, chosen)), chosen

@@ -20,12 +20,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from proxy.pipeline import engine_sql  # noqa: E402
+from proxy.query.auto_release import plan_at, selection_text  # noqa: E402
 from proxy.query.catalog import Catalog  # noqa: E402
 from proxy.query.errors import QueryError  # noqa: E402
 from proxy.query.planner import plan  # noqa: E402
 from proxy.query.rewrite.render import DUCKDB, Target  # noqa: E402
-from proxy.run.auto_bounds import plan_at, selection_text  # noqa: E402
-from tests.demo_catalog import DEMO  # noqa: E402
+from tests.support.demo_catalog import DEMO  # noqa: E402
 
 _REPEAT = re.compile(r"<<(.*?)\*(\d+)>>", re.DOTALL)
 
@@ -73,7 +73,7 @@ def lines() -> list[str]:
                     texts = []
                     for engine in (_DuckDB(), _Spark()):
                         if planned.auto is not None:
-                            texts.append(selection_text(planned, engine))  # type: ignore[arg-type]
+                            texts.append(selection_text(planned, engine.target))
                             texts.append(engine_sql(plan_at(planned, 3), engine))  # type: ignore[arg-type]
                         else:
                             texts.append(engine_sql(planned, engine))  # type: ignore[arg-type]

@@ -189,7 +189,7 @@ def _catalog() -> object:
     import dataclasses
 
     from proxy.query.catalog import ColumnSpec
-    from tests.demo_catalog import DEMO, VISITS
+    from tests.support.demo_catalog import DEMO, VISITS
 
     columns = tuple(dataclasses.replace(c, date_bounds=("2026-01-01", "2026-12-31")) if c.name == "day" else c
                     for c in VISITS.columns)
@@ -268,7 +268,7 @@ def test_every_supported_sql_row_of_the_readme_is_answered(tmp_path: Path) -> No
     import duckdb
 
     from proxy.cli.demo import build_demo
-    from tests import departments
+    from tests.support import departments
 
     rows = _readme_rows()
     assert set(rows) == set(SUPPORTED), "a README row without examples here, or examples of a row it lost"

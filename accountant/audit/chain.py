@@ -3,7 +3,7 @@
 Entry n stores `prev_hash` (the hash of entry n-1, or `GENESIS` for n = 1) and `hash` = sha256 of the
 canonical JSON of all its other fields; `seq` runs 1, 2, 3, … without gaps. `verify_chain` finds any
 edited, removed, reordered or inserted entry, and, given the head (seq, hash) kept with the last append,
-any entry removed from or added at the end. The stores are in `audit.py`.
+any entry removed from or added at the end. The stores are in `audit/log.py`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A charge and its `admitted` audit entry are written in one transaction (`Ledger.admit(sql=…)`), so after any
 crash every committed charge has its entry and no entry names a charge that was rolled back. For that the
 ledger appends to the chain on its own connection, inside its own transaction, through `append` here; the
-audit log (`audit.py`) appends every other entry through the same function. Both stores create the audit
+audit log (`audit/log.py`) appends every other entry through the same function. Both stores create the audit
 tables (`migrate_sqlite`, `POSTGRES_MIGRATIONS`), whichever opens the database first.
 
 `coverage` is the other half of the promise: it lists the charges that have no `admitted` entry matching
@@ -71,7 +71,7 @@ def row_of(entry: AuditEntry, at: object) -> tuple[object, ...]:
 
 def migrate_sqlite(conn: Any) -> None:
     """Create or upgrade the audit tables on a `sqlite3.Connection`, inside the caller's write transaction
-    (BEGIN IMMEDIATE). This module opens nothing: the two stores (ledger.py, audit.py) own the connections."""
+    (BEGIN IMMEDIATE). This module opens nothing: the two stores (ledger.py, audit/log.py) own the connections."""
     conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
                  " component TEXT NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (component, version))")
     applied = [v for (v,) in conn.execute(

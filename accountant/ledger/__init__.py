@@ -9,7 +9,7 @@ accounting math is not here: `cells.py`, `filter.py` and `report.py` run on the 
 transaction (only what is new since the last admit, see `_Admitting._tallied`).
 
 This module names the ledger's parts, each in a module of its own: the records and the `Ledger` protocol
-(charges.py), the one admit every store shares (admitting.py), the stores (memory_ledger.py,
-sqlite_ledger.py, postgres.py), the SQL row codecs the last two share (sql_rows.py) and the per-history
+(charges.py), the one admit every store shares (ledger/admit.py), the stores (ledger/memory.py,
+ledger/sqlite.py, postgres.py), the SQL row codecs the last two share (sql_rows.py) and the per-history
 counts their triggers keep, which spare an admit counting the history (tallies.py).
 """

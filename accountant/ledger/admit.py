@@ -26,7 +26,8 @@ from functools import lru_cache
 from accountant.audit import chain
 from accountant.audit.chain import AuditRecord
 from accountant.audit.chain_tables import admission
-from accountant.cells import CellScope, Ledgered, Running
+from accountant.cell_scope import CellScope
+from accountant.cells import Ledgered, Running
 from accountant.errors import (
     BudgetExceeded,
     ChargeUncertain,

@@ -18,7 +18,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from accountant.audit.chain import AuditRecord
-from accountant.cells import CellScope, Ledgered
+from accountant.cell_scope import CellScope
+from accountant.cells import Ledgered
 from accountant.events import Event
 from accountant.filter import BASIC, Accounting, Budget, Entry, Rule, Spend
 
@@ -156,7 +157,7 @@ class Ledger(Protocol):
         (cells.py bounds each cell's history): both checks and the insert are one transaction.
         `epsilon`/`delta` are the charge under basic composition; the event is what other rules account.
         With `sql` (the normalised SQL whose sha256 is `sql_sha256`), the charge's `admitted` audit entry is
-        appended to the audit chain at this address in the same transaction (admission.py): a committed
+        appended to the audit chain at this address in the same transaction (audit/chain_tables.py): a committed
         charge always has its entry. The proxy always passes it; tests of the accounting alone may not.
 
         With `idempotency`, the analyst's key is bound to this charge and request in the same transaction. If

@@ -6,7 +6,7 @@ it, for every ledger.
 
 Example:
     >>> from datetime import UTC, datetime
-    >>> from accountant.cells import CellScope
+    >>> from accountant.cell_scope import CellScope
     >>> from accountant.events import LaplaceEvent
     >>> scope = CellScope.of("visits", "f00d", 10, [1, 2])
     >>> scope_of(scope_to_text(scope)) == scope, scope_of(None)
@@ -27,7 +27,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from accountant.cells import CellScope
+from accountant.cell_scope import CellScope
 from accountant.events import to_json
 from accountant.filter import Entry
 from accountant.ledger.admit import Since, event_of

@@ -98,7 +98,7 @@ def type_problem(declared: str, found: str) -> str | None:
 
     Integers of any width compare exactly with integer literals, so only their family must match. FLOAT and
     DOUBLE round literals differently and DECIMAL(p, s) holds its own grid, so those must match exactly: the
-    scope of a query (scope.py) evaluates comparisons as the declared type does.
+    scope of a query (analyse/cell_space.py) evaluates comparisons as the declared type does.
 
     Example:
         >>> type_problem("DOUBLE", "FLOAT")

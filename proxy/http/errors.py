@@ -17,9 +17,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from accountant.errors import AccountantError, ChargeUncertain, LedgerBusy
 from proxy.engines.base import EngineError
-from proxy.http.middleware.throttle import RateLimited
 from proxy.policy.access import AuthError
 from proxy.query.errors import QueryError
+from proxy.run.throttle import RateLimited
 
 log = logging.getLogger(__name__)
 

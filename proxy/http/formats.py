@@ -42,8 +42,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from proxy.query import types
+from proxy.query.analyse.measures import measures_of
 from proxy.query.expr import Agg, Key
-from proxy.query.price.measures import measures_of
 
 if TYPE_CHECKING:
     import pyarrow as pa

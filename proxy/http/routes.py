@@ -25,7 +25,7 @@ from proxy.http.views.budget import stored as history
 from proxy.pipeline import Answer, Env, Prepared, Reply, prepare, reply, settle_keyed
 from proxy.policy import access
 from proxy.policy.load import AnalystPolicy
-from proxy.run import auto_bounds
+from proxy.query import auto_release
 from proxy.run.deadline import Deadline
 from proxy.schemas import (
     BoundsOut,
@@ -93,7 +93,7 @@ RATE_LIMITED: dict[int | str, dict[str, Any]] = {429: {
 
 async def _run(request: Request, analyst: AnalystPolicy, work: Callable[[Deadline], Any], env: Env) -> Any:
     """`work` on the query pool (proxy/run/query_pool.py), within the analyst's limits
-    (proxy/http/middleware/throttle.py)."""
+    (proxy/run/throttle.py)."""
     with request.app.state.throttle.admitted(analyst.name, analyst.limits):
         return await request.app.state.runner.run(analyst.name, work, env.settings.query_timeout_s)
 
@@ -221,7 +221,7 @@ def _bounds_preview(prepared: Prepared) -> BoundsOut | None:
     chooser = prepared.plan.auto
     if chooser is None:
         return None
-    return BoundsOut(**auto_bounds.preview(chooser, prepared.plan.analysis).report())
+    return BoundsOut(**auto_release.preview(chooser, prepared.plan.analysis).report())
 
 
 @router.get("/v1/budget", response_model=BudgetsResponse, tags=["budget"])

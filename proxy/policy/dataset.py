@@ -7,7 +7,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast, get_args
+from typing import Literal, cast, get_args
 
 from accountant.filter import BASIC, DEFAULT_SELECTION_SHARE, RULES, Accounting, Budget, Rule, capacity
 from mechanisms.gdp import MIN_BUDGET_EPSILON
@@ -34,9 +34,10 @@ from proxy.query.analyse.analysis import MAX_PUBLIC_CELLS
 from proxy.query.auto.bounds import DEFAULT_AUTO_QUANTILE, DEFAULT_AUTO_SHARE
 from proxy.query.catalog import Catalog, Mechanism
 from proxy.query.planner import Bounding
-from proxy.run.padding import AnswerTime
 
 MAX_QUERY_DELTA = 1e-3  # a per-query δ above this is not a meaningful privacy guarantee
+
+AnswerTime = Literal["immediate", "padded"]  # "padded": answers leave at a fixed time (proxy/run/padding.py)
 
 
 def epsilon_problem(value: float) -> str | None:

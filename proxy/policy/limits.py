@@ -3,7 +3,7 @@
     max_concurrent_queries = 16   # query and preview requests in flight at once, waiting or running
     queries_per_minute = 600      # sustained rate; a burst of up to this many is allowed
 
-They are enforced per process by `proxy.http.middleware.throttle` (a refusal is a 429 `rate_limited`, nothing charged).
+They are enforced per process by `proxy.run.throttle` (a refusal is a 429 `rate_limited`, nothing charged).
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def _column(name: str, raw: _Raw, table_loc: str, p: _Problems) -> ColumnSpec | 
     date_bounds = bounds = None
     if "bounds" in raw and type_ is not None and types.kind(type_) == "date":
         date_bounds = read_date_bounds(raw["bounds"], f"{loc}.bounds", p)  # its days: a public domain
-    elif raw.get("bounds") == "auto":  # chosen per query within the declared outer limits (auto_clamp.py)
+    elif raw.get("bounds") == "auto":  # chosen per query within the declared outer limits (auto/clamp.py)
         if "bounds_limit" not in raw:
             p.add(f"{loc}.bounds_limit", 'bounds = "auto" needs its outer limits, e.g. bounds_limit = [0, 100000]')
         else:

@@ -10,7 +10,7 @@ from typing import Literal
 
 from sqlglot import exp
 
-from accountant.cells import CellScope
+from accountant.cell_scope import CellScope
 from accountant.loss import Conversion
 from proxy.query.analyse.analysis import Analysis, analyse
 from proxy.query.auto import bounds as auto
@@ -47,7 +47,7 @@ class QueryPlan:
     price: Price
     scope: CellScope | None = None  # the cells the charge is for (None: every privacy unit)
     tree: exp.Select | None = None  # `sql` as one syntax tree, rendered per engine (render.py); None: store SQL
-    auto: auto.AutoBounds | None = None  # max_rows chosen per query (auto_bounds.py); `sql` is then at the limit
+    auto: auto.AutoBounds | None = None  # max_rows chosen per query (auto/bounds.py); `sql` is then at the limit
     salt: int = 0
     bounding: Bounding = "per_query"
 
@@ -97,7 +97,7 @@ def _declarations(catalog: Catalog) -> str:
 
 
 def ranks_serve(analysis: Analysis, catalog: Catalog | None = None) -> bool:
-    """Whether the store's rank-filter SQL (rewrite_ranked.py) can answer `analysis`: counts, sums and averages of
+    """Whether the store's rank-filter SQL (rewrite/on_store.py) can answer `analysis`: counts, sums and averages of
     plain columns, over one protected table or a join whose rows are its base table's rows (`catalog` needed),
     keyed by columns or by computed keys (docs/privacy.md §8, *Computed keys and joins*).
 
@@ -169,7 +169,7 @@ def plan(
     gdp rule (the proven μ-GDP bound of the discrete Gaussian), "zcdp" otherwise (`price.price`).
     With `bounding = "store"` the SQL reads the dataset's bounding store (proxy/query/rewrite/on_store.py).
     On a table with `max_rows = "auto"`, `auto_share` of ε chooses the bound (the `auto_quantile` of rows per
-    unit and group) and the rest runs the query at it (auto_bounds.py); the plan's SQL is then at the limit.
+    unit and group) and the rest runs the query at it (auto/bounds.py); the plan's SQL is then at the limit.
 
     Example:
         >>> from proxy.query.catalog import ColumnSpec, TableSchema
@@ -195,7 +195,7 @@ def plan(
     scope = analysis.scope.charged() if cells else None
     chooser = None
     if auto.uses_auto(analysis):
-        # the selection reads the query's own table, join or computed keys (auto_sql.py); an expression inside an
+        # the selection reads the query's own table, join or computed keys (auto/histograms.py); an expression inside an
         # aggregate, joint quantiles or a given noise run at the declared limits (valid bounds), with no selection
         limits = auto.limits_reason(analysis, noise_multiplier, quantiles_serve(analysis))
         if limits is None:

@@ -39,13 +39,13 @@ import asyncio
 import concurrent.futures
 import time
 from collections.abc import Callable
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 from proxy.engines.base import ExecutionTimeout
+from proxy.policy.dataset import AnswerTime
 from proxy.run.deadline import Deadline
 
 T = TypeVar("T")
-AnswerTime = Literal["immediate", "padded"]
 
 
 def window_s(answer_time: AnswerTime, padded_ms: int | None, limit_s: float) -> float | None:

@@ -1,5 +1,5 @@
 """Answers a bounding store keeps for the queries that are functions of the store alone (the automatic bounds'
-selection histograms, proxy/run/auto_bounds.py): the same histogram under the same WHERE is read once per store, not
+selection histograms, proxy/query/auto_release.py): the same histogram under the same WHERE is read once per store, not
 once per query. Nothing released is kept: each query still draws its own bounds from the histogram with its
 own charged ε; a rebuilt store has another file name, so nothing outlives the data it was read from.
 

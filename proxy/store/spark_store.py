@@ -3,7 +3,7 @@
 Promises, as the DuckDB store's (proxy/store/duckdb_store.py):
 - the ranks are keyed by the deployment key (`bounding.key` beside the ledger) through the explicit keyed hash
   (keyed_hash.py, `ranked.STORE_HASH`), which DuckDB and Spark compute identically: the store holds the same
-  rows and ranks whichever engine builds it (tests/test_spark_store.py);
+  rows and ranks whichever engine builds it (tests/engines/test_spark_store.py);
 - a store is a directory `<dataset>.spark-store-<stamp>` of one Parquet directory per table (a public table's
   declared columns copied, as DuckDB's store copies them) and a meta file, named and stamped with a
   fingerprint of its sources (every Parquet file's path, size, mtime, ctime and inode), the catalog, the key (by
@@ -114,7 +114,7 @@ def build_spark_store(dataset: str, source: SparkSource, catalog: Catalog, direc
             spark.sql(text).write.parquet(str(temp / table.name))
             log.info("bounding store of %s: table %s ranked in %.1f s", dataset, table.name,
                      time.perf_counter() - begun)
-        for public in catalog.public:  # joins to public tables read them from the store, as declared (store.py)
+        for public in catalog.public:  # joins to public tables read them from the store (as duckdb_store.py)
             columns = ", ".join(f'"{c.name}"' for c in public.columns)
             spark.sql(render_built(f'SELECT {columns} FROM "{public.name}"', views)).write.parquet(
                 str(temp / public.name))

@@ -14,13 +14,14 @@ import functools
 from typing import Any
 
 from accountant import loss
-from accountant.cells import CellScope
+from accountant.cell_scope import CellScope
 from accountant.errors import UnsupportedEvent
 from accountant.events import Event, to_json
 from proxy.http.views.budget import scope_out
 from proxy.pipeline import Prepared
 from proxy.policy.load import DatasetPolicy
 from proxy.query.analyse.analysis import Analysis
+from proxy.query.analyse.measures import measures_of
 from proxy.query.expr import Agg
 from proxy.query.price.charge import Price
 from proxy.query.price.hidden_groups import hidden_groups
@@ -88,8 +89,6 @@ def noise(analysis: Analysis, price: Price, confidence: float | None = None) -> 
 
 
 def first_measure(analysis: Analysis, index: int) -> Any:
-    from proxy.query.price.measures import measures_of
-
     return measures_of(analysis.aggregates[index], analysis.table)[0]
 
 

@@ -18,14 +18,15 @@ from collections.abc import Callable
 from typing import Any
 
 from accountant import cells, report
-from accountant.cells import CellScope, Ledgered
+from accountant.cell_scope import CellScope
+from accountant.cells import Ledgered
 from accountant.errors import UnsupportedEvent
 from accountant.filter import Accounting, Budget, Entry, Rule, Usage
 from proxy.pipeline import Env
 from proxy.policy.load import DatasetPolicy
+from proxy.query.analyse.cell_space import cell_space
 from proxy.query.analyse.joins import joins_of
 from proxy.query.catalog import Catalog, TableSchema
-from proxy.query.price.cell_space import cell_space
 from proxy.schemas import (
     AccountOut,
     BudgetOut,

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from proxy.pipeline import Prepared
+from proxy.query import auto_release
 from proxy.query.analyse.analysis import Analysis
+from proxy.query.analyse.measures import fixed_point
 from proxy.query.auto.bounds import ChosenBound, ChosenBounds
 from proxy.query.price.charge import Price
-from proxy.query.price.measures import fixed_point
-from proxy.run import auto_bounds
 from proxy.schemas import BoundsOut, NoiseOut, QueryResponse
 
 NoiseOf = Callable[[Analysis, Price, float | None], list[NoiseOut]]
@@ -36,7 +36,7 @@ def at_confidence(body: bytes, prepared: Prepared, noise_of: NoiseOf) -> bytes:
         return body
     planned = prepared.plan
     if stored.bounds is not None and stored.bounds.chosen and stored.bounds.max_rows is not None:
-        planned = auto_bounds.plan_at(planned, chosen(stored.bounds, planned.analysis))  # what the answer ran at
+        planned = auto_release.plan_at(planned, chosen(stored.bounds, planned.analysis))  # what the answer ran at
     again = stored.model_copy(update={"noise": noise_of(planned.analysis, planned.price, level)})
     return again.model_dump_json(exclude=None if stored.bounds is not None else {"bounds"}).encode()
 
@@ -45,7 +45,7 @@ def chosen(bounds: BoundsOut, analysis: Analysis) -> ChosenBounds:
     """Every bound a stored answer reports it ran at (rows, groups, clamps, caps), as the selection chose them.
 
     A clamp keeps the declared end it did not choose; a cap is reported in the column's units, C / grid, exact
-    in binary for the power-of-two grids of proxy/query/price/measures.py, so C comes back exactly.
+    in binary for the power-of-two grids of proxy/query/analyse/measures.py, so C comes back exactly.
     """
     table = analysis.table
     clamps: dict[str, list[float]] = {}

@@ -16,15 +16,15 @@ import dataclasses
 
 from sqlglot import exp
 
+from proxy.query.analyse.measures import Aggregate
 from proxy.query.analyse.names import Names
 from proxy.query.analyse.quantiles import QUANTILE_NODES, quantile
 from proxy.query.analyse.refusals import AGGREGATE_HINT, unsupported
 from proxy.query.analyse.row_expr import row_expression
+from proxy.query.analyse.spread import SPREAD_NODES, spread
 from proxy.query.analyse.where import predicate
 from proxy.query.errors import PolicyError, UnsupportedQuery
 from proxy.query.errors import construct_name as _construct
-from proxy.query.price.measures import Aggregate
-from proxy.query.release.spread import SPREAD_NODES, spread
 
 # aggregate calls beyond COUNT, SUM and AVG (issue #15)
 MORE_AGGREGATES = (*QUANTILE_NODES, *SPREAD_NODES, exp.Filter, exp.CountIf)

@@ -17,8 +17,11 @@ from typing import Literal
 
 from sqlglot import exp
 
+from proxy.query.analyse.cell_space import Scope, canonical_columns, cell_space
+from proxy.query.analyse.cell_space import scope as scope_of
 from proxy.query.analyse.group_keys import group_keys
 from proxy.query.analyse.joins import Joined, join
+from proxy.query.analyse.measures import Aggregate, Measure, measures_for
 from proxy.query.analyse.names import Names, Output, declared
 from proxy.query.analyse.refusals import AGGREGATE_HINT, unsupported_clause
 from proxy.query.analyse.resolve import resolve_table
@@ -27,9 +30,6 @@ from proxy.query.analyse.where import predicate
 from proxy.query.catalog import Catalog, Literal_, TableSchema
 from proxy.query.errors import PolicyError, UnsupportedQuery
 from proxy.query.expr import Expr
-from proxy.query.price.cell_space import Scope, canonical_columns, cell_space
-from proxy.query.price.cell_space import scope as scope_of
-from proxy.query.price.measures import Aggregate, Measure, measures_for
 
 __all__ = ["MAX_PUBLIC_CELLS", "Analysis", "Output", "Partitions", "analyse", "public_cells"]
 
@@ -73,7 +73,7 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
     """Check `select` against the allow-list and the policy, and describe it.
 
     With `canonical_units`, a query whose scope leaves some cell out reads the cell-space columns as each
-    unit's canonical value (see scope.py): needed only where charges are accounted per cell, and it costs a
+    unit's canonical value (see analyse/cell_space.py): needed only where charges are accounted per cell, and it costs a
     window over the table, so it is off by default and never used for a query that reaches every cell.
 
     Example:
@@ -90,7 +90,7 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
             raise unsupported_clause(name, value)
     joined = join(select, catalog) if select.args.get("joins") else None
     table, alias = (joined.table, None) if joined is not None else resolve_table(select, catalog)
-    names = Names(table, alias, catalog)
+    names = Names(table, alias, catalog, conditions=predicate)
     names.joined = joined
     keys = group_keys(select, names)
     names.keys = keys
@@ -110,7 +110,7 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
     where = select.args.get("where")
     where_expr = predicate(where.this, names) if where else None
 
-    # Computed keys are virtual columns of the analysed table (computed_keys.py); the rewrite computes them.
+    # Computed keys are virtual columns of the analysed table (computed/keys.py); the rewrite computes them.
     table = dataclasses.replace(table, columns=table.columns + tuple(k.spec for k in names.computed))
     all_unit_level = all(declared(table, k).unit_level for k in keys)
     # One group per unit ⇒ parallel composition (§3). Unit-level keys are constant per unit by declaration;

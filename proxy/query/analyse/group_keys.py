@@ -1,5 +1,5 @@
 """GROUP BY: the group keys, each a declared, groupable column that is not the privacy unit, or a computed key
-(computed_keys.py); an item may name an output by position (`GROUP BY 1`) or by alias.
+(computed/keys.py); an item may name an output by position (`GROUP BY 1`) or by alias.
 
 Example:
     >>> from proxy.query.parse.statement import parse

@@ -268,7 +268,7 @@ def canonical_source(joined: Joined, canonical: Collection[str]) -> exp.Expr:
     canonical value (the smallest, text under binary collation): a base column over the unit's rows of the base
     table and a protected table's column over the unit's rows of that table, both *before* the join; a public
     table's column over the unit's joined rows, after it (the analysis makes the base join column canonical
-    too, so those rows all meet the public rows of one key: analyse.py). What the join drops or multiplies
+    too, so those rows all meet the public rows of one key: analyse/analysis.py). What the join drops or multiplies
     cannot move a unit to another cell (docs/privacy.md §7).
 
     Example:

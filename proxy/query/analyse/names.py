@@ -1,7 +1,10 @@
 """Name resolution for one query: the table, its alias, the group keys and the aggregates met so far.
 
 Every rule (group_keys, select_list, aggregates, where) resolves columns through `Names`, so a name is checked
-against the catalog in one place and only declared names flow on to the rewrite.
+against the catalog in one place and only declared names flow on to the rewrite. `Names` also carries the
+reader of conditions (`where.predicate`, passed in by `analyse`): conditions hold computed values and computed
+values (CASE WHEN, a boolean key) hold conditions, so the two readers recurse into each other through it,
+not through a circle of imports.
 
 Example:
     >>> from sqlglot import exp
@@ -13,17 +16,18 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
 
 from proxy.query.analyse.joins import Joined
+from proxy.query.analyse.measures import Aggregate
 from proxy.query.analyse.refusals import located, unsupported, where
 from proxy.query.analyse.resolve import check_qualifiers
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.errors import PolicyError
 from proxy.query.expr import Agg, Expr
-from proxy.query.price.measures import Aggregate
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +41,10 @@ class Output:
 class Names:
     """Name resolution for one query: the table, its alias, the keys and the aggregates met so far."""
 
-    def __init__(self, table: TableSchema, alias: str | None, catalog: Catalog) -> None:
+    def __init__(self, table: TableSchema, alias: str | None, catalog: Catalog,
+                 conditions: Callable[[exp.Expr, Names], exp.Expr] | None = None) -> None:
         self.table = table
+        self.conditions = conditions
         self.alias = alias
         self.catalog = catalog
         self.keys: tuple[str, ...] = ()
@@ -46,6 +52,12 @@ class Names:
         self.aggregates: list[Aggregate] = []
         self.computed: list = []  # computed_keys.ComputedKey, in GROUP BY order
         self.joined: Joined | None = None  # a JOIN's virtual table: columns resolve through its qualifiers
+
+    def condition(self, node: exp.Expr) -> exp.Expr:
+        """`node` read as a row predicate (WHERE's rules), for a condition inside a computed value."""
+        if self.conditions is None:
+            raise unsupported(node, "a condition here")
+        return self.conditions(node, self)
 
     def key_spec(self, name: str) -> ColumnSpec:
         """The column a group key reads: declared, or a computed key's virtual column."""

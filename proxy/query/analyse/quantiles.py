@@ -27,11 +27,11 @@ from fractions import Fraction
 
 from sqlglot import exp
 
+from proxy.query.analyse.measures import Aggregate
 from proxy.query.analyse.names import Names
 from proxy.query.analyse.refusals import AGGREGATE_HINT
 from proxy.query.errors import InvalidParameter, PolicyError, UnsupportedQuery
 from proxy.query.errors import construct_name as _construct
-from proxy.query.price.measures import Aggregate
 
 QUANTILE_NODES = (exp.Median, exp.PercentileCont, exp.PercentileDisc, exp.ApproxQuantile, exp.Quantile,
                   exp.WithinGroup, exp.Min, exp.Max)

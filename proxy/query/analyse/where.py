@@ -17,9 +17,9 @@ from proxy.query.analyse.literals import literal
 from proxy.query.analyse.names import Names
 from proxy.query.analyse.refusals import unsupported
 from proxy.query.catalog import ColumnSpec
+from proxy.query.computed.filters import MAX_IN_LIST, computed_condition
 from proxy.query.errors import UnsupportedQuery
 
-MAX_IN_LIST = 1_000
 _COMPARISONS = {exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
 _FLIPPED = {exp.EQ: exp.EQ, exp.NEQ: exp.NEQ, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}
 
@@ -79,8 +79,6 @@ def predicate(node: exp.Expr, names: Names) -> exp.Expr:
             if isinstance(left, exp.Column):
                 spec = names.column(left)
                 return types.compare(spec.name, spec.type, cls, literal(right, spec))
-    from proxy.query.computed.filters import computed_condition  # it reads MAX_IN_LIST from here
-
     computed = computed_condition(node, names)
     if computed is not None:
         return computed

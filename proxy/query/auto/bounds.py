@@ -7,10 +7,10 @@ it uses, split evenly over the bounds it needs (its parts), and the rest running
 1. **Selection** (ε_sel = s·ε, ε_sel/n per part): one engine call reads one histogram per part under the
    query's WHERE and keys, and the exponential mechanism (mechanisms/dp_quantile.py, exact) draws the DP
    q-quantile of each, on a grid of candidate bounds:
-   - max_rows (auto_rows.py): h[c] = #(unit, group) cells with min(rows, L) = c, each unit keeping its L0
+   - max_rows (auto/rows.py): h[c] = #(unit, group) cells with min(rows, L) = c, each unit keeping its L0
      largest cells (L0 = the groups limit when max_groups is auto too): L1 sensitivity L0.
-   - max_groups (auto_groups.py): h[c] = #units with min(groups, G) = c: L1 sensitivity 1.
-   - a clamp (auto_clamp.py): the column's values, at most m rows per unit: L1 sensitivity m; the upper
+   - max_groups (auto/groups.py): h[c] = #units with min(groups, G) = c: L1 sensitivity 1.
+   - a clamp (auto/clamp.py): the column's values, at most m rows per unit: L1 sensitivity m; the upper
      bound is the q-quantile, the lower (when the limit's lower end is not 0) the (1 − q)-quantile.
 2. **Query** (ε_q = ε − ε_sel): the plan priced at the limits fixes each measure's ε_j (the split depends on
    the query's shape, never on the bounds); at the chosen bounds each Laplace scale is b_j = Δ_j/ε_j rounded
@@ -29,10 +29,10 @@ truncates under the query's own WHERE and keys (cells, groups, the query's value
 store in one engine call with no second pass over the source, and every bound's cost is in one charge.
 
 Laplace noise: a pure ε is a function of Δ/b alone, which is what makes the event exact for any bound.
-Discrete Gaussian noise (auto_gauss.py): the charged GaussianEvent at the limits bounds, under every rule,
+Discrete Gaussian noise (auto/gauss.py): the charged GaussianEvent at the limits bounds, under every rule,
 the σ chosen at the bounds (ρ is a function of Δ/σ; the proven μ is searched upward).
-Quantiles (auto_quantile.py), spreads, FILTER, joins and computed keys (the selection reads the query's own
-virtual table, auto_sql.py) choose their bounds too. Shapes the selection does not serve (an expression in an
+Quantiles (auto/quantile.py), spreads, FILTER, joins and computed keys (the selection reads the query's own
+virtual table, auto/histograms.py) choose their bounds too. Shapes the selection does not serve (an expression in an
 aggregate, three quantiles of one column) and a given `noise_multiplier` are answered at the declared
 limits, which are valid bounds: no selection runs or is charged, and the response's `bounds` says so
 (`chosen` false, `note` why).
@@ -56,13 +56,14 @@ from mechanisms import laplace
 from mechanisms.gaussian import zcdp
 from mechanisms.rounding import down, sqrt_up
 from proxy.query.analyse.analysis import Analysis
-from proxy.query.auto import quantile
+from proxy.query.analyse.measures import capped, fixed_point, measures_for
+from proxy.query.auto import quantile, total
+from proxy.query.auto.clamp import VALUES_PER_UNIT
 from proxy.query.auto.gauss import sigma_at
 from proxy.query.auto.rows import bound_grid, choose_bound, selection_sql, selection_text, store_selection_sql
 from proxy.query.catalog import ColumnSpec, TableSchema
 from proxy.query.price.charge import Price
-from proxy.query.price.measures import capped, measures_for
-from proxy.query.release.quantiles import QuantileSpec
+from proxy.query.price.quantiles import QuantileSpec
 
 __all__ = ["bound_grid", "choose_bound", "selection_sql", "selection_text", "store_selection_sql"]
 
@@ -72,7 +73,7 @@ DEFAULT_AUTO_LIMIT = 1000
 DEFAULT_GROUPS_LIMIT = 100
 
 Bound = Literal["max_rows", "max_groups", "lower", "upper", "total"]
-# the measures that read a column's clamp: a sum's sensitivity, and a quantile's grid (auto_quantile.py: 1001
+# the measures that read a column's clamp: a sum's sensitivity, and a quantile's grid (auto/quantile.py: 1001
 # points over the declared limit would be too coarse for any value far below it)
 CLAMPED = ("sum", "centred_sum", "histogram")
 
@@ -135,7 +136,7 @@ class ChosenBounds:
     max_rows: int  # the bound used (rows per unit and group): chosen, or the table's fixed one
     max_groups: int  # the groups per unit used
     clamps: tuple[tuple[str, float, float], ...] = ()  # (column, lower, upper) chosen
-    caps: tuple[tuple[str, int], ...] = ()  # (column, C in grid units) chosen: each unit's L1 cap (auto_total.py)
+    caps: tuple[tuple[str, int], ...] = ()  # (column, C in grid units) chosen: each unit's L1 cap (auto/total.py)
     note: str | None = None  # set when nothing was chosen: the query ran at the declared limits, and why
 
     def value(self, bound: Bound, column: str | None = None) -> float | None:
@@ -203,7 +204,7 @@ def needed(analysis: Analysis) -> tuple[tuple[Bound, ColumnSpec | None], ...]:
     for spec in clamped_columns(analysis):
         assert spec.bounds is not None
         kinds = {m.kind for m in analysis.measures if (m.column or "").lower() == spec.name.lower()}
-        if capped(spec, table) and "sum" in kinds:  # a per-unit L1 cap, not a clamp (auto_total.py, §10.2)
+        if capped(spec, table) and "sum" in kinds:  # a per-unit L1 cap, not a clamp (auto/total.py, §10.2)
             parts.append(("total", spec))
             if not kinds & {"centred_sum", "histogram"}:
                 continue  # quantiles and spreads of the same column still choose its clamp (at_bound)
@@ -258,10 +259,6 @@ def auto_bounds(analysis: Analysis, selection_epsilon: float, q: float) -> AutoB
         >>> [(p.bound, p.limit, p.sensitivity, p.selection.scale) for p in a.parts], float(a.epsilon)
         ([('max_rows', 500, 4, 80.0), ('max_groups', 4, 1, 20.0)], 0.1)
     """
-    from proxy.query.auto import total  # imported here: they read nothing of this module
-    from proxy.query.auto.clamp import VALUES_PER_UNIT
-    from proxy.query.price.measures import fixed_point
-
     wanted = needed(analysis)
     each = down(Fraction(selection_epsilon) / len(wanted))
     parts = []
@@ -271,7 +268,7 @@ def auto_bounds(analysis: Analysis, selection_epsilon: float, q: float) -> AutoB
             sensitivity = analysis.max_groups
         elif bound == "max_groups":
             limit, sensitivity = analysis.max_groups, 1
-        elif bound == "total":  # each unit's total in one bin of the histogram (auto_total.py)
+        elif bound == "total":  # each unit's total in one bin of the histogram (auto/total.py)
             assert spec is not None
             limit, sensitivity = total.total_limit(analysis, spec) / fixed_point(spec)[0], 1
         else:
@@ -348,8 +345,6 @@ def with_targets(chooser: AutoBounds, analysis: Analysis, priced: Price) -> Auto
     """The selection with each L1 cap's target t = √2·G/ε_sum (auto_total.target_above) in its `q`: G the number
     of groups released (the public domains' product; 1 without keys, or when the groups are not public: a
     smaller t chooses a larger cap, the unbiased side), ε_sum the ε the plan gives the capped sum."""
-    from proxy.query.auto import total
-
     groups = math.prod(len(d) for d in analysis.domains) if analysis.partitions == "public" and analysis.keys else 1
     parts = []
     for part in chooser.parts:
@@ -416,5 +411,5 @@ def at_bound(analysis: Analysis, k: int, g: int | None = None,
 def for_sql(analysis: Analysis, declared: TableSchema) -> Analysis:
     """`analysis` (at chosen bounds) with the `declared` table's columns, as the rewrite must read it: the
     store's clamped grid column holds values clamped to the declared bounds, and the rewrite reads it only for
-    a measure clamped exactly there (rewrite_ranked.py); any tighter clamp is computed per row from the measure."""
+    a measure clamped exactly there (rewrite/on_store.py); any tighter clamp is computed per row from the measure."""
     return dataclasses.replace(analysis, table=dataclasses.replace(analysis.table, columns=declared.columns))

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from sqlglot import exp
 
 from proxy.query.analyse.analysis import Analysis
+from proxy.query.auto.rows import unit_cells
 from proxy.query.rewrite import store_layout
 
 AT_LEAST, EXACT = 1, 0  # how a row of the selection counts units: with >= c groups (the store), or exactly c
@@ -66,8 +67,6 @@ def groups_sql(analysis: Analysis, source: exp.Expr) -> exp.Select:
         GROUP BY
           __a
     """
-    from proxy.query.auto.rows import unit_cells  # lazily: auto_rows reads the rewrite modules
-
     return groups_of_cells(analysis, unit_cells(analysis, source).subquery("__cells", copy=False))
 
 

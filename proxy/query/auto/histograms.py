@@ -43,12 +43,12 @@ def selection(analysis: Analysis, chooser: auto.AutoBounds, store: bool, target:
     Where both the rows per cell and the groups per unit are read per query (not from the store's ranks), both
     come from the same (unit, group) cells under the WHERE: one CTE, `__sel_cells`, grouped once instead of
     twice (category × day BETWEEN at 10M: 240 -> 170 ms). The same rows either way (`share=False` groups them
-    once per histogram: tests/test_auto_groups_clamp.py compares the two).
+    once per histogram: tests/query/test_auto_groups_clamp.py compares the two).
 
     The text is a function of the analysis (the query resolved against the policy), which bounds are chosen
     (each part's bound and column, not its ε or limit) and the arguments: it is built once per such query and
     kept (`_remembered`, the last 256), so a repeated query shape does not rebuild it (0.5-4 ms of Python per
-    query, bench/README.md). The store then reads the histograms once per store and text (store.py).
+    query, bench/README.md). The store then reads the histograms once per store and text (store/duckdb_store.py).
 
     Example:
         >>> from accountant.events import ExponentialEvent
@@ -132,7 +132,7 @@ def histograms(analysis: Analysis, chooser: auto.AutoBounds, store: bool, target
             out.append(text(groups.groups_of_cells(analysis, cells.copy()) if shared else
                             groups.store_groups_sql(analysis, source) if served else
                             groups.groups_sql(analysis, source)))
-        elif part.bound == "total":  # each unit's total under the WHERE, every row (auto_total.py)
+        elif part.bound == "total":  # each unit's total under the WHERE, every row (auto/total.py)
             spec = analysis.table.column(part.column or "")
             assert spec is not None
             limit = total.total_limit(analysis, spec)

@@ -6,7 +6,7 @@ its per-group ε is 2Δ(q, s)/T. The query is charged at the limits (s = K, G gr
 T_L)); at the chosen max_rows k <= K and max_groups g <= G the temperature is rescaled to
 T_k = 2Δ(q, k)/ε_L rounded up, ε_L = 2Δ(q, K)/T_L, so each group's ε is at most ε_L and the g groups a unit
 reaches compose to at most the charged ε. On a column with `bounds = "auto"` the grid is the chosen clamp
-[L, U] (auto_clamp.py), not the declared limit: Δ does not depend on the grid, which is a function of the
+[L, U] (auto/clamp.py), not the declared limit: Δ does not depend on the grid, which is a function of the
 privately chosen bound, and 1001 points over [0, 100000] could not resolve a median of 20. Several quantiles
 of one column are released jointly (quantile_noise.JointSpec): that shape runs at the declared limits.
 
@@ -28,7 +28,7 @@ from fractions import Fraction
 from mechanisms import dp_quantile
 from mechanisms.rounding import up
 from proxy.query.analyse.analysis import Analysis
-from proxy.query.release.quantiles import JOINT_AT_LEAST, QuantileSpec
+from proxy.query.price.quantiles import JOINT_AT_LEAST, QuantileSpec
 
 
 def serves(analysis: Analysis) -> bool:
@@ -36,7 +36,7 @@ def serves(analysis: Analysis) -> bool:
     is fixed by interval arithmetic at the declared bounds), each column's quantiles released one by one (fewer
     than JOINT_AT_LEAST distinct q per column). Spreads and FILTER are served (every measure's sensitivity is
     monotone in every bound), and so are joins and computed keys: the selection reads the query's own virtual
-    table (auto_sql.py), whose every row is one unit's (joins are on the unit, docs/privacy.md §10.5).
+    table (auto/histograms.py), whose every row is one unit's (joins are on the unit, docs/privacy.md §10.5).
 
     Example:
         >>> from proxy.query.parse.statement import parse

@@ -5,7 +5,7 @@ A column's declared values are public (a `public_domain`, the integers of intege
 expression over their product. They are computed by DuckDB itself, on those declared values alone (an
 in-memory database with no data and no external access), so the domain is exactly what the engine computes
 for the same inputs: no second implementation of `FLOOR`, `date_trunc` or `LOWER` to drift from it. Rows whose
-key falls outside the domain are dropped before bounding, as for any public domain (rewrite.py), so the
+key falls outside the domain are dropped before bounding, as for any public domain (rewrite/per_query.py), so the
 released groups never depend on the data.
 
 Example:

@@ -1,10 +1,10 @@
 """Computed filters: WHERE conditions on computed values (`amount * 2 > duration_s`, `LOWER(region) = 'north'`,
 `EXTRACT(month FROM day) IN (1, 2)`, `date_trunc('month', day) = DATE '2026-03-01'`).
 
-Each side is rebuilt by computed.py (total: no data can make it fail) and compared with a literal read exactly
+Each side is rebuilt by computed/values.py (total: no data can make it fail) and compared with a literal read exactly
 for the value's type, or with another computed value of the same family. The computed side is parenthesised,
-so the per-cell scope (scope.py), which reasons only about a declared column compared with literals, sees an
-expression it does not know and counts the condition as possibly TRUE in every cell: never a narrower scope.
+so the per-cell scope (analyse/cell_space.py), which reasons only about a declared column compared with literals,
+sees an expression it does not know and counts the condition as possibly TRUE in every cell: never a narrower scope.
 
 Example:
     >>> from sqlglot import parse_one
@@ -20,11 +20,12 @@ from sqlglot import exp
 
 from proxy.query.analyse.literals import literal
 from proxy.query.analyse.names import Names
-from proxy.query.analyse.where import MAX_IN_LIST
 from proxy.query.catalog import ColumnSpec
 from proxy.query.computed.domains import binds
 from proxy.query.computed.values import Scalar, scalar, total
 from proxy.query.errors import UnsupportedQuery
+
+MAX_IN_LIST = 1_000  # values in one IN list, in WHERE as in a computed condition
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _LITERALS = (exp.Literal, exp.Neg, exp.Boolean)
@@ -77,7 +78,7 @@ def _is_literal(node: exp.Expr) -> bool:
 
 
 def _side(value: Scalar, names: Names) -> exp.Expr:
-    """The computed side, parenthesised: scope.py must not read it as a declared column (see the module)."""
+    """The computed side, parenthesised: analyse/cell_space.py must not read it as a declared column (see above)."""
     if value.type == "NULL":
         raise UnsupportedQuery("a comparison with NULL is never TRUE; use IS NULL", construct="WHERE")
     computed = total(value)

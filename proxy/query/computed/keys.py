@@ -1,12 +1,12 @@
 """Computed group keys: `GROUP BY date_trunc('month', day)`, `CAST(FLOOR(age / 10) * 10 AS INTEGER)`,
 `CASE WHEN … THEN 'a' ELSE 'b' END`, `amount > 100`.
 
-Each becomes a virtual column `__key<i>` of the analysed table: its total SQL (computed.py), its type, and
+Each becomes a virtual column `__key<i>` of the analysed table: its total SQL (computed/values.py), its type, and
 what the policy lets us say about it:
 - **unit-level** when every column it reads is unit-level: a function of values constant per unit is constant
   per unit, so grouping on it is disjoint per unit (DESIGN.md §3; the rewrite still enforces L0 = 1);
 - **public domain** when its values are known from the policy alone: the literals of a CASE, TRUE and FALSE
-  of a condition, or its values over its columns' declared finite domains (key_domains.py); otherwise its
+  of a condition, or its values over its columns' declared finite domains (computed/domains.py); otherwise its
   groups are chosen by private partition selection.
 A key may read only groupable columns and never the privacy unit (a key over the unit is one group per
 person), except a key whose values are literals of the query (CASE, a condition): those can release nothing
@@ -102,9 +102,7 @@ def _value(node: exp.Expr, names: Names) -> Scalar:
     while isinstance(node, exp.Paren):
         node = node.this
     if isinstance(node, _CONDITIONS):
-        from proxy.query.analyse.where import predicate  # where.py reads computed values too
-
-        condition = predicate(node, names)
+        condition = names.condition(node)
         columns = frozenset(names.column(c).name for c in node.find_all(exp.Column))
         return Scalar(condition, "BOOLEAN", columns, (False, True))
     return scalar(node, names)

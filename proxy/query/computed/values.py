@@ -32,7 +32,7 @@ from proxy.query import types
 from proxy.query.analyse.literals import exact
 from proxy.query.analyse.names import Names
 from proxy.query.analyse.refusals import unsupported
-from proxy.query.errors import UnsupportedQuery
+from proxy.query.errors import UnsupportedQuery, construct_name
 
 MAX_TEXT_LITERAL = 1_000
 MAX_SUBSTRING = 1_000
@@ -257,8 +257,6 @@ def _date(node: exp.Expr, names: Names, parent: exp.Expr) -> Scalar:
 
 
 def errors_name(node: exp.Expr) -> str:
-    from proxy.query.errors import construct_name
-
     if type(node) in _ARITHMETIC or isinstance(node, exp.Div | exp.IntDiv):
         return "ARITHMETIC"
     return construct_name(node)
@@ -322,8 +320,6 @@ def _cast(node: exp.Cast | exp.TryCast, names: Names) -> Scalar:
 def _case(node: exp.Case | exp.If, names: Names) -> Scalar:
     """CASE WHEN <condition> THEN <literal> … [ELSE <literal>] END (and IF(c, a, b)): values are literals, so
     the key's values are public (the literals), whatever the conditions read."""
-    from proxy.query.analyse.where import predicate  # conditions are WHERE predicates; where.py imports this module
-
     if isinstance(node, exp.If):
         branches, default = [(node.this, node.args.get("true"))], node.args.get("false")
     else:
@@ -339,7 +335,7 @@ def _case(node: exp.Case | exp.If, names: Names) -> Scalar:
                                    construct="CASE", hint=ALLOWED)
         constants.append(constant(value))
     result_type = _common_type([c for c in constants if c.type != "NULL"], "CASE")
-    ifs = [exp.If(this=predicate(condition, names), true=_as_constant(c, result_type))
+    ifs = [exp.If(this=names.condition(condition), true=_as_constant(c, result_type))
            for (condition, _), c in zip(branches, constants, strict=False)]
     otherwise = _as_constant(constants[-1], result_type) if default is not None else None
     choices = tuple(dict.fromkeys(

@@ -30,11 +30,11 @@ from mechanisms import gdp, laplace, threshold
 from mechanisms.gaussian import gdp_bound, zcdp
 from mechanisms.rounding import down, sqrt_up, up
 from proxy.query.analyse.analysis import Analysis
+from proxy.query.analyse.measures import measures_of
+from proxy.query.analyse.spread import spread_weight
 from proxy.query.catalog import Mechanism
 from proxy.query.errors import InvalidParameter
-from proxy.query.price.measures import measures_of
-from proxy.query.release.quantiles import JointSpec, QuantileSpec, calibrate_all
-from proxy.query.release.spread import spread_weight
+from proxy.query.price.quantiles import JointSpec, QuantileSpec, calibrate_all
 
 Composition = Literal["parallel", "sequential"]
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from mechanisms import laplace
 from mechanisms.gaussian import zcdp
 from proxy.query.analyse.analysis import Analysis
+from proxy.query.analyse.measures import SPREAD_KINDS, Measure, measures_of
 from proxy.query.price.charge import NoiseSpec, Price
-from proxy.query.price.measures import SPREAD_KINDS, Measure, measures_of
-from proxy.query.release.quantiles import JointSpec
+from proxy.query.price.quantiles import JointSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ def error_bar(analysis: Analysis, price: Price, index: int, confidence: float) -
     if aggregate.kind == "avg":
         centred, count = measures
         h_s, h_n = (_halfwidth(analysis, price, m, 1 - beta / 2) for m in (centred, count))
-        # |S/N| <= half the range after centring; an uncentred capped sum (auto_total.py): <= max(|lo|, |hi|)
+        # |S/N| <= half the range after centring; an uncentred capped sum (auto/total.py): <= max(|lo|, |hi|)
         half = _half_range(centred) if centred.kind == "centred_sum" else max(
             abs(centred.lo), abs(centred.hi)) / centred.grid
         return ErrorBar(ci_times_count=(h_s / centred.grid) + half * h_n)

@@ -21,11 +21,11 @@ import numpy as np
 from mechanisms.sampling import MAX_ABS_VALUE, Sampler
 from proxy.query import types
 from proxy.query.analyse.analysis import Analysis
+from proxy.query.analyse.measures import SPREAD_KINDS, Aggregate, Measure, measures_of
+from proxy.query.analyse.spread import variance
 from proxy.query.expr import Agg, Key, Value, evaluate
 from proxy.query.price.charge import Price
-from proxy.query.price.measures import SPREAD_KINDS, Aggregate, Measure, measures_of
-from proxy.query.release.quantiles import release_quantile
-from proxy.query.release.spread import variance
+from proxy.query.price.quantiles import release_quantile
 
 _LARGEST = MAX_ABS_VALUE - 1
 
@@ -141,7 +141,7 @@ def _estimates(aggregate: Aggregate, analysis: Analysis, noisy: dict[Measure, np
     count = noisy[measures[1]]
     positive = count > 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        # a capped sum (auto_total.py) is not centred: AVG = noisy SUM / noisy COUNT of the same kept rows
+        # a capped sum (auto/total.py) is not centred: AVG = noisy SUM / noisy COUNT of the same kept rows
         centre = first.centre if first.kind == "centred_sum" else 0
         mean = (centre + value / np.where(positive, count, 1)) / first.grid
     mean = np.clip(mean, first.lo / first.grid, first.hi / first.grid)

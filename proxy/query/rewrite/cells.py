@@ -20,7 +20,7 @@ Groups per unit (L0): with one row-level key, the stored group rank `__group_ran
 window over the cells (not the rows) keeps `max_groups` cells per unit, keyed by the per-query salt. Unit-level
 keys hold each unit's canonical value in the store: one cell per unit, nothing to bound.
 
-A SUM with a per-unit L1 cap (auto_total.py, docs/privacy.md §10.2) scales each unit's bounded cell totals
+A SUM with a per-unit L1 cap (auto/total.py, docs/privacy.md §10.2) scales each unit's bounded cell totals
 together, by a window over the unit's cells, before they are added up per group.
 
 Light cells: a cell with at most k rows in the store (`__cell_rows__<key>`, `__unit_rows`, counted before any
@@ -48,10 +48,9 @@ from sqlglot import exp
 from proxy.query import types
 from proxy.query.analyse.analysis import Analysis
 from proxy.query.analyse.joins import canonical_source
-from proxy.query.auto import total as auto_total
+from proxy.query.analyse.measures import Measure, fixed_point
 from proxy.query.catalog import ColumnSpec
-from proxy.query.price.measures import Measure, fixed_point
-from proxy.query.rewrite import store_layout
+from proxy.query.rewrite import caps, store_layout
 from proxy.query.rewrite.per_query import UNITS, ranked_cells, row_value, store_canonical, with_computed
 
 CAST_LIMIT = 2**66  # a scaled cell total is brought within this in DOUBLE before its cast: HUGEINT holds it
@@ -83,7 +82,7 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
         size = exp.column(store_layout.cell_rows(row_keys[0]) if row_keys else store_layout.UNIT_ROWS)
         unit = exp.Case(ifs=[exp.If(this=exp.GT(this=size, expression=exp.Literal.number(k)), true=unit)])
     # Every node below is built here for this query alone (the WHERE is copied in): the builders need not copy the
-    # growing tree (copy=False), as in rewrite_ranked.py (about half the planning time of a per-cell query,
+    # growing tree (copy=False), as in rewrite/on_store.py (about half the planning time of a per-cell query,
     # bench/request_cost.py).
     cells = _keyed(analysis, keys, [exp.alias_(unit, "__unit", copy=False)])
     cells = cells.select(exp.alias_(exp.Count(this=exp.Star()), "__n", copy=False), append=True, copy=False)
@@ -111,11 +110,11 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
             contribution = exp.Case(ifs=[exp.If(this=light, true=exp.column(f"__c{j}"))], default=contribution)
         contributions.append(contribution)
     source: exp.Expr = exp.to_identifier("__cells")
-    if capping:  # each cell's bounded contributions, then scaled by its unit's total (auto_total.py)
+    if capping:  # each cell's bounded contributions, then scaled by its unit's total (auto/total.py)
         named = [f"__b{j}" for j in range(len(contributions))]
         bounded = exp.select(*map(exp.column, ["__unit", *keys]), *(exp.alias_(c, n, copy=False)
                                                 for c, n in zip(contributions, named, strict=True)))
-        capped = auto_total.capped_cells(analysis.measures, named, "__unit", "__bounded",
+        capped = caps.capped_cells(analysis.measures, named, "__unit", "__bounded",
                                          not keys)
         source = capped.with_(exp.TableAlias(this=exp.to_identifier("__bounded")), as_=bounded.from_(exp.table_("__cells"), copy=False),
                               copy=False).subquery(
@@ -128,7 +127,7 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
     if keys:
         result = result.group_by(*map(exp.column, keys), copy=False)
     if analysis.partitions == "public":  # whole groups outside the domain dropped after aggregation
-        # The test reads the group's key through ANY_VALUE (one value per group, the same test), as rewrite_ranked.py
+        # The test reads the group's key through ANY_VALUE (one value per group, the same test), as rewrite/on_store.py
         # does: on the key itself DuckDB pushes it down into the scan as a join against the domain's list, which
         # costs more than the whole aggregation it spares (a tenth of a per-cell query, bench/README.md).
         inside = []
@@ -163,7 +162,7 @@ def stored_grid(analysis: Analysis, measure: Measure) -> exp.Expr | None:
     itself with fixed bounds, at the column's own grid); None: clamp per query. An auto-bounds column whose
     clamp is chosen never reads the stored grid: the store clamped it at the declared limit, and a spec carrying
     a chosen, tighter clamp would otherwise pass the comparison below while the noise is sized for the tighter
-    clamp. A capped sum (auto_total.py) is always clamped at the declared limit (auto_bounds.at_bound keeps it
+    clamp. A capped sum (auto/total.py) is always clamped at the declared limit (auto_bounds.at_bound keeps it
     there even when the query chose a clamp for the column's quantiles), so it reads the stored grid."""
     spec = analysis.table.column(measure.column or "")
     chosen_clamp = spec is not None and spec.auto_bounds and not measure.cap

@@ -9,13 +9,13 @@ One scan and one aggregation: no window, no sort, any bound without rebuilding. 
 or units reads one row per kept cell instead, its rank-1 row, and adds up LEAST(cell rows, max_rows)
 (`counts_from_first_rows`: the same numbers). The rule (docs/policy.md,
 `bounding`): the filter is used when the query groups by at most one row-level column and its WHERE reads
-unit-level columns (or the unit) only. A SUM capping each unit's total (auto_total.py) scales each kept row by
+unit-level columns (or the unit) only. A SUM capping each unit's total (auto/total.py) scales each kept row by
 its unit's total over its kept rows (a window per unit), then adds them up as any other sum. Unit-level columns hold each unit's canonical value in the store, so
-such a WHERE keeps or drops whole units and commutes with bounding. Unlike rewrite.py, a value outside a
+such a WHERE keeps or drops whole units and commutes with bounding. Unlike rewrite/per_query.py, a value outside a
 public domain still takes one of the unit's `max_groups` (the ranks are computed once, for every value):
 more bias for units with such values, never more sensitivity. Any other query (a row-level WHERE, two or
 more row-level keys) bounds each (unit, group) cell after the WHERE by one aggregation per cell
-(rewrite_cells.py): no window over rows. A table declared one row per unit (checked when the store was
+(rewrite/cells.py): no window over rows. A table declared one row per unit (checked when the store was
 built) has nothing to bound: any WHERE and keys read it with no rank filter. A unit-level computed key reads
 the store's canonical columns (one group per unit); a join to a one-row-per-unit table on the unit keeps the
 base table's rows, so its ranks bound the joined rows (`store_source`, docs/privacy.md §8).
@@ -23,7 +23,7 @@ base table's rows, so its ranks bound the joined rows (`store_source`, docs/priv
 Privacy: every kept row has rank <= max_rows within its (unit, group) and its group has group rank
 <= max_groups within its unit, and the ranks depend only on the unit's own rows; a unit's rank-1 row of a
 group is kept exactly when the group is, so `__units` counts each kept (unit, group) once. The sensitivities
-of rewrite.py hold unchanged (docs/privacy.md §9).
+of rewrite/per_query.py hold unchanged (docs/privacy.md §9).
 """
 
 from __future__ import annotations
@@ -34,10 +34,9 @@ from sqlglot import exp
 
 from proxy.query import types
 from proxy.query.analyse.analysis import Analysis
-from proxy.query.auto import total as auto_total
+from proxy.query.analyse.measures import Measure
 from proxy.query.catalog import ColumnSpec
-from proxy.query.price.measures import Measure
-from proxy.query.rewrite import store_layout
+from proxy.query.rewrite import caps, store_layout
 from proxy.query.rewrite.cells import rewrite_cells, store_source, stored_grid, unranked_keys
 from proxy.query.rewrite.per_query import UNITS, inputs, row_value
 
@@ -92,7 +91,7 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         SELECT "g" COLLATE "binary" AS __k0, COUNT(*) AS __units, COALESCE(SUM(LEAST(__cell_rows__g, 3)), 0) AS __m0 FROM "t" WHERE __row_rank__g = 1 AND __group_rank__g <= 2 GROUP BY __k0
     """
     if not uses_rank_filter(analysis, row_where):
-        return rewrite_cells(analysis, salt)  # bound after the WHERE, per cell (rewrite_cells.py)
+        return rewrite_cells(analysis, salt)  # bound after the WHERE, per cell (rewrite/cells.py)
     table = analysis.table
     row_keys = _row_level_keys(analysis)
     rank = store_layout.row_rank(row_keys[0]) if row_keys else store_layout.ROW_RANK
@@ -119,7 +118,7 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
         spec = table.column(key)
         assert spec is not None
         keys.append(exp.alias_(types.column(spec.name, spec.type), f"__k{i}", copy=False))
-    # `__units` feeds private partition selection only (release.py); elsewhere it is never read, so not computed
+    # `__units` feeds private partition selection only (release/publish.py); elsewhere it is never read, so not computed
     measure_of = _first_row_count if counting else _measure
     units = measure_of(Measure("units"), None, analysis) if analysis.partitions == "private" else exp.Literal.number(0)
     # Every node below is built here for this query alone: the builders need not copy them (copy=False), which
@@ -182,7 +181,7 @@ def _with_corrections(analysis: Analysis, select: exp.Select, capped_rows: exp.E
     """`select` (which adds up each capped sum j uncapped, as SUM(__cap_v<j>)) with each such sum corrected.
 
     The capped sum is Σ over the kept rows of v' = v when the unit's total T <= C, else scaled(v)
-    (auto_total.scaled): Σ v' = Σ v + Σ over the rows with T > C of (scaled(v) − v), in integers, exactly. The
+    (caps.scaled): Σ v' = Σ v + Σ over the rows with T > C of (scaled(v) − v), in integers, exactly. The
     second sum is one more aggregation of the same kept rows under the filter T > C, which the scan applies
     (on the demo a few thousand of 10M rows); the per-row CASE over every row costs more than both scans. Groups
     are matched on their keys, NULL to NULL; a group of `select` with no heavy row adds 0, and a query without
@@ -197,7 +196,7 @@ def _with_corrections(analysis: Analysis, select: exp.Select, capped_rows: exp.E
             continue
         name = f"__fix{j}"
         value, total = exp.column(f"__cap_v{j}"), exp.column(f"__cap_t{j}")
-        delta = exp.Sub(this=auto_total.scaled(value, total, measure.cap).args["default"], expression=value.copy())
+        delta = exp.Sub(this=caps.scaled(value, total, measure.cap).args["default"], expression=value.copy())
         fix = exp.Select(expressions=[*(k.copy() for k in keys), exp.alias_(exp.Sum(this=delta), "__d", copy=False)])
         fix = fix.from_(capped_rows.copy(), copy=False).where(
             exp.GT(this=total.copy(), expression=exp.Literal.number(measure.cap)), copy=False)
@@ -222,7 +221,7 @@ def counts_from_first_rows(analysis: Analysis, row_where: RowWhere = "window") -
     CPU for the drill-down at 10M rows, bench/README.md.)
 
     Why it is the same answer, exactly (docs/privacy.md §10.7): a cell is (unit, value of the row-level key) or,
-    without one, the unit. The stored row rank numbers the cell's rows 1..n (ROW_NUMBER, ranked.py), so the
+    without one, the unit. The stored row rank numbers the cell's rows 1..n (ROW_NUMBER, rewrite/store_layout.py), so the
     filter `rank <= k` keeps min(n, k) of them, n = `__cell_rows__<key>` (or `__unit_rows`), which every row
     of the cell holds; the group rank, the unit-level columns (canonical values) and a unit-level WHERE are the
     same on all of a cell's rows, so the cell is kept whole or not at all, and its rank-1 row is in it. Hence
@@ -264,7 +263,7 @@ def _row_level_keys(analysis: Analysis) -> tuple[str, ...]:
 
 
 def _measure(measure: Measure, source: int | None, analysis: Analysis) -> exp.Expr:
-    """One measure summed over the kept rows: the per-cell sums of rewrite.py, added up directly."""
+    """One measure summed over the kept rows: the per-cell sums of rewrite/per_query.py, added up directly."""
     match measure.kind:
         case "rows":
             return exp.Count(this=exp.Star())
@@ -281,7 +280,7 @@ def _measure(measure: Measure, source: int | None, analysis: Analysis) -> exp.Ex
         return exp.Count(this=exp.column(measure.column, quoted=True))
     if measure.cap:  # the kept row's value scaled by its unit's total (`_capped_rows`)
         j = analysis.measures.index(measure)
-        return exp.Sum(this=auto_total.scaled(exp.column(f"__cap_v{j}"), exp.column(f"__cap_t{j}"), measure.cap))
+        return exp.Sum(this=caps.scaled(exp.column(f"__cap_v{j}"), exp.column(f"__cap_t{j}"), measure.cap))
     # clamped once when the store was built, else the clamped per-row value (unaliased)
     value = stored_grid(analysis, measure)
     if value is None:

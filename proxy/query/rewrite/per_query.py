@@ -11,7 +11,7 @@ holds for any data; the salt makes the choice a fresh pseudo-random sample each 
     __rows     at most max_rows random rows per (unit, group)                     L∞ bound
                (left out when no measure reads a per-row value: the cell's count is capped at max_rows)
     __cells    one row per (unit, group), at most max_groups random groups per unit   L0 bound
-    __capped   (a SUM with a per-unit L1 cap only) each unit's cells scaled together to total <= C (auto_total.py)
+    __capped   (a SUM with a per-unit L1 cap only) each unit's cells scaled together to total <= C (auto/total.py)
     result     per group: distinct units, then one integer column per measure
 """
 
@@ -22,8 +22,9 @@ from sqlglot import exp, parse_one
 from proxy.query import types
 from proxy.query.analyse.analysis import Analysis
 from proxy.query.analyse.joins import canonical_source
+from proxy.query.analyse.measures import Measure
 from proxy.query.catalog import TableSchema
-from proxy.query.price.measures import Measure
+from proxy.query.rewrite.caps import capped_cells
 from proxy.query.rewrite.keyed_hash import keyed_order, numbers, part_numbers_of
 from proxy.query.types import Kind
 
@@ -87,8 +88,7 @@ def rewrite_tree(analysis: Analysis, salt: int = 0) -> exp.Select:
     ctes.append(("__cells", cells))
     result = exp.select(*map(exp.column, keys), exp.alias_(exp.Count(this=exp.Star()), UNITS, copy=False))
     capping = any(m.cap for m in analysis.measures)
-    if capping:  # each unit's kept cells scaled together to its L1 cap (auto_total.py, docs/privacy.md §10.2)
-        from proxy.query.auto.total import capped_cells  # lazily: auto_total reads this module's row_value
+    if capping:  # each unit's kept cells scaled together to its L1 cap (auto/total.py, docs/privacy.md §10.2)
 
         names = [f"__c{j}" for j in range(len(analysis.measures))]
         ctes.append(("__capped", capped_cells(analysis.measures, names, "__unit", "__cells", not keys)))
@@ -129,7 +129,7 @@ def _source(analysis: Analysis) -> exp.Select:
 
 
 def with_computed(analysis: Analysis, table: exp.Expr) -> exp.Expr:
-    """`table` with the computed keys as columns (analyse.py, computed_keys.py): each is evaluated per row from
+    """`table` with the computed keys as columns (analyse/analysis.py, computed/keys.py): each is evaluated per row from
     declared columns (after the canonical values, when there are), before bounding, like any key column."""
     if not analysis.computed:
         return table
@@ -176,7 +176,7 @@ def _table(analysis: Analysis) -> exp.Expr:
 
 def store_canonical(analysis: Analysis) -> tuple[str, ...]:
     """The canonical columns a query on the bounding store still computes: the store holds each unit's canonical
-    value of every unit-level column of its tables (ranked.py), but not of a public table joined to them.
+    value of every unit-level column of its tables (rewrite/store_layout.py), but not of a public table joined to them.
 
     Example:
         >>> from proxy.query.parse.statement import parse

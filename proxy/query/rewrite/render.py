@@ -11,7 +11,7 @@ meaning-preserving rewrites, so both engines compute the same rows before noise:
 - a group key read through ANY_VALUE in a HAVING (the store's public domain test) is read as the key itself:
   the same value, and Spark then aggregates by hashing, not sorting;
 - DuckDB's 64-bit HASH (which of a unit's values the automatic clamp's selection samples off the store,
-  auto_clamp.py) is Spark's 64-bit XXHASH64: another function of the same values, so the selection's histogram
+  auto/clamp.py) is Spark's 64-bit XXHASH64: another function of the same values, so the selection's histogram
   may read other values of a unit on Spark, each a function of the unit's own rows (the bounding itself uses
   the keyed hash on both engines);
 - hexadecimal text read as an integer (the keyed hash's MD5 digits, keyed_hash.py) is `CAST('0x' || h AS
@@ -70,12 +70,12 @@ ALLOWED: frozenset[type[exp.Expr]] = frozenset({
     exp.Round, exp.Mul, exp.Sub, exp.Add, exp.Mod, exp.IntDiv, exp.Neg, exp.Abs, exp.BitwiseAnd,
     exp.BitwiseXor, exp.BitwiseRightShift, exp.MD5, exp.Substring, exp.DPipe, exp.DateDiff, exp.Coalesce,
     exp.Collate, exp.Var, exp.Join, exp.TryCast, exp.Floor, exp.Ceil,
-    # the bounding store's SQL (rewrite_ranked.py, rewrite_cells.py): a cell total scaled by k / n (n >= 1 rows)
+    # the bounding store's SQL (rewrite/on_store.py, rewrite/cells.py): a cell total scaled by k / n (n >= 1 rows)
     exp.Having, exp.Filter, exp.AnyValue, exp.IgnoreNulls, exp.Div, exp.Offset,
     # a capped SUM's correction joined back to its group, NULL key to NULL key (rewrite_ranked._with_corrections)
     exp.NullSafeEQ,
 })
-# What a computed value (DuckDB's TRY(...), computed.py) may hold to be rendered for Spark, where each operation
+# What a computed value (DuckDB's TRY(...), computed/values.py) may hold to be rendered for Spark, where each operation
 # that can fail under ANSI mode becomes its try_ form (NULL instead of an error), so it cannot fail either.
 # FLOOR and CEIL of a DOUBLE cannot fail on Spark (they saturate at the BIGINT range).
 _TOTAL_ON_SPARK: frozenset[type[exp.Expr]] = frozenset({
@@ -110,7 +110,7 @@ def render(tree: exp.Expr, target: Target, *, fresh: bool = False) -> str:
 
 
 def render_text(sql: str, target: Target) -> str:
-    """A generated query given as DuckDB text (the bounding store's SQL, which has no tree: rewrite_ranked.py) as
+    """A generated query given as DuckDB text (the bounding store's SQL, which has no tree: rewrite/on_store.py) as
     `target`'s engine runs it, through the same check as `render`.
 
     Example:
@@ -122,8 +122,8 @@ def render_text(sql: str, target: Target) -> str:
 
 def render_built(sql: str, target: Target) -> str:
     """DuckDB SQL that the proxy builds from the policy alone, never from a query (the bounding store's build,
-    ranked.py, which windows and ranks as no query does), as `target`'s engine runs it: the same rewrites as
-    `render`, without its check of a query's constructs.
+    rewrite/store_layout.py, which windows and ranks as no query does), as `target`'s engine runs it: the same
+    rewrites as `render`, without its check of a query's constructs.
 
     Example:
         >>> render_built('SELECT * EXCLUDE (__unit), DENSE_RANK() OVER (ORDER BY "g" COLLATE "binary") FROM "src"."t"',
@@ -160,7 +160,7 @@ def _total_for_spark(node: exp.Expr) -> exp.Expr:
     NULL: the same unless a COALESCE or CASE turns that NULL into a value (a function of the row either way)."""
     if isinstance(node, exp.Try):  # TRY as sqlglot parses it
         inner = node.this
-    elif isinstance(node, exp.Anonymous) and node.name.upper() == "TRY":  # as computed.py builds it
+    elif isinstance(node, exp.Anonymous) and node.name.upper() == "TRY":  # as computed/values.py builds it
         (inner,) = node.expressions
     else:
         return node
@@ -209,7 +209,7 @@ def _for_spark(node: exp.Expr, tables: dict[str, str]) -> exp.Expr:
         conv = exp.Anonymous(this="CONV", expressions=[digits, exp.Literal.number(16), exp.Literal.number(10)])
         return exp.cast(conv, node.to)
     if isinstance(node, exp.IgnoreNulls | exp.AnyValue) and node.find_ancestor(exp.Having) is not None:
-        # the store's HAVING reads a group key through ANY_VALUE (rewrite_ranked.py: it keeps DuckDB from pushing
+        # the store's HAVING reads a group key through ANY_VALUE (rewrite/on_store.py: it keeps DuckDB from pushing
         # the test into the scan); Spark aggregates ANY_VALUE of text by sorting, and reads the key as it is
         inner = node.this.this if isinstance(node.this, exp.AnyValue) else node.this
         return inner.transform(_for_spark, tables)
@@ -226,7 +226,7 @@ def _for_spark(node: exp.Expr, tables: dict[str, str]) -> exp.Expr:
 
 
 def _is_wide(node: exp.Expr) -> bool:
-    """Whether `node` is already a DECIMAL(38, 0) (the store's unit totals are built so: ranked.py)."""
+    """Whether `node` is already a DECIMAL(38, 0) (the store's unit totals are built so: rewrite/store_layout.py)."""
     return isinstance(node, exp.Cast) and node.to == WIDE
 
 

@@ -9,10 +9,10 @@ canonical value (the smallest over the unit's rows, text under binary collation)
     __unit_rows           the unit's number of rows
     __cell_rows__<c>      the number of the unit's rows with this row's value of c     for each such column c
     __grid__<c>           for each column with clamp bounds: its value clamped to the bounds on the fixed-point
-                          grid of measures.fixed_point, exactly as rewrite.py computes it per query
+                          grid of measures.fixed_point, exactly as rewrite/per_query.py computes it per query
     __unit_total__<c>     for each `bounds = "auto"` column of a table with several rows per unit: Σ |__grid__<c>|
                           over all the unit's rows (DECIMAL(38, 0): exact on both engines), at least the total
-                          of any rows a query keeps: what a capped SUM scales by (auto_total.py, §10.2)
+                          of any rows a query keeps: what a capped SUM scales by (auto/total.py, §10.2)
 
 Every rank orders by a keyed hash of the unit's own rows under the deployment's key, with the row's own
 row-level values as tie-breakers (rows equal in all of them are stored equal: the unit and its unit-level
@@ -29,8 +29,8 @@ from typing import Literal
 from sqlglot import exp
 
 from proxy.query import types
+from proxy.query.analyse.measures import Measure, fixed_point
 from proxy.query.catalog import ColumnSpec, PublicTable, TableSchema
-from proxy.query.price.measures import Measure, fixed_point
 from proxy.query.rewrite import keyed_hash
 from proxy.query.rewrite.per_query import row_value
 
@@ -47,7 +47,7 @@ META = "__store_meta"
 
 
 def unit_total(column: str) -> str:
-    """Σ |clamped value of `column`| over all the unit's rows (a capped SUM's T_u, auto_total.py)."""
+    """Σ |clamped value of `column`| over all the unit's rows (a capped SUM's T_u, auto/total.py)."""
     return f"__unit_total__{column.lower()}"
 
 
