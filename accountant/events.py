@@ -115,7 +115,7 @@ class ComposedEvent:
 
 @dataclass(frozen=True, slots=True)
 class ParallelEvent:
-    """Mechanisms run on pairwise disjoint sets of privacy units: the loss is the maximum (DESIGN.md §3).
+    """Mechanisms run on pairwise disjoint sets of privacy units: the loss is the maximum (docs/privacy.md §4).
 
     Event name: ``parallel``.
     """

@@ -108,7 +108,7 @@ def admits(spent: Spend, epsilon: float, delta: float, budget: Budget) -> bool:
     Basic composition is a valid privacy filter under fully adaptive composition, where each query and
     its (ε, δ) are chosen after seeing earlier answers (Rogers, Roth, Ullman, Vadhan 2016, "Privacy
     Odometers and Filters: Pay-as-you-Go Composition", the basic composition filter), so this rule may
-    stop an analyst at any point (DESIGN.md §4).
+    stop an analyst at any point (docs/privacy.md §5).
 
     Example:
         >>> budget = Budget(1.0, 1e-6)

@@ -104,7 +104,7 @@ def _sequential(event: Event, gaussian_delta: float, conversion: Conversion) -> 
 
 
 def _parallel(events: tuple[Event, ...], gaussian_delta: float, conversion: Conversion) -> tuple[float, float]:
-    # disjoint sets of privacy units: (max εᵢ, max δᵢ) under add/remove adjacency (DESIGN.md §3)
+    # disjoint sets of privacy units: (max εᵢ, max δᵢ) under add/remove adjacency (docs/privacy.md §4)
     costs = [epsilon_delta(child, gaussian_delta, conversion) for child in events]
     return max((e for e, _ in costs), default=0.0), max((d for _, d in costs), default=0.0)
 

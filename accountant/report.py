@@ -215,7 +215,7 @@ def tightest(history: Sequence[Entry] | Callable[[Rule], Usage], delta: float) -
 
     The minimum over basic composition (if Σδ <= `delta`), zCDP and GDP (if Σδ_sel < `delta`, converting
     at the rest of `delta`). Each is a valid (ε, δ) bound for a fixed sequence of mechanisms; an analyst
-    who chose queries adaptively is held to the rule in force, never to this number (DESIGN.md §4).
+    who chose queries adaptively is held to the rule in force, never to this number (docs/privacy.md §5).
     Never more than the basic-composition ε when that applies, by construction. `history` is the charges,
     or what they use under each rule (`rule -> cells.bound`, e.g. from the ledger's memo).
 
@@ -275,7 +275,7 @@ def how_many(entry: Entry, budget: Budget, accounting: Accounting, *, at_most: i
 @dataclass(frozen=True, slots=True)
 class HistoryReport:
     """(ε, δ) of a fixed history by a privacy-loss-distribution accountant (dp-accounting): a report of the
-    charges as they happened, never a budget rule (DESIGN.md §4: PLD bounds hold for a fixed sequence)."""
+    charges as they happened, never a budget rule (docs/privacy.md §5: PLD bounds hold for a fixed sequence)."""
 
     epsilon: float
     delta: float

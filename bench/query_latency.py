@@ -1,4 +1,4 @@
-"""Query latency of the DP proxy against plain DuckDB on the demo dataset (DESIGN.md §7).
+"""Query latency of the DP proxy against plain DuckDB on the demo dataset (docs/privacy.md §11).
 
     python bench/query_latency.py [--rows 10000000] [--users 200000] [--repeat 30] [--dir bench/data]
 

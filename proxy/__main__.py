@@ -161,10 +161,11 @@ def _before_workers(settings: object) -> str | None:
     """Before `serve --workers N` starts its processes: the policy loads, no dataset runs on Spark (a Spark
     session per process would each claim the cluster's cores), and every bounding store and the bounding key
     exist (built once here, not raced by N processes at start-up). The problem, or None."""
-    from proxy.app import open_bounding_store, store_dir
+    from proxy.app import store_dir
     from proxy.engines.base import EngineError
     from proxy.policy.load import PolicyFileError, load_policy
     from proxy.settings import Settings
+    from proxy.store.open import open_bounding_store
 
     assert isinstance(settings, Settings)
     try:
@@ -208,10 +209,11 @@ def _prepare(path: Path, only: str | None) -> int:
     import logging
     import time
 
-    from proxy.app import open_bounding_store, store_dir
+    from proxy.app import store_dir
     from proxy.engines.base import EngineError
     from proxy.policy.load import load_policy
     from proxy.settings import Settings
+    from proxy.store.open import open_bounding_store
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     policy = load_policy(path)

@@ -30,12 +30,13 @@ from proxy.http.middleware.audit_trail import AuditTrail
 from proxy.http.middleware.body_gate import Intake
 from proxy.http.middleware.path_rules import Hygiene
 from proxy.pipeline import Env, StageTimer, untimed
-from proxy.policy.load import DatasetPolicy, Policy, load_policy
+from proxy.policy.load import Policy, load_policy
 from proxy.policy.public_tables import public_table_problems
 from proxy.run.query_pool import QueryRunner
 from proxy.run.throttle import Throttle
 from proxy.settings import Settings
 from proxy.store.duckdb_store import StoreEngine
+from proxy.store.open import open_bounding_store
 
 if TYPE_CHECKING:
     from proxy.store.spark_store import SparkStoreEngine
@@ -73,17 +74,6 @@ def build_env(settings: Settings, *, timed: StageTimer = untimed) -> Env:
 def store_dir(settings: Settings, policy: Policy) -> Path:
     """Where bounding stores and the deployment key live: DPPROXY_STORE_DIR, else beside the ledger file."""
     return settings.store_dir or policy.ledger.parent
-
-
-def open_bounding_store(dataset: DatasetPolicy, directory: Path, settings: Settings) -> StoreEngine | SparkStoreEngine:
-    """The dataset's bounding store beside the ledger, built (or rebuilt) first when missing or stale."""
-    if dataset.engine == "spark" and dataset.spark is not None:  # built by Spark as Parquet
-        from proxy.store.spark_store import SparkStoreEngine
-
-        return SparkStoreEngine(dataset.name, dataset.spark, dataset.catalog, directory,
-                                timeout_s=settings.query_timeout_s)
-    return StoreEngine(dataset.name, dataset.path, dataset.catalog, directory, threads=settings.threads,
-                       memory_limit=settings.memory_limit, timeout_s=settings.query_timeout_s)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -6,7 +6,7 @@
 
 The access line is built from a fixed set of fields (`ACCESS_FIELDS`): route templates, never paths or
 query strings, and never SQL text, literals or result values. Other loggers keep their own messages (the
-engine's text, which may quote data, goes only here, by design: DESIGN.md §6).
+engine's text, which may quote data, goes only here, by design: docs/architecture.md, the security boundary).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The request path (DESIGN.md §1): plan (pure, free to reject) → admit (atomic charge) → run → release.
+"""The request path (docs/architecture.md): plan (pure, free to reject) → admit (atomic charge) → run → release.
 
 A charge is committed before any result exists and is never refunded: if the engine fails afterwards, the
 charge stays and the error says so (`charged: true`). The post-admit work (execute, release, render) has
@@ -6,7 +6,7 @@ one time limit, `query_timeout_s` from admission (proxy/run/deadline.py): an ans
 charged `timeout` and is never released. An identical request (same analyst, dataset and
 effective parameters, and a query whose answer is the same function of the data: `repeat_identity`, whatever
 its dialect or spelling) gets the stored release back, byte for byte, at no charge, so repeating a query can
-never average its noise away (DESIGN.md §5).
+never average its noise away (docs/privacy.md §2).
 
 An idempotency key (`reply(..., idempotency_key=…)`: the `Idempotency-Key` header) makes a retry after a
 crash free: the key is bound to its charge in the admit that commits it, and a retry with it gets the stored

@@ -26,7 +26,7 @@ GRAPH = import_graph.imports_of()
 # function-level imports of project modules, each for a reason that is not a circle
 LAZY = {
     ("accountant.ledger.stores", "accountant.ledger.postgres"): "psycopg is loaded only for a PostgreSQL ledger",
-    ("proxy.app", "proxy.store.spark_store"): "pyspark is the optional [spark] extra",
+    ("proxy.store.open", "proxy.store.spark_store"): "pyspark is the optional [spark] extra",
     ("proxy.engines.open", "proxy.engines.spark_engine"): "pyspark is the optional [spark] extra",
 }
 

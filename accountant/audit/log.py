@@ -99,7 +99,7 @@ class AuditLog(Protocol):
 
     def coverage(self, listed: int = 100) -> Coverage:
         """Check that every charge in the ledger at this address has its `admitted` entry, and that every
-        `admitted` entry has its charge, on one consistent snapshot (admission.coverage)."""
+        `admitted` entry has its charge, on one consistent snapshot (chain_tables.coverage)."""
         ...
 
     def close(self) -> None:

@@ -1,4 +1,4 @@
-"""The ledger of charges: the one place budget state lives, and the only read-modify-write (STYLE.md B6).
+"""The ledger of charges: the one place budget state lives, and the only read-modify-write (docs/architecture.md).
 
 `admit` checks a charge against the analyst's remaining budget (and, if the dataset has one, the total
 budget shared by all its analysts) and records it in one atomic step, before any result exists; there are

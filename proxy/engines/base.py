@@ -2,7 +2,7 @@
 
 An engine runs the SQL the query layer generated, nothing else, under a time limit, and reports failures
 with a fixed message per class: after admission the engine's own text can depend on the data, so that text
-goes to the server log and never to the analyst (DESIGN.md §6).
+goes to the server log and never to the analyst (docs/architecture.md, the security boundary).
 
 Example:
     >>> ExecutionTimeout().code, str(ExecutionTimeout()), str(ExecutionFailed())

@@ -1,5 +1,5 @@
 """DuckDB, opened read-only and hardened: the default engine, and the only module that imports duckdb outside
-the bounding store (DESIGN.md §6).
+the bounding store (docs/architecture.md, the security boundary).
 
 Promises: the database file is never written; no file, network or extension access; the configuration is
 locked and verified at start-up; every query has a time limit; errors after admit carry fixed messages only,

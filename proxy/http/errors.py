@@ -3,7 +3,8 @@
     {"ok": false, "status": 400, "code": "unsupported", "error": "...", "detail": {...}, "charged": false}
 
 Clients branch on `code`. `charged` is true only when the request was admitted (its charge is committed)
-before it failed; such errors carry fixed messages, never engine text or data values (DESIGN.md §6).
+before it failed; such errors carry fixed messages, never engine text or data values
+(docs/architecture.md, the security boundary).
 """
 
 from __future__ import annotations

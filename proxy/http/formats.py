@@ -174,7 +174,7 @@ def _aggregate_type(analysis: Analysis, index: int) -> str | None:
     first = measures_of(aggregate, analysis.table)[0]
     if aggregate.kind == "sum":  # release._estimates: the noisy integer, divided by its grid unless 1
         return "BIGINT" if first.grid == 1 else "DOUBLE"
-    if aggregate.kind == "quantile":  # quantile_noise.point_value
+    if aggregate.kind == "quantile":  # quantiles.point_value
         if first.epoch:
             return "DATE"
         whole = first.grid == 1 and first.hi - first.lo == max(first.points - 1, 1)

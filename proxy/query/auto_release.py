@@ -34,7 +34,7 @@ from proxy.query.rewrite.render import DUCKDB, Target
 
 def selection_text(planned: QueryPlan, target: Target = DUCKDB) -> str:
     """Every histogram in one query for `target`'s engine, tagged by `__part`; rendered before the charge, so a
-    refusal is free. Empty at the declared limits (auto_bounds.limits_reason): nothing to read."""
+    refusal is free. Empty at the declared limits (bounds.limits_reason): nothing to read."""
     assert planned.auto is not None
     if not planned.auto.parts:
         return ""

@@ -37,7 +37,7 @@ class ColumnSpec:
     auto_bounds: bool = False  # bounds = "auto": each query chooses its clamp within `bounds` (auto/clamp.py)
     total_cap: int = 0  # a query's chosen per-unit L1 cap of its SUM/AVG (grid units, auto/total.py); 0: none
     # the declared limits a capped SUM/AVG keeps when the query chose a tighter clamp (`bounds`) for the column's
-    # quantiles or spreads: the cap's sensitivity min(C, g·k·M) reads M of these (auto_bounds.at_bound)
+    # quantiles or spreads: the cap's sensitivity min(C, g·k·M) reads M of these (bounds.at_bound)
     cap_bounds: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""The bounding store of a dataset (DESIGN.md §7): built once from the read-only source, kept true, swapped.
+"""The bounding store of a dataset (docs/privacy.md §11): built once from the read-only source, kept true, swapped.
 
 Promises:
 - the deployment key is generated once (`bounding.key` beside the ledger, mode 600) and never derived from a
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 E = TypeVar("E")  # the engine a store answers with
 
-FORMAT = 6  # bump when ranked.build_sql changes what a store holds (4: ties broken by row-level values only;
+FORMAT = 6  # bump when store_layout.build_sql changes what a store holds (4: ties broken by row-level values only;
 # 5: ranks ordered by the explicit keyed hash, as on Spark, not DuckDB's HASH; 6: each auto column's unit total)
 KEY_FILE = "bounding.key"
 

@@ -1,8 +1,9 @@
-"""The bounding store of a Spark dataset (DESIGN.md §7): proxy/store/duckdb_store.py's store, built by Spark as Parquet.
+"""The bounding store of a Spark dataset (docs/privacy.md §11): proxy/store/duckdb_store.py's store, built by
+Spark as Parquet.
 
 Promises, as the DuckDB store's (proxy/store/duckdb_store.py):
 - the ranks are keyed by the deployment key (`bounding.key` beside the ledger) through the explicit keyed hash
-  (keyed_hash.py, `ranked.STORE_HASH`), which DuckDB and Spark compute identically: the store holds the same
+  (keyed_hash.py, `store_layout.STORE_HASH`), which DuckDB and Spark compute identically: the store holds the same
   rows and ranks whichever engine builds it (tests/engines/test_spark_store.py);
 - a store is a directory `<dataset>.spark-store-<stamp>` of one Parquet directory per table (a public table's
   declared columns copied, as DuckDB's store copies them) and a meta file, named and stamped with a

@@ -68,12 +68,12 @@ def _admit_all(requests: list[Entry], budget: Budget, accounting: Accounting) ->
     return admitted
 
 
-# --- the numbers of DESIGN.md §4 -------------------------------------------------------------------------
+# --- the numbers of docs/privacy.md §5.6 -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("rule", "expected"), [("basic", 9), ("zcdp", 4), ("gdp", 3)])
 def test_laplace_tenths_at_one_epsilon(rule: Rule, expected: int) -> None:
-    # DESIGN.md §4: 10 under basic in exact arithmetic (float 0.1 > 1/10, so ten exceed 1.0: 9), 4 zCDP, 3 GDP
+    # docs/privacy.md §5.6: 10 under basic in exact arithmetic (float 0.1 > 1/10, so ten exceed 1.0: 9), 4 zCDP, 3 GDP
     accounting = Accounting(rule, 0.0)
     assert how_many(_laplace(10.0), UNIT, accounting) == expected
     assert len(_admit_all([_laplace(10.0)] * 20, UNIT, accounting)) == expected

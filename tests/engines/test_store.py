@@ -1,4 +1,4 @@
-"""The bounding store (proxy/store/duckdb_store.py, docs/privacy.md §8): stable per unit, true to its source,
+"""The bounding store (proxy/store/duckdb_store.py, docs/privacy.md §11): stable per unit, true to its source,
 swapped safely.
 
 Everything here runs on real DuckDB files and, for the HTTP case, a real server; nothing is mocked.

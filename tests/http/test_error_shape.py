@@ -1,4 +1,4 @@
-"""Every error path returns the one body (STYLE.md B5) with the documented status per code; none is charged:
+"""Every error path returns the one body (docs/errors.md) with the documented status per code; none is charged:
 
     {"ok": false, "status": 400, "code": "unsupported", "error": "...", "detail": {...}, "charged": false}
 """

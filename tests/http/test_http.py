@@ -1,4 +1,4 @@
-"""The HTTP contract, end to end: a real server, a real DuckDB, a real SQLite ledger (DESIGN.md §1).
+"""The HTTP contract, end to end: a real server, a real DuckDB, a real SQLite ledger (docs/architecture.md).
 
 Noisy values are random, so these tests assert what is exact: shapes, group keys, types, charges, noise
 scales, spends and ledger entries.
@@ -126,7 +126,7 @@ def test_group_by_unit_level_key_composes_in_parallel(analyst: httpx.Client) -> 
 
     g, s = grouped["charge"], single["charge"]
     assert (g["composition"], s["composition"]) == ("parallel", "sequential")
-    # k disjoint groups cost what one group costs (DESIGN.md §3): the same ε, δ and per-group mechanism
+    # k disjoint groups cost what one group costs (docs/privacy.md §4): the same ε, δ and per-group mechanism
     assert (g["epsilon"], g["delta"]) == (s["epsilon"], s["delta"])
     assert g["events"] == {"kind": "parallel", "events": [s["events"]]}
     assert [n["scale"] for n in grouped["noise"]] == [n["scale"] for n in single["noise"]]
@@ -210,7 +210,7 @@ def test_preview_returns_the_plan_and_spends_nothing(analyst: httpx.Client) -> N
     rewritten = preview["sql"]
     assert rewritten.startswith("SELECT ")  # the demo reads its bounding store: bounding is a filter
     assert 'FROM "visits"' in rewritten
-    # a count reads each kept cell's rank-1 row, at most 20 rows a cell (rewrite_ranked.counts_from_first_rows)
+    # a count reads each kept cell's rank-1 row, at most 20 rows a cell (on_store.counts_from_first_rows)
     assert "__row_rank__category = 1" in rewritten and "__group_rank__category <= 4" in rewritten
     assert "LEAST(__cell_rows__category, 20)" in rewritten
     assert "'groceries', 'dining'" in rewritten  # the public domain filter

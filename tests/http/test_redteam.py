@@ -1,7 +1,8 @@
 """Red team over HTTP: every attack in tests/fixtures/redteam.sql against one fresh live server.
 
 The attacker is an analyst who has read our docs and source and wants more than the DP release (raw values,
-membership, data-dependent errors, group existence before noise) or more than the budget (DESIGN.md §6).
+membership, data-dependent errors, group existence before noise) or more than the budget
+(docs/architecture.md, the security boundary).
 Each case must end exactly as the fixture says: rejected with its code and `charged: false`, or answered
 with the expected charge. Afterwards the ledger must hold exactly the answered charges: no rejection, at
 any layer, may have cost anything.
@@ -341,7 +342,7 @@ def test_private_groups_of_one_person_stay_hidden(server: Server, demo: DemoFile
 
 
 def test_rephrased_repeats_are_charged_again(server: Server, demo: DemoFiles) -> None:
-    """Averaging noise over rewordings of one query must cost one charge per rewording (DESIGN.md §5)."""
+    """Averaging noise over rewordings of one query must cost one charge per rewording (docs/privacy.md §2)."""
     variants = [
         "SELECT COUNT(*) AS rephrased FROM visits WHERE age > 33",
         "SELECT COUNT(*) AS rephrased FROM visits WHERE 33 < age",

@@ -1,4 +1,4 @@
-"""A stochastic privacy audit of the production samplers on neighbouring inputs (DESIGN.md §5).
+"""A stochastic privacy audit of the production samplers on neighbouring inputs (docs/privacy.md §2).
 
 For a mechanism M(x) = x + Z and neighbouring integer inputs 0 and Δ, (ε, δ)-DP requires, for every set S of
 outcomes, P[M(0) ∈ S] ≤ e^ε P[M(Δ) ∈ S] + δ and the same with 0 and Δ swapped. The audit draws N samples of

@@ -1,4 +1,4 @@
-"""Concurrent queries never overspend: the ledger's admit is one atomic check-then-insert (STYLE.md B6).
+"""Concurrent queries never overspend: the ledger's admit is one atomic check-then-insert (docs/architecture.md).
 
 A fresh server whose analyst budget admits exactly M queries gets N > M of them at once, from threads.
 """

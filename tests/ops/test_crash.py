@@ -1,5 +1,5 @@
 """A committed charge is durable: it survives `kill -9` of the server and counts after a restart
-(DESIGN.md §1 step 5: the charge is recorded before any result exists; no refunds)."""
+(docs/architecture.md, step 5: the charge is recorded before any result exists; no refunds)."""
 
 from __future__ import annotations
 

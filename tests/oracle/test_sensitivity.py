@@ -95,7 +95,7 @@ def test_neighbour_moves_each_measure_within_its_sensitivity(
         assert all(c[0] in ("a", "b") for c in cells)  # nothing outside the public domain is computed
 
 
-# --- the bounding store (docs/privacy.md §8): the same oracle, the store rebuilt for D and for D′ -------------
+# --- the bounding store (docs/privacy.md §11): the same oracle, the store rebuilt for D and for D′ -------------
 
 STORE_QUERIES = [
     *QUERIES,
@@ -111,7 +111,7 @@ STORE_QUERIES = [
 def _run_on_store(
     sql: str, data: list[tuple[object, ...]], n_keys: int, key: str, table: TableSchema = TABLE
 ) -> dict[tuple[object, ...], tuple[object, ...]]:
-    """Build the store of `data` (ranked.build_sql, as proxy/store/duckdb_store.py runs it) and run `sql` on it."""
+    """Build the store of `data` (store_layout.build_sql, as duckdb_store.py runs it) and run `sql` on it."""
     return oracle_db.run(sql, {"t": (COLUMNS, data)}, n_keys, value=oracle_db.as_int, store=(table,), key=key)
 
 

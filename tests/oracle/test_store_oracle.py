@@ -1,6 +1,6 @@
 """The neighbouring-dataset sensitivity oracle (tests/oracle/test_sensitivity.py) over the store's rank filters for
-computed keys and joins (docs/privacy.md §8, *Computed keys and joins*): the store is rebuilt for D and for
-D′ (D minus one unit) with `ranked.build_sql`, the planned store SQL runs on both, and no measure may move by
+computed keys and joins (docs/privacy.md §11, *Computed keys and joins*): the store is rebuilt for D and for
+D′ (D minus one unit) with `store_layout.build_sql`, the planned store SQL runs on both, and no measure may move by
 more than the planned sensitivity. The data breaks every declaration it can while the store still builds:
 unit-level columns vary within a unit, values are extreme; `q` is one row per unit (the build checks that).
 """
@@ -84,7 +84,7 @@ def test_store_rank_filter_moves_each_measure_within_its_sensitivity(
     ("SELECT CAST(FLOOR(age / 10) * 10 AS INTEGER) AS a, COUNT(*), SUM(x) FROM p GROUP BY a", "__row_rank <= 3"),
     ("SELECT q.plan, COUNT(*), SUM(p.x) FROM p JOIN q USING (uid) GROUP BY q.plan", "__row_rank <= 3"),
     ("SELECT g, SUM(x) FROM p JOIN q USING (uid) GROUP BY g", "__row_rank__g <= 3 AND __group_rank__g <= 2"),
-    # counts only: one row per kept cell (rewrite_ranked.counts_from_first_rows)
+    # counts only: one row per kept cell (on_store.counts_from_first_rows)
     ("SELECT CAST(FLOOR(age / 10) * 10 AS INTEGER) AS a, COUNT(*) FROM p GROUP BY a",
      "SUM(LEAST(__unit_rows, 3)), 0) AS __m0 FROM (SELECT *, TRY("),
     ("SELECT q.plan, COUNT(*) FROM p JOIN q USING (uid) GROUP BY q.plan", "__joined WHERE __row_rank = 1 GROUP BY"),

@@ -189,7 +189,7 @@ def test_every_step_moves_within_its_stated_sensitivity(
     firsts = _first_parts(chooser)
     selections = [f"SELECT __a, __b, __n FROM ({sql})" for store in (True, False)
                   for sql in standalone(analysis, chooser, store, DUCKDB)]
-    sql = rewrite_ranked(auto.for_sql(at, AUTO), salt)  # as auto_run.plan_at renders it
+    sql = rewrite_ranked(auto.for_sql(at, AUTO), salt)  # as auto_release.plan_at renders it
     per_query = rewrite(auto.for_sql(at, AUTO), salt)  # the per-query path, over the store's table
     (*big, before, before_q), (*small, after, after_q) = (_on_store([*selections, sql, per_query], d)
                                                           for d in (data, smaller))
@@ -344,7 +344,7 @@ SHARED = ["SELECT g, COUNT(*), SUM(x) FROM t WHERE n > 2 GROUP BY g",
 @given(data=rows)
 def test_the_shared_cells_give_the_histograms_of_separate_scans(query: str, data: list[tuple[object, ...]]) -> None:
     """Where the rows per cell and the groups per unit are both read per query, they come from one CTE of the
-    (unit, group) cells (auto_sql.selection): the same rows as grouping the cells once per histogram."""
+    (unit, group) cells (histograms.selection): the same rows as grouping the cells once per histogram."""
     analysis = analyse(parse(query), CATALOG, canonical_units=True)
     chooser = auto.auto_bounds(analysis, 0.1, 0.9)
     assert chooser.part("max_rows") is not None and chooser.part("max_groups") is not None
@@ -359,7 +359,7 @@ def test_the_shared_cells_give_the_histograms_of_separate_scans(query: str, data
 @pytest.mark.parametrize("query", [*SHARED, "SELECT AVG(x), SUM(n) FROM t WHERE g = 'a'",
                                    "SELECT r, COUNT(*) FROM t GROUP BY r"])
 def test_the_selection_text_is_kept_per_query_shape_not_per_charge(query: str) -> None:
-    """auto_sql.selection keeps the text it built: a second query of the same shape at another ε or quantile
+    """histograms.selection keeps the text it built: a second query of the same shape at another ε or quantile
     gets the same text, the one a fresh build gives; another WHERE literal gets its own."""
     analysis = analyse(parse(query), CATALOG, canonical_units=True)
     first, second = auto.auto_bounds(analysis, 0.1, 0.9), auto.auto_bounds(analysis, 0.37, 0.95)

@@ -69,7 +69,7 @@ def test_gaussian_noise_at_every_chosen_bound_costs_no_more_than_its_charged_eve
     groups = (1, 3) if planned.analysis.max_groups > 1 else (1,)
     for k, g, clamp in itertools.product((1, 2, 6), groups, clamps):
         analysis = auto.at_bound(planned.analysis, k, g, clamp)
-        priced = auto.price_at(planned.price, analysis, k)  # what auto_run.plan_at runs, without the SQL
+        priced = auto.price_at(planned.price, analysis, k)  # what auto_release.plan_at runs, without the SQL
         assert priced.event == planned.price.event and priced.epsilon == planned.price.epsilon
         for spec, event in zip(priced.noise, charged, strict=True):
             measure = analysis.measures[spec.measure]

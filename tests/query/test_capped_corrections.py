@@ -1,5 +1,5 @@
 """A capped SUM on the store adds the kept rows up uncapped and corrects the rows of units above the cap
-(rewrite_ranked.corrects_heavy_units): exactly the sums of the per-row scaling it replaces, for caps below,
+(on_store.corrects_heavy_units): exactly the sums of the per-row scaling it replaces, for caps below,
 among and above the units' totals, with NULLs, keys and no keys, on data that breaks every declaration."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Counts read from each kept cell's rank-1 row (rewrite_ranked.counts_from_first_rows) are exactly the counts of
+"""Counts read from each kept cell's rank-1 row (on_store.counts_from_first_rows) are exactly the counts of
 the rank filter `rank <= k AND group rank <= g` they replace: the same rows of the store, the same numbers, for
 every bound, key and unit-level WHERE, on data that breaks every declaration the store build allows."""
 

@@ -1,4 +1,4 @@
-"""Precedence survives the rebuild of computed values (DESIGN.md §8: answer the query that was asked).
+"""Precedence survives the rebuild of computed values (docs/privacy.md §12: answer the query that was asked).
 
 Regression: `(age - 18) // 10` was rebuilt as `CAST("age" AS BIGINT) - 18 // 10` (the parentheses were dropped
 and sqlglot prints a tree as it is), so a histogram of decades became one of ages, with a domain derived from

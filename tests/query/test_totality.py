@@ -7,7 +7,7 @@ An error that depends on one person's value after the charge is a one-bit leak p
 
 Issue #26: at the loader's limits (max_rows 10 000, bounds ±1e15) a cell reaches 10^19 and a sum over units
 passes 2^63 from 9224 units; the matrix below runs every path (rank filter, per cell, per query, the cap's
-histogram, VAR) on DuckDB and on Spark at those limits, and checks sums past 2^63 exactly (docs/privacy.md §8.8).
+histogram, VAR) on DuckDB and on Spark at those limits, and checks sums past 2^63 exactly (docs/privacy.md §11.1).
 """
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ def test_spark_answers_every_path_as_duckdb_does(spark_engines: dict[str, Any], 
 
 
 def test_the_premises_of_the_totality_argument_hold() -> None:
-    """docs/privacy.md §8.8 bounds every value after admission from these limits: raising one must fail here
+    """docs/privacy.md §11.1 bounds every value after admission from these limits: raising one must fail here
     first, not after a charge."""
     from proxy.query.analyse.measures import MAX_SPREAD_STEPS, fixed_point
     from proxy.query.auto import total as auto_total

@@ -134,7 +134,7 @@ StartFresh = Callable[..., Server]
 
 
 def sum_up(values: Iterable[float]) -> float:
-    """The exact sum of `values`, rounded up to a float: how a spend is defined (DESIGN.md §4)."""
+    """The exact sum of `values`, rounded up to a float: how a spend is defined (docs/privacy.md §5)."""
     exact = sum(map(Fraction, values), Fraction(0))
     nearest = float(exact)
     return nearest if Fraction(nearest) >= exact else math.nextafter(nearest, math.inf)

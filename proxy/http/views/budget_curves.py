@@ -1,7 +1,7 @@
 """What GET /v1/budget and the dashboard add to a budget: the f-DP trade-off curves under the rule in force
 (accountant/tradeoff.py) and the PLD accountant's (ε, δ) of the fixed history, per cell
 (accountant/pld_cells.py).
-Both are reports of the history, never admit rules (DESIGN.md §4)."""
+Both are reports of the history, never admit rules (docs/privacy.md §5)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from proxy.schemas import BudgetReportOut, CurveOut, HistoryReportOut, PairOut, 
 
 def curves(sums: Callable[[Rule], Ledgered], dataset: DatasetPolicy, allowed: Budget) -> TradeoffOut | None:
     """The trade-off curves of the worst-off unit's history (as admit sees it) and of the whole budget. `sums`:
-    the history's per-cell sums under a rule, as the ledger keeps them (budget_view.stored: only what is new
+    the history's per-cell sums under a rule, as the ledger keeps them (budget.stored: only what is new
     since the last read is read, never the whole history)."""
     accounting = dataset.accounting
     try:

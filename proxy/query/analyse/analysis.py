@@ -4,7 +4,7 @@ The allow-list is positive: every node is checked against what may stand in its 
 is rejected with its name. Each position is one rule module: group_keys (GROUP BY), select_list (outputs,
 HAVING, ORDER BY, LIMIT), aggregates (aggregate calls), where (row predicates); names resolves columns. The
 analysis keeps only resolved, declared names and rebuilt literals, never the analyst's nodes, so the SQL that
-runs is generated from checked values alone (DESIGN.md §6).
+runs is generated from checked values alone (docs/architecture.md, the security boundary).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class Analysis:
 
     @property
     def disjoint(self) -> bool:
-        """Every unit reaches at most one group, so groups compose in parallel (DESIGN.md §3)."""
+        """Every unit reaches at most one group, so groups compose in parallel (docs/privacy.md §4)."""
         return self.max_groups == 1
 
 

@@ -1,4 +1,4 @@
-"""The scope of a query: which cells of the unit-attribute space it can touch (DESIGN.md §3, across queries).
+"""The scope of a query: which cells of the unit-attribute space it can touch (docs/privacy.md §7, across queries).
 
 A table's *cell space* is the product of its unit-level columns with a finite declared domain (a
 `public_domain`, or integer `bounds`), each extended by the values outside it: OTHER for a public domain,

@@ -5,7 +5,7 @@ The join becomes one *virtual table* that the rest of the analysis treats like a
 protected (base) table's columns under their own names, then the other table's columns (renamed
 `<table>.<column>` when a name is taken). Its privacy unit is the base table's, so the rewrite bounds
 contributions per unit *after* the join: every joined row belongs to the unit of its protected row, a
-one-to-many fan-out only gives a unit more rows, and the bounding caps them (DESIGN.md §2). Removing a unit
+one-to-many fan-out only gives a unit more rows, and the bounding caps them (docs/privacy.md §1). Removing a unit
 removes exactly its joined rows, because the other side is either public (the same in every neighbour) or
 joined on the unit itself.
 

@@ -3,7 +3,7 @@
 Every noised quantity is an integer: counts are, and sums are taken over values clamped and scaled to a
 fixed-point grid (|value| <= 2^50), so the engine adds integers exactly (no floating-point summation error), in
 HUGEINT on DuckDB and DECIMAL(38, 0) on Spark, which no sum of fewer than 2^63 rows can overflow
-(docs/privacy.md §8.8), and the noise is discrete (DESIGN.md §2, §5). Per-group sensitivities, add/remove
+(docs/privacy.md §11.1), and the noise is discrete (docs/privacy.md §1, §2). Per-group sensitivities, add/remove
 adjacency, after the rewrite keeps at most `max_rows` rows per unit and group:
     rows, values      max_rows                     (COUNT(*), COUNT(col))
     units             1                            (COUNT(DISTINCT unit))

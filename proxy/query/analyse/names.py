@@ -50,7 +50,7 @@ class Names:
         self.keys: tuple[str, ...] = ()
         self.outputs: tuple[Output, ...] = ()
         self.aggregates: list[Aggregate] = []
-        self.computed: list = []  # computed_keys.ComputedKey, in GROUP BY order
+        self.computed: list = []  # keys.ComputedKey, in GROUP BY order
         self.joined: Joined | None = None  # a JOIN's virtual table: columns resolve through its qualifiers
 
     def condition(self, node: exp.Expr) -> exp.Expr:

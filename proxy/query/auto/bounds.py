@@ -1,4 +1,4 @@
-"""Contribution bounds chosen per query, privately (issue #12, DESIGN.md §7): `max_rows = "auto"`,
+"""Contribution bounds chosen per query, privately (issue #12, docs/privacy.md §10): `max_rows = "auto"`,
 `max_groups = "auto"` and a column's `bounds = "auto"`, each within a declared limit.
 
 Each query on a table with automatic bounds spends a share s of its ε (`auto_bounds_share`) choosing the bounds
@@ -223,7 +223,7 @@ def limits_reason(analysis: Analysis, noise_multiplier: float | None, plain: boo
     """Why the query cannot choose its bounds and runs at the declared limits instead (None: it chooses them).
     Private either way: the limits are valid bounds, and no selection runs or is charged. `plain`: whether the
     query aggregates columns (no expression inside, at most two quantiles of one column), over a table, a join
-    or computed keys (auto_quantile.serves), what the selection histograms read.
+    or computed keys (quantile.serves), what the selection histograms read.
 
     Example:
         >>> from proxy.query.parse.statement import parse
@@ -321,7 +321,7 @@ def price_at(priced: Price, analysis: Analysis, k: int) -> Price:
             noise.append(spec)
             continue
         measure = analysis.measures[spec.measure]
-        if spec.mechanism == "gaussian":  # Δ2 = √(g·s(k)²) <= the limit's; σ by auto_gauss.sigma_at
+        if spec.mechanism == "gaussian":  # Δ2 = √(g·s(k)²) <= the limit's; σ by gauss.sigma_at
             delta2 = sqrt_up(analysis.max_groups * Fraction(measure.sensitivity(k)) ** 2)
             if measure.cap:  # a capped unit's L2 is at most its L1 <= C (privacy.md §10.2)
                 delta2 = min(delta2, Fraction(measure.cap))
@@ -342,7 +342,7 @@ def price_at(priced: Price, analysis: Analysis, k: int) -> Price:
 
 
 def with_targets(chooser: AutoBounds, analysis: Analysis, priced: Price) -> AutoBounds:
-    """The selection with each L1 cap's target t = √2·G/ε_sum (auto_total.target_above) in its `q`: G the number
+    """The selection with each L1 cap's target t = √2·G/ε_sum (total.target_above) in its `q`: G the number
     of groups released (the public domains' product; 1 without keys, or when the groups are not public: a
     smaller t chooses a larger cap, the unbiased side), ε_sum the ε the plan gives the capped sum."""
     groups = math.prod(len(d) for d in analysis.domains) if analysis.partitions == "public" and analysis.keys else 1

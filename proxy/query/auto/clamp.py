@@ -1,4 +1,4 @@
-"""A column's clamp `bounds = "auto"`: chosen per query within declared outer limits (DESIGN.md §7, issue #12).
+"""A column's clamp `bounds = "auto"`: chosen per query within declared outer limits (docs/privacy.md §10, issue #12).
 
 A column declares `bounds = "auto"` and `bounds_limit = [lo, hi]`. A query that sums or averages it spends its
 part of the selection share on the DP q-quantile of the column's values under the query's WHERE (the upper

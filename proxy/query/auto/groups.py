@@ -1,9 +1,9 @@
-"""`max_groups = "auto"`: the number of groups each unit may touch, chosen per query (DESIGN.md §7, issue #12).
+"""`max_groups = "auto"`: the number of groups each unit may touch, chosen per query (docs/privacy.md §10, issue #12).
 
 A table whose `max_groups` is "auto" declares a limit G (`max_groups_limit`). A query with a row-level key
 spends its part of the selection share on the histogram h[c] = #units that reach min(groups, G) = c of the
 query's groups (cells) under its WHERE, c = 1..G. Each unit adds 1 to one bin: the histogram's L1
-sensitivity is 1, and the DP q-quantile of it (mechanisms/dp_quantile.py, on auto_bounds.bound_grid(G)) is
+sensitivity is 1, and the DP q-quantile of it (mechanisms/dp_quantile.py, on bounds.bound_grid(G)) is
 the bound g the query then runs with (each unit keeping g of its groups, its stored group rank <= g).
 
 Read from the store where its rank filter serves the query (one row-level key c, a unit-level WHERE): every
@@ -71,7 +71,7 @@ def groups_sql(analysis: Analysis, source: exp.Expr) -> exp.Select:
 
 
 def groups_of_cells(analysis: Analysis, cells: exp.Expr) -> exp.Select:
-    """(c, EXACT, units) from `cells` (auto_rows.unit_cells, as a subquery or a CTE's name): each unit's cells
+    """(c, EXACT, units) from `cells` (rows.unit_cells, as a subquery or a CTE's name): each unit's cells
     counted, capped at G."""
     # every node below is built for this query alone: the builders need not copy it
     units = (exp.select(exp.alias_(exp.Count(this=exp.Star()), "__g", copy=False))
@@ -85,7 +85,7 @@ def groups_of_cells(analysis: Analysis, cells: exp.Expr) -> exp.Select:
 def store_groups_sql(analysis: Analysis, source: exp.Expr | None = None) -> exp.Select:
     """(c, AT_LEAST, units): the units with at least c groups, read from the stored group ranks (the query's rank
     filter serves it: one row-level key, a WHERE on unit-level columns, which keeps or drops whole units).
-    `source`: what the store path reads (rewrite_cells.store_source: a join's or computed keys' virtual table).
+    `source`: what the store path reads (cells.store_source: a join's or computed keys' virtual table).
 
     Example:
         >>> from proxy.query.parse.statement import parse

@@ -8,7 +8,7 @@ T_k = 2Δ(q, k)/ε_L rounded up, ε_L = 2Δ(q, K)/T_L, so each group's ε is at 
 reaches compose to at most the charged ε. On a column with `bounds = "auto"` the grid is the chosen clamp
 [L, U] (auto/clamp.py), not the declared limit: Δ does not depend on the grid, which is a function of the
 privately chosen bound, and 1001 points over [0, 100000] could not resolve a median of 20. Several quantiles
-of one column are released jointly (quantile_noise.JointSpec): that shape runs at the declared limits.
+of one column are released jointly (quantiles.JointSpec): that shape runs at the declared limits.
 
 Example:
     >>> from fractions import Fraction
@@ -68,7 +68,7 @@ def at_bound(spec: QuantileSpec, k: int, points: int) -> QuantileSpec:
 
 
 def clamp_q(analysis: Analysis, column: str, upper: bool, q: float) -> float:
-    """The quantile a clamp bound of `column` draws (the lower bound draws 1 − this, auto_run.draw): `q` where
+    """The quantile a clamp bound of `column` draws (the lower bound draws 1 − this, auto_release.draw): `q` where
     the column is summed; where it is only ranked, halfway from its quantiles to the end, so the clamp keeps
     every quantile asked (MEDIAN: the upper bound at the 0.75-quantile) while the grid stays fine. A function
     of the query alone, fixed before any data is read.

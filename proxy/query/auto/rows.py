@@ -72,7 +72,7 @@ def selection_sql(analysis: Analysis, source: exp.Expr, ranks: bool = False) -> 
 def unit_cells(analysis: Analysis, source: exp.Expr) -> exp.Select:
     """The query's (unit, group) cells under its WHERE, read from `source`: (`__unit`, rows `__n`), one row per
     cell of a row-level key (a unit-level key is one value per unit: the unit alone is the cell). Both
-    selection histograms of such a query read them (auto_sql.selection shares them between the two)."""
+    selection histograms of such a query read them (histograms.selection shares them between the two)."""
     table = analysis.table
     unit = exp.column(table.privacy_unit, quoted=True)
     row_keys = []
@@ -178,7 +178,7 @@ def selection_text(analysis: Analysis, store: bool, target: Target, ranks: bool 
     filter serves the query, else its table), or over the source as the per-query rewrite reads it, rendered
     for `target` (render.py checks it for Spark; the DuckDB store has no target: DuckDB's text); a join's or
     computed keys' virtual table as the query reads it. `served` (default: the rank filter serves the query)
-    is False where the plan does not read the store's ranks (auto_sql.histograms)."""
+    is False where the plan does not read the store's ranks (histograms.histograms)."""
     # each tree is built here for this call alone: rendered without copying it (render's `fresh`)
     if store and (uses_rank_filter(analysis) if served is None else served):
         return render(store_selection_sql(analysis, ranks, store_source(analysis)), target, fresh=True)

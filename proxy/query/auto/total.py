@@ -141,7 +141,7 @@ def choose_cap(rows: Sequence[Sequence[object]], *, limit: int, magnitude: int, 
 def histogram_sql(analysis: Analysis, spec: ColumnSpec, source: exp.Expr, limit: int, stored: bool) -> exp.Select:
     """(bin, 0, units): each unit's T_u under the query's WHERE (every row of the unit, clamped at the declared
     limit: any function of the unit's own rows keeps each unit in one bin), binned as `cap_grid` reads it.
-    `stored`: read the bounding store's column clamped at the declared limit (ranked.clamped: the same values)."""
+    `stored`: read the bounding store's column clamped at the declared limit (store_layout.clamped: the same values)."""
     unit = exp.column(analysis.table.privacy_unit, quoted=True)
     value = exp.column(store_layout.grid_value(spec.name)) if stored else store_layout.clamped(spec)
     conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))]

@@ -4,7 +4,7 @@
 Each becomes a virtual column `__key<i>` of the analysed table: its total SQL (computed/values.py), its type, and
 what the policy lets us say about it:
 - **unit-level** when every column it reads is unit-level: a function of values constant per unit is constant
-  per unit, so grouping on it is disjoint per unit (DESIGN.md §3; the rewrite still enforces L0 = 1);
+  per unit, so grouping on it is disjoint per unit (docs/privacy.md §4; the rewrite still enforces L0 = 1);
 - **public domain** when its values are known from the policy alone: the literals of a CASE, TRUE and FALSE
   of a condition, or its values over its columns' declared finite domains (computed/domains.py); otherwise its
   groups are chosen by private partition selection.

@@ -4,7 +4,7 @@ A computed group key or filter (`date_trunc('month', day)`, `CAST(FLOOR(age / 10
 `LOWER(region)`, `amount * 2 > duration_s`) is rebuilt node by node from declared columns and checked literals;
 each function is admitted only with the argument types listed in `ALLOWED`. Semantics are DuckDB's, with
 three deliberate differences that make every expression *total* (no data can make it fail after admission,
-which would be a data-dependent error, DESIGN.md §6):
+which would be a data-dependent error, docs/architecture.md, the security boundary):
 - the whole value is wrapped in DuckDB's `TRY(...)`: an overflow, a division by zero or a failed cast gives
   NULL instead of an error;
 - integer arithmetic runs in BIGINT, any arithmetic touching FLOAT, DOUBLE or DECIMAL in DOUBLE;
@@ -212,7 +212,7 @@ def _as(value: Scalar, type_name: str) -> exp.Expr:
 
 def _operand(value: Scalar, type_name: str) -> exp.Expr:
     """`value` in `type_name` as an operand of an operator, parenthesised unless atomic: sqlglot prints a tree
-    as it is (`Sub(a, Sub(b, c))` prints `a - b - c`), so precedence must be in the tree (DESIGN.md §8).
+    as it is (`Sub(a, Sub(b, c))` prints `a - b - c`), so precedence must be in the tree (docs/privacy.md §12).
 
     Example:
         >>> inner = Scalar(exp.Sub(this=exp.column("a"), expression=exp.Literal.number(18)), "BIGINT", frozenset())

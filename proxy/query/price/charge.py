@@ -1,4 +1,4 @@
-"""Choose the noise for every measure and build the exact event to charge (DESIGN.md §2–§4).
+"""Choose the noise for every measure and build the exact event to charge (docs/privacy.md §1–§5).
 
 The requested (ε, δ) is split across the noisy parts of the release, each part rounded down so the parts
 never add up to more than was asked: partition selection (if any) takes an even share, and the measures
@@ -260,7 +260,7 @@ def _price_at(
 def _quantiles(analysis: Analysis, share: float, noise_multiplier: float | None) -> tuple[
         QuantileSpec | JointSpec, ...]:
     """Each quantile aggregate at per-group budget share / L0 (its L0 groups compose: L0 · share in all);
-    several of one column together (quantile_noise.calibrate_all)."""
+    several of one column together (quantiles.calibrate_all)."""
     per_group = down(Fraction(share) / analysis.max_groups)
     quantiles = []
     for k, aggregate in enumerate(analysis.aggregates):

@@ -1,7 +1,7 @@
 """What a private partition selection can hide, said before anything is charged (preview and answer alike).
 
 Under private partitions a group is released only when its noisy count of distinct units passes a threshold
-(DESIGN.md §3): groups with fewer units are hidden, and at a small ε every group can be. The note names the
+(docs/privacy.md §4): groups with fewer units are hidden, and at a small ε every group can be. The note names the
 threshold, the keys without a public domain, and what would avoid it.
 
 Example:

@@ -162,7 +162,7 @@ def stored_grid(analysis: Analysis, measure: Measure) -> exp.Expr | None:
     itself with fixed bounds, at the column's own grid); None: clamp per query. An auto-bounds column whose
     clamp is chosen never reads the stored grid: the store clamped it at the declared limit, and a spec carrying
     a chosen, tighter clamp would otherwise pass the comparison below while the noise is sized for the tighter
-    clamp. A capped sum (auto/total.py) is always clamped at the declared limit (auto_bounds.at_bound keeps it
+    clamp. A capped sum (auto/total.py) is always clamped at the declared limit (bounds.at_bound keeps it
     there even when the query chose a clamp for the column's quantiles), so it reads the stored grid."""
     spec = analysis.table.column(measure.column or "")
     chosen_clamp = spec is not None and spec.auto_bounds and not measure.cap
@@ -250,7 +250,7 @@ def _bounded(measure: Measure, j: int, k: int) -> exp.Expr:
     # |hi| reach k·1e15 = 10^19, past BIGINT, so a BIGINT cast failed on one heavy unit (issue #26). ±2^66 holds
     # [lo, hi] and fits the cast, so the integer clamp after it gives exactly what it gave before wherever the
     # BIGINT cast did not fail, and keeps rounding from carrying a contribution past the sensitivity
-    # (docs/privacy.md §8.8)
+    # (docs/privacy.md §11.1)
     assert -CAST_LIMIT <= lo <= hi <= CAST_LIMIT  # max_rows <= 10^4 and grid values <= 2^51: below 2^65
     ratio = exp.Round(this=exp.Div(
         this=exp.Mul(this=exp.cast(total.copy(), exp.DataType.Type.DOUBLE, copy=False), expression=exp.Literal.number(k)),

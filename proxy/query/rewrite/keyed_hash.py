@@ -19,7 +19,7 @@ For a random salt, the lanes are a fresh pseudo-random permutation chain per que
 state, then an odd multiplier modulo 2³², which carries every bit into the high bits that order), so each
 unit keeps a fresh pseudo-random sample per query. No division and no text for numbers keeps it cheap: MD5
 is computed only for text and DECIMAL parts, once per row. What a unit keeps depends only on the unit's own
-rows, whatever the values: the hash needs determinism, not injectivity, for privacy (DESIGN.md §7).
+rows, whatever the values: the hash needs determinism, not injectivity, for privacy (docs/privacy.md §11).
 
 Example:
     >>> reference(7, [(5, "integer"), ("abc", "string"), (None, "boolean")])

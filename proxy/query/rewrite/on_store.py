@@ -18,7 +18,7 @@ more row-level keys) bounds each (unit, group) cell after the WHERE by one aggre
 (rewrite/cells.py): no window over rows. A table declared one row per unit (checked when the store was
 built) has nothing to bound: any WHERE and keys read it with no rank filter. A unit-level computed key reads
 the store's canonical columns (one group per unit); a join to a one-row-per-unit table on the unit keeps the
-base table's rows, so its ranks bound the joined rows (`store_source`, docs/privacy.md §8).
+base table's rows, so its ranks bound the joined rows (`store_source`, docs/privacy.md §11).
 
 Privacy: every kept row has rank <= max_rows within its (unit, group) and its group has group rank
 <= max_groups within its unit, and the ranks depend only on the unit's own rows; a unit's rank-1 row of a

@@ -1,7 +1,7 @@
 """Generate the SQL that runs: contribution bounding, clamping and per-group measures, from the Analysis.
 
 The SQL is built from declared names and rebuilt literals only; the analyst's text never reaches DuckDB.
-Bounding is per unit (DESIGN.md §2, §7): each unit keeps `max_rows` rows per group and `max_groups` groups,
+Bounding is per unit (docs/privacy.md §1, §11): each unit keeps `max_rows` rows per group and `max_groups` groups,
 chosen by a keyed hash of the unit's own rows under a fresh random `salt` per query. What a unit keeps
 depends only on its own rows, so removing a unit removes only its kept rows and every planned sensitivity
 holds for any data; the salt makes the choice a fresh pseudo-random sample each time.

@@ -19,7 +19,7 @@ meaning-preserving rewrites, so both engines compute the same rows before noise:
 - every SUM adds DECIMAL(38, 0) on Spark, `SUM(CAST(x AS DECIMAL(38, 0)))`: Spark's SUM of a BIGINT is a BIGINT
   that fails under ANSI mode past 2^63 (9224 units at 1e15), where DuckDB's is a HUGEINT. Every SUM the rewrite
   emits adds integers (grid values, counts, bounded cell totals), so the cast is exact, and no sum of them can
-  reach 10^38 (docs/privacy.md §8, Totality); DuckDB's HUGEINT (a per-cell total scaled by k / n) is Spark's
+  reach 10^38 (docs/privacy.md §11.1, Totality); DuckDB's HUGEINT (a per-cell total scaled by k / n) is Spark's
   DECIMAL(38, 0);
 - each declared table is read through the engine's own name for it (a temporary view per dataset).
 sqlglot's Spark generator writes QUALIFY as a filtered subquery and NULLS LAST where Spark's default differs.
@@ -72,7 +72,7 @@ ALLOWED: frozenset[type[exp.Expr]] = frozenset({
     exp.Collate, exp.Var, exp.Join, exp.TryCast, exp.Floor, exp.Ceil,
     # the bounding store's SQL (rewrite/on_store.py, rewrite/cells.py): a cell total scaled by k / n (n >= 1 rows)
     exp.Having, exp.Filter, exp.AnyValue, exp.IgnoreNulls, exp.Div, exp.Offset,
-    # a capped SUM's correction joined back to its group, NULL key to NULL key (rewrite_ranked._with_corrections)
+    # a capped SUM's correction joined back to its group, NULL key to NULL key (on_store._with_corrections)
     exp.NullSafeEQ,
 })
 # What a computed value (DuckDB's TRY(...), computed/values.py) may hold to be rendered for Spark, where each operation

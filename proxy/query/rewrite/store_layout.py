@@ -1,4 +1,4 @@
-"""What the bounding store holds for one protected table, and the SQL that builds it (DESIGN.md §7).
+"""What the bounding store holds for one protected table, and the SQL that builds it (docs/privacy.md §11).
 
 The store is the table with its NULL-unit rows dropped, its unit-level columns replaced by each unit's
 canonical value (the smallest over the unit's rows, text under binary collation), and rank columns:
