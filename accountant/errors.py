@@ -1,24 +1,48 @@
-"""Errors of the accountant: a machine `code`, a message that says what to do, and structured `detail`."""
+"""The one error base of the product (`ProxyError`), and the accountant's errors.
+
+Every error an analyst or operator can see is a `ProxyError`: a stable machine `code`, the HTTP `status` it
+answers with, a message that says what to do, structured `detail`, and `retry_after_s` when a retry can
+succeed. The HTTP shell turns any of them into the one JSON body (proxy/http/errors.py, docs/errors.md); the
+SQL layer's, the engines', the policy's and the throttle's errors derive from it too. It lives here, in the
+lowest package that raises errors to users, so that every layer above can import it.
+
+Example:
+    >>> err = BudgetExceeded("budget exhausted", remaining_epsilon=0.0)
+    >>> err.code, err.status, str(err), err.detail, err.retry_after_s
+    ('budget_exceeded', 403, 'budget exhausted', {'remaining_epsilon': 0.0}, None)
+"""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
 
-class AccountantError(Exception):
-    """Base of the accountant's errors (docs/errors.md)."""
+class ProxyError(Exception):
+    """Base of every error the product reports (docs/errors.md). `default_message` is the message of an error
+    raised without one (engine errors carry fixed messages only, never the engine's text)."""
 
-    code: ClassVar[str] = "accountant_error"
+    code: ClassVar[str] = "internal"
+    status: ClassVar[int] = 500
+    default_message: ClassVar[str] = "internal error"
 
-    def __init__(self, message: str, **detail: object) -> None:
-        super().__init__(message)
-        self.detail = detail
+    def __init__(self, message: str | None = None, *, retry_after_s: int | None = None, **detail: object) -> None:
+        self.message = message or self.default_message
+        super().__init__(self.message)
+        self.retry_after_s = retry_after_s
+        self.detail: dict[str, object] = detail if retry_after_s is None else {"retry_after_s": retry_after_s, **detail}
+
+
+class AccountantError(ProxyError):
+    """Base of the accountant's errors."""
+
+    code = "accountant_error"
 
 
 class BudgetExceeded(AccountantError):
     """`Ledger.admit` refused a charge; `detail` holds the remaining and requested (ε, δ)."""
 
     code = "budget_exceeded"
+    status = 403
 
 
 class UnsupportedEvent(AccountantError):
@@ -33,10 +57,10 @@ class LedgerBusy(AccountantError):
     is when a retry can expect the holder gone (the database ends an idle transaction by then)."""
 
     code = "ledger_busy"
+    status = 503
 
     def __init__(self, message: str, *, retry_after_s: int, **detail: object) -> None:
         super().__init__(message, retry_after_s=retry_after_s, **detail)
-        self.retry_after_s = retry_after_s
 
 
 class ChargeUncertain(AccountantError):
@@ -44,11 +68,11 @@ class ChargeUncertain(AccountantError):
     COMMIT): the charge may be committed, so it is reported as charged (`charge`), never as free."""
 
     code = "ledger_uncertain"
+    status = 503
 
     def __init__(self, message: str, *, charge: object, retry_after_s: int) -> None:
         super().__init__(message, retry_after_s=retry_after_s)
         self.charge = charge
-        self.retry_after_s = retry_after_s
 
 
 class IdempotencyKeyReused(AccountantError):
@@ -56,6 +80,7 @@ class IdempotencyKeyReused(AccountantError):
     policy in force would price differently): nothing is charged or run."""
 
     code = "idempotency_key_reused"
+    status = 422
 
 
 class IdempotencyKeySpent(AccountantError):
@@ -63,3 +88,4 @@ class IdempotencyKeySpent(AccountantError):
     more is run under the charge (a retry of a `timeout` would otherwise probe the data for free)."""
 
     code = "idempotency_key_spent"
+    status = 409

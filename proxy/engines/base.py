@@ -13,39 +13,37 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Protocol
 
+from accountant.errors import ProxyError
 from proxy.query import types
 from proxy.query.catalog import Catalog
 from proxy.query.rewrite.render import Target
 
 
-class EngineError(Exception):
+class EngineError(ProxyError):
     """A failure inside the engine. The message is fixed per class: never the engine's own text."""
 
-    code: ClassVar[str] = "execution_failed"
-    message: ClassVar[str] = "query execution failed"
-
-    def __init__(self, message: str | None = None, **detail: object) -> None:
-        super().__init__(message or self.message)
-        self.detail: dict[str, object] = detail
+    code = "execution_failed"
+    default_message = "query execution failed"
 
 
 class ExecutionFailed(EngineError):
     code = "execution_failed"
-    message = "query execution failed"
+    default_message = "query execution failed"
 
 
 class ExecutionTimeout(EngineError):
     code = "timeout"
-    message = "query exceeded the time limit"
+    status = 504
+    default_message = "query exceeded the time limit"
 
 
 class EngineMisconfigured(EngineError):
     """Raised at start-up only: the data cannot be opened, or a hardening setting did not take."""
 
     code = "engine_misconfigured"
-    message = "the engine is misconfigured"
+    default_message = "the engine is misconfigured"
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,14 +16,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from accountant.errors import AccountantError, ChargeUncertain, LedgerBusy
-from proxy.engines.base import EngineError
-from proxy.policy.access import AuthError
-from proxy.query.errors import QueryError
-from proxy.run.throttle import RateLimited
+from accountant.errors import ProxyError
 
 log = logging.getLogger(__name__)
 
+# Every code and its status: a ProxyError carries its own (`status`, equal to this table's: tests/http/
+# test_error_shape.py checks both), the rest are the HTTP layer's own.
 STATUS: dict[str, int] = {
     "unauthenticated": 401,
     "forbidden": 403,
@@ -57,15 +55,12 @@ def error_response(request: Request, exc: Exception) -> JSONResponse:
     """Map any exception to the canonical body. Only here may a handler catch everything."""
     charged = bool(getattr(request.state, "charged", False))
     headers: dict[str, str] = {}
+    status: int | None = None
     match exc:
-        case RateLimited():
-            code, message, detail = exc.code, str(exc), dict(exc.detail)
-            headers["Retry-After"] = str(exc.retry_after_s)
-        case LedgerBusy() | ChargeUncertain():  # a ledger wait past its bound: retry once the holder is gone
-            code, message, detail = exc.code, str(exc), dict(exc.detail)
-            headers["Retry-After"] = str(exc.retry_after_s)
-        case QueryError() | AuthError() | AccountantError() | EngineError():
-            code, message, detail = exc.code, str(exc), dict(exc.detail)
+        case ProxyError():
+            code, status, message, detail = exc.code, exc.status, str(exc), dict(exc.detail)
+            if exc.retry_after_s is not None:  # throttled, or a ledger wait past its bound: retry once it clears
+                headers["Retry-After"] = str(exc.retry_after_s)
         case RequestValidationError():
             code, message = "invalid_request", "the request body is invalid"
             detail = {"errors": [_validation_item(e) for e in exc.errors()]}
@@ -79,7 +74,7 @@ def error_response(request: Request, exc: Exception) -> JSONResponse:
         case _:
             log.exception("internal error", exc_info=exc)
             code, message, detail = "internal", "internal error", {}
-    status = STATUS.get(code, 500)
+    status = status if status is not None else STATUS.get(code, 500)
     if charged and status >= 500:
         detail["charge_id"] = getattr(request.state, "charge_id", None)
     return JSONResponse(error_body(status, code, message, detail, charged), status_code=status, headers=headers)
@@ -97,6 +92,5 @@ def install(app: FastAPI) -> None:
 
     # Domain errors get their own registration: a handler for Exception alone runs in Starlette's
     # ServerErrorMiddleware, which logs a traceback and closes the connection even for a 400.
-    for exc_type in (QueryError, AuthError, AccountantError, EngineError, RateLimited, RequestValidationError,
-                     StarletteHTTPException, Exception):
+    for exc_type in (ProxyError, RequestValidationError, StarletteHTTPException, Exception):
         app.add_exception_handler(exc_type, handle)

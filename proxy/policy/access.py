@@ -3,27 +3,28 @@
 from __future__ import annotations
 
 import hashlib
-from typing import ClassVar
 
+from accountant.errors import ProxyError
 from accountant.filter import Budget
 from proxy.policy.load import AnalystPolicy, Policy
 
 
-class AuthError(Exception):
-    code: ClassVar[str] = "unauthenticated"
+class AuthError(ProxyError):
+    code = "unauthenticated"
+    status = 401
 
     def __init__(self, message: str, **detail: object) -> None:
-        super().__init__(message)
-        self.message = message
-        self.detail = detail
+        super().__init__(message, **detail)
 
 
 class Unauthenticated(AuthError):
     code = "unauthenticated"
+    status = 401
 
 
 class Forbidden(AuthError):
     code = "forbidden"
+    status = 403
 
 
 def authenticate(authorization: str | None, policy: Policy) -> AnalystPolicy:

@@ -12,8 +12,9 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal, cast, get_args
+from typing import Literal, cast, get_args
 
+from accountant.errors import ProxyError
 from accountant.filter import Budget
 from proxy.policy.dataset import (
     MAX_QUERY_DELTA,
@@ -37,10 +38,11 @@ _KEY_HASH = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # dataset and analyst names: used in URLs and logs
 
 
-class PolicyFileError(Exception):
-    """The policy file is unreadable or invalid; `problems` lists every problem with its location."""
+class PolicyFileError(ProxyError):
+    """The policy file is unreadable or invalid; `problems` lists every problem with its location. Raised at
+    start-up and by `check-policy`, never while serving."""
 
-    code: ClassVar[str] = "invalid_policy"
+    code = "invalid_policy"
 
     def __init__(self, problems: tuple[str, ...]) -> None:
         super().__init__("invalid policy file:\n" + "\n".join(f"  {p}" for p in problems))

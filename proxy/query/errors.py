@@ -4,18 +4,19 @@ may quote the query and the policy, which the analyst already knows."""
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from sqlglot import exp
 
+from accountant.errors import ProxyError
 
-class QueryError(Exception):
-    code: ClassVar[str] = "invalid_query"
+
+class QueryError(ProxyError):
+    """Base of the SQL layer's errors: every one a 400, raised before admission."""
+
+    code = "invalid_query"
+    status = 400
 
     def __init__(self, message: str, **detail: object) -> None:
-        super().__init__(message)
-        self.message = message
-        self.detail = detail
+        super().__init__(message, **detail)
 
 
 class SqlSyntaxError(QueryError):

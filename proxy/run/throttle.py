@@ -12,20 +12,19 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import ClassVar
 
+from accountant.errors import ProxyError
 from proxy.policy.limits import AnalystLimits
 
 
-class RateLimited(Exception):
+class RateLimited(ProxyError):
     """Too many requests of one analyst: retry after `retry_after_s` seconds."""
 
-    code: ClassVar[str] = "rate_limited"
+    code = "rate_limited"
+    status = 429
 
     def __init__(self, message: str, *, retry_after_s: int, **detail: object) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-        self.detail: dict[str, object] = {"retry_after_s": retry_after_s, **detail}
+        super().__init__(message, retry_after_s=retry_after_s, **detail)
 
 
 @dataclass(slots=True)

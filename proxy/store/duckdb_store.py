@@ -56,15 +56,15 @@ KEY_FILE = "bounding.key"
 class StoreError(EngineError):
     """The store cannot be built or used: a clear message naming the dataset, table or file."""
 
-    code: ClassVar[str] = "engine_misconfigured"
-    message: ClassVar[str] = "the bounding store cannot be built"
+    code = "engine_misconfigured"
+    default_message = "the bounding store cannot be built"
 
 
 class StoreUnavailable(EngineError):
     """A rebuild failed while serving. Fixed message: the reason can depend on the data (it goes to the log)."""
 
-    code: ClassVar[str] = "execution_failed"
-    message: ClassVar[str] = "the bounding store cannot be rebuilt from the changed source; see the server log"
+    code = "execution_failed"
+    default_message = "the bounding store cannot be rebuilt from the changed source; see the server log"
 
 
 def deployment_key(directory: Path) -> str:

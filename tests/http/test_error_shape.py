@@ -275,3 +275,36 @@ def test_client_errors_are_not_logged_as_server_exceptions(server: Server) -> No
         assert_error(client.get("/v1/budget"), 401, "unauthenticated")
         assert client.get("/healthz").status_code == 200  # the log line of the 401 is written by now
     assert server.log.read_text(errors="replace").count(marker) == before
+
+
+def _every_subclass(cls: type) -> list[type]:
+    return [cls, *(c for sub in cls.__subclasses__() for c in _every_subclass(sub))]
+
+
+def test_one_error_base_carries_each_codes_status() -> None:
+    """Every error the product reports is a ProxyError whose `status` is the status table's for its code, and
+    the handler answers with it (with Retry-After when the error says when to retry)."""
+    import importlib
+    import pkgutil
+
+    import accountant
+    import proxy
+    from accountant.errors import LedgerBusy, ProxyError
+    from proxy.http.errors import STATUS, error_response
+
+    for package in (proxy, accountant):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if "spark" not in info.name and info.name != "proxy.__main__":
+                importlib.import_module(info.name)
+    raised = [c for c in _every_subclass(ProxyError) if not c.__subclasses__()]  # the bases are never raised
+    assert len(raised) >= 15
+    for cls in raised:
+        assert cls.status == STATUS.get(cls.code, 500), (cls.__name__, cls.code, cls.status)
+
+    class _Request:
+        class state:
+            charged = False
+
+    response = error_response(_Request(), LedgerBusy("the ledger is busy", retry_after_s=7))  # type: ignore[arg-type]
+    assert response.status_code == 503 and response.headers["retry-after"] == "7"
+    assert json.loads(response.body)["detail"] == {"retry_after_s": 7}
