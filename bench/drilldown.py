@@ -43,7 +43,7 @@ from accountant.errors import BudgetExceeded
 from accountant.events import LaplaceEvent
 from accountant.filter import Budget
 from accountant.ledger.admit import _Admitting
-from accountant.ledger.charges import Charge
+from accountant.ledger.charges import Admission, Charge
 from accountant.ledger.postgres import PostgresLedger
 from accountant.ledger.sqlite import SqliteLedger
 from proxy.cli.demo import REGIONS, build_demo
@@ -97,9 +97,9 @@ def fits(catalog: Catalog, queries: list[str], *, epsilon: float, budget: float,
 
 
 def _admit(ledger: _Admitting, p: QueryPlan, budget: Budget) -> Charge:
-    return ledger.admit(analyst="ana", dataset="demo", sql_sha256=p.sql_sha256, event=p.price.event,
+    return ledger.admit(Admission(analyst="ana", dataset="demo", sql_sha256=p.sql_sha256, event=p.price.event,
                         epsilon=p.price.epsilon, delta=p.price.delta, composition=p.price.composition,
-                        budget=budget, scope=p.scope)
+                        budget=budget, scope=p.scope))
 
 
 def scopes(catalog: Catalog, *, distinct: bool, count: int, rng: random.Random) -> list[CellScope | None]:

@@ -43,7 +43,7 @@ from ledger_latency import pg_schema
 from accountant.events import LaplaceEvent
 from accountant.filter import Budget
 from accountant.ledger.admit import _Admitting
-from accountant.ledger.charges import Charge
+from accountant.ledger.charges import Admission, Charge
 from accountant.ledger.postgres import PostgresLedger
 from accountant.ledger.sql_rows import charge_row
 from accountant.ledger.sqlite import SqliteLedger
@@ -100,8 +100,8 @@ def _timed(call: Callable[[], object], calls: int) -> tuple[float, float]:
 
 def _measure(ledger: _Admitting, fill: Callable[[int, int], None], sizes: list[int], calls: int) -> Iterator[str]:
     def admit() -> None:
-        ledger.admit(analyst="a0", dataset="bench", sql_sha256="cd" * 32, event=EVENT, epsilon=EPSILON, delta=0.0,
-                     composition="basic", budget=BUDGET, dataset_budget=BUDGET)
+        ledger.admit(Admission(analyst="a0", dataset="bench", sql_sha256="cd" * 32, event=EVENT, epsilon=EPSILON,
+                     delta=0.0, composition="basic", budget=BUDGET, dataset_budget=BUDGET))
 
     done = 0
     for size in sizes:

@@ -32,7 +32,7 @@ import psycopg
 from accountant.events import LaplaceEvent
 from accountant.filter import Budget, total
 from accountant.ledger.admit import _Admitting
-from accountant.ledger.charges import Charge
+from accountant.ledger.charges import Admission, Charge
 from accountant.ledger.postgres import PostgresLedger
 from accountant.ledger.sqlite import SqliteLedger
 
@@ -53,8 +53,8 @@ def _prefill(ledger: _Admitting, charges: int, owners: int) -> None:
 
 def _admit(ledger: _Admitting) -> float:
     start = time.perf_counter()
-    ledger.admit(analyst="a0", dataset="bench", sql_sha256="cd" * 32, event=EVENT, epsilon=EPSILON, delta=0.0,
-                 composition="basic", budget=BUDGET)
+    ledger.admit(Admission(analyst="a0", dataset="bench", sql_sha256="cd" * 32, event=EVENT, epsilon=EPSILON, delta=0.0,
+                 composition="basic", budget=BUDGET))
     return time.perf_counter() - start
 
 

@@ -60,6 +60,7 @@ import sqlglot  # noqa: E402
 from sqlglot import exp  # noqa: E402
 from utility import request_epsilon, utility  # noqa: E402
 
+from accountant.ledger.charges import Admission  # noqa: E402
 from proxy import pipeline  # noqa: E402
 from proxy.app import build_env  # noqa: E402
 from proxy.cli.demo import build_demo  # noqa: E402
@@ -399,9 +400,9 @@ def measure_stages(sql: str, analyst: AnalystPolicy, env: Any, args: argparse.Na
         extra["dataset_budget"] = prepared.dataset.budget
 
     def admit() -> None:
-        env.ledger.admit(analyst=analyst.name, dataset=DATASET, sql_sha256=prepared.plan.sql_sha256,
+        env.ledger.admit(Admission(analyst=analyst.name, dataset=DATASET, sql_sha256=prepared.plan.sql_sha256,
                          event=price.event, epsilon=price.epsilon, delta=price.delta,
-                         composition=price.composition, budget=prepared.budget, **extra)
+                         composition=price.composition, budget=prepared.budget, **extra))
 
     return {
         "prepare": measure(lambda: prepare(req, analyst, env), repeat=repeat, max_seconds=5),

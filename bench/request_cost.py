@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import duckdb  # noqa: E402
 from query_latency import build_bounding_store, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
 
-from accountant.ledger.charges import StoredRelease  # noqa: E402
+from accountant.ledger.charges import Admission, StoredRelease  # noqa: E402
 from proxy import pipeline  # noqa: E402
 from proxy.app import build_env  # noqa: E402
 from proxy.http import routes  # noqa: E402
@@ -87,10 +87,10 @@ def one(env: pipeline.Env, analyst: Any, i: int, timed: Stages, again: bool = Fa
     sql = pipeline.engine_sql(plan, engine)
     timed("refresh", engine.refresh)
     price = plan.price
-    charge = timed("admit", lambda: env.ledger.admit(
+    charge = timed("admit", lambda: env.ledger.admit(Admission(
         analyst=analyst.name, dataset=dataset.name, sql_sha256=plan.sql_sha256, event=price.event,
         epsilon=price.epsilon, delta=price.delta, composition=price.composition, budget=prepared.budget,
-        accounting=dataset.accounting, dataset_budget=dataset.budget, scope=plan.scope, sql=plan.normalized_sql))
+        accounting=dataset.accounting, dataset_budget=dataset.budget, scope=plan.scope, sql=plan.normalized_sql)))
     rows = timed("engine", lambda: engine.run(sql, env.settings.query_timeout_s))
     if again:  # warm: see the docstring
         timed("  same SQL again", lambda: engine.run(sql, env.settings.query_timeout_s))

@@ -29,7 +29,7 @@ from accountant.audit.chain import AuditRecord
 from accountant.errors import ChargeUncertain, IdempotencyKeySpent
 from accountant.filter import Budget
 from accountant.ledger.admit import check_claim
-from accountant.ledger.charges import ANSWERED, Charge, Claim, Idempotency, Ledger, StoredRelease, is_key
+from accountant.ledger.charges import ANSWERED, Admission, Charge, Claim, Idempotency, Ledger, StoredRelease, is_key
 from mechanisms.sampling import Sampler
 from proxy.engines.base import QueryEngine
 from proxy.policy.access import dataset_for
@@ -268,14 +268,14 @@ def answer(
     engine.refresh()  # a changed source is rebuilt into its store before the charge, not on the query's clock
     with env.timed("admit"):
         try:
-            charge = env.ledger.admit(
+            charge = env.ledger.admit(Admission(
                 analyst=analyst.name, dataset=prepared.dataset.name, sql_sha256=prepared.plan.sql_sha256,
                 event=price.event, epsilon=price.epsilon, delta=price.delta, composition=price.composition,
                 budget=prepared.budget, accounting=prepared.dataset.accounting,
                 dataset_budget=prepared.dataset.budget, scope=prepared.plan.scope,
                 sql=prepared.plan.normalized_sql,  # its admitted audit entry commits with the charge
                 idempotency=idempotency,
-            )
+            ))
         except ChargeUncertain as err:  # the COMMIT's outcome is unknown: reported as charged, never as free
             if isinstance(err.charge, Charge):
                 on_admitted(err.charge)

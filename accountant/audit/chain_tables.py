@@ -1,6 +1,7 @@
 """The audit chain's tables and its one append, shared by the audit log and the ledger's admit.
 
-A charge and its `admitted` audit entry are written in one transaction (`Ledger.admit(sql=…)`), so after any
+A charge and its `admitted` audit entry are written in one transaction (`Ledger.admit`, an `Admission` with
+`sql`), so after any
 crash every committed charge has its entry and no entry names a charge that was rolled back. For that the
 ledger appends to the chain on its own connection, inside its own transaction, through `append` here; the
 audit log (`audit/log.py`) appends every other entry through the same function. Both stores create the audit
@@ -102,7 +103,7 @@ def append(conn: Any, record: AuditRecord, at: datetime, *, postgres: bool) -> A
     return entry
 
 
-def admission(charge_id: str, analyst: str, dataset: str, sql: str, epsilon: float, delta: float) -> AuditRecord:
+def admitted_entry(charge_id: str, analyst: str, dataset: str, sql: str, epsilon: float, delta: float) -> AuditRecord:
     """The `admitted` entry of a charge: written by the admit, in the transaction that commits the charge."""
     return AuditRecord(analyst=analyst, dataset=dataset, sql=sql, decision="admitted", charge_id=charge_id,
                        epsilon=epsilon, delta=delta)

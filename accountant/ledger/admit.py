@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 
-from accountant.audit import chain
 from accountant.audit.chain import AuditRecord
-from accountant.audit.chain_tables import admission
+from accountant.audit.chain_tables import admitted_entry
 from accountant.cell_scope import CellScope
 from accountant.cells import Ledgered, Running
 from accountant.errors import (
@@ -36,21 +35,11 @@ from accountant.errors import (
     UnsupportedEvent,
 )
 from accountant.events import Event, from_json
-from accountant.filter import BASIC, Accounting, Budget, Entry, Rule
-from accountant.ledger.charges import Charge, Claim, Clock, Idempotency
+from accountant.filter import Entry, Rule
+from accountant.ledger.charges import Admission, Charge, Claim, Clock
 from accountant.report import refusal
 
 # --- shared by both ledgers -------------------------------------------------------------------------
-
-
-def _check_request(epsilon: float, delta: float, budget: Budget) -> None:
-    for name, value in (("epsilon", epsilon), ("delta", delta)):
-        if not isinstance(value, int | float) or not (0 <= value < float("inf")):
-            raise ValueError(f"charge {name} must be finite and >= 0, got {value!r}")
-    if delta >= 1:
-        raise ValueError(f"charge delta must be < 1, got {delta!r}")
-    if not isinstance(budget, Budget):
-        raise TypeError(f"budget must be a Budget, got {budget!r}")
 
 
 @lru_cache(maxsize=16384)
@@ -159,67 +148,40 @@ class _Admitting(ABC):
         found = self.charges(analyst=analyst, dataset=dataset, limit=2**62)
         return tuple(Entry(c.event, c.epsilon, c.delta, c.scope) for c in found)
 
-    def admit(
-        self,
-        *,
-        analyst: str,
-        dataset: str,
-        sql_sha256: str,
-        event: Event,
-        epsilon: float,
-        delta: float,
-        composition: str,
-        budget: Budget,
-        accounting: Accounting = BASIC,
-        dataset_budget: Budget | None = None,
-        scope: CellScope | None = None,
-        sql: str | None = None,
-        idempotency: Idempotency | None = None,
-    ) -> Charge:
+    def admit(self, asked: Admission) -> Charge:
         """Record the charge if it fits (see `Ledger.admit`), else raise `BudgetExceeded`, writing nothing."""
-        _check_request(epsilon, delta, budget)
-        if not isinstance(accounting, Accounting):
-            raise TypeError(f"accounting must be an Accounting, got {accounting!r}")
-        if dataset_budget is not None and not isinstance(dataset_budget, Budget):
-            raise TypeError(f"dataset_budget must be a Budget or None, got {dataset_budget!r}")
-        if sql is not None and chain.sql_sha256(sql) != sql_sha256:
-            raise ValueError("sql_sha256 must be the sha256 of sql, the text the audit entry records")
-        if idempotency is not None and not isinstance(idempotency, Idempotency):
-            raise TypeError(f"idempotency must be an Idempotency or None, got {idempotency!r}")
-        entry = Entry(event, float(epsilon), float(delta), scope)
         charge: Charge | None = None
         try:
             with self._write():
-                charge = self._admit(analyst, dataset, sql_sha256, event, entry, composition, budget, accounting,
-                                     dataset_budget, scope, sql, idempotency)
+                charge = self._admit(asked)
         except ChargeUncertain as err:  # the COMMIT's outcome is unknown: counted as charged, never as free
             raise ChargeUncertain(str(err), charge=charge, retry_after_s=err.retry_after_s) from err
         assert charge is not None
         return charge
 
-    def _admit(
-        self, analyst: str, dataset: str, sql_sha256: str, event: Event, entry: Entry, composition: str,
-        budget: Budget, accounting: Accounting, dataset_budget: Budget | None, scope: CellScope | None,
-        sql: str | None, idempotency: Idempotency | None,
-    ) -> Charge:
+    def _admit(self, asked: Admission) -> Charge:
         """The admit's transaction body, inside `_write()`."""
+        analyst, dataset, idempotency, scope = asked.analyst, asked.dataset, asked.idempotency, asked.scope
+        entry = Entry(asked.event, float(asked.epsilon), float(asked.delta), scope)
+        accounting = asked.accounting
         rule = accounting.rule
         if idempotency is not None:  # first, before any lock of the admit's own: keys are serialised on their own
             claim = self._claimed(analyst, idempotency.key)
             if claim is not None:  # paid already: this admit writes nothing
                 check_claim(claim, dataset, idempotency.request_sha256)
                 paid = self._charge(claim.charge_id)
-                if not _same_price(paid, sql_sha256, event, entry.epsilon, entry.delta, composition, scope):
+                if not _same_price(paid, asked.sql_sha256, asked.event, entry.epsilon, entry.delta, asked.composition,
+                                   scope):
                     raise IdempotencyKeyReused(
                         "this Idempotency-Key paid for another charge than this request now costs (the policy "
                         "changed since); use a new key", key=claim.key, charge_id=claim.charge_id)
                 return paid
         try:
             mine = self._tallied(analyst, dataset, rule).bound(scope)
-            refused = refusal(mine, entry, budget, accounting)
-            if refused is None and dataset_budget is not None:
+            refused = refusal(mine, entry, asked.budget, accounting)
+            if refused is None and asked.dataset_budget is not None:
                 everyone = self._tallied(None, dataset, rule).bound(scope)
-                refused = refusal(everyone, entry, dataset_budget, accounting, scope="dataset")
+                refused = refusal(everyone, entry, asked.dataset_budget, accounting, scope="dataset")
         except UnsupportedEvent as err:  # a stored charge the rule cannot account for: admit nothing more
             raise BudgetExceeded(
                 f"the charges on this dataset include one that {rule!r} accounting cannot account for ({err})",
@@ -232,18 +194,19 @@ class _Admitting(ABC):
             analyst=analyst,
             dataset=dataset,
             at=self._clock().astimezone(UTC),
-            sql_sha256=sql_sha256,
-            event=event,
+            sql_sha256=asked.sql_sha256,
+            event=asked.event,
             epsilon=entry.epsilon,
             delta=entry.delta,
-            composition=composition,
+            composition=asked.composition,
             scope=scope,
         )
         self._insert(charge)
         if idempotency is not None:  # the key commits with its charge, or neither does
             self._bind(Claim(analyst, idempotency.key, dataset, idempotency.request_sha256, charge.id))
-        if sql is not None:  # last: PostgreSQL holds the chain's head lock from here to the commit
-            self._record(admission(charge.id, analyst, dataset, sql, charge.epsilon, charge.delta), charge.at)
+        if asked.sql is not None:  # last: PostgreSQL holds the chain's head lock from here to the commit
+            entry_record = admitted_entry(charge.id, analyst, dataset, asked.sql, charge.epsilon, charge.delta)
+            self._record(entry_record, charge.at)
         return charge
 
     def tallied(self, *, dataset: str, analyst: str | None = None, rule: Rule = "basic") -> Ledgered:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from accountant.audit import chain
 from accountant.audit.chain import AuditRecord
 from accountant.cell_scope import CellScope
 from accountant.cells import Ledgered
@@ -129,27 +130,62 @@ class Waits:
         return max(1, int(-(-self.idle_s // 1)))
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """One charge asked of the ledger (`Ledger.admit`): who asks, on which dataset, for which release (the exact
+    event, and its (ε, δ) under basic composition), under which budgets and rule, for which cells, with the
+    normalised SQL its audit entry records and the request's idempotency key. Checked when built, so a ledger
+    never sees a malformed one.
+
+    Example:
+        >>> from accountant.events import LaplaceEvent
+        >>> a = Admission("ana", "demo", "ab" * 32, LaplaceEvent(1, 10.0), 0.1, 0.0, "basic", Budget(1.0, 0.0))
+        >>> a.accounting.rule, a.scope is None
+        ('basic', True)
+        >>> Admission("ana", "demo", "ab" * 32, LaplaceEvent(1, 10.0), -0.1, 0.0, "basic", Budget(1.0, 0.0))
+        Traceback (most recent call last):
+        ...
+        ValueError: charge epsilon must be finite and >= 0, got -0.1
+    """
+
+    analyst: str
+    dataset: str
+    sql_sha256: str
+    event: Event
+    epsilon: float
+    delta: float
+    composition: str
+    budget: Budget
+    accounting: Accounting = BASIC
+    dataset_budget: Budget | None = None
+    scope: CellScope | None = None
+    sql: str | None = None
+    idempotency: Idempotency | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in (("epsilon", self.epsilon), ("delta", self.delta)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+                raise ValueError(f"charge {name} must be finite and >= 0, got {value!r}")
+        if self.delta >= 1:
+            raise ValueError(f"charge delta must be < 1, got {self.delta!r}")
+        if not isinstance(self.budget, Budget):
+            raise TypeError(f"budget must be a Budget, got {self.budget!r}")
+        if not isinstance(self.accounting, Accounting):
+            raise TypeError(f"accounting must be an Accounting, got {self.accounting!r}")
+        if self.dataset_budget is not None and not isinstance(self.dataset_budget, Budget):
+            raise TypeError(f"dataset_budget must be a Budget or None, got {self.dataset_budget!r}")
+        if self.sql is not None and chain.sql_sha256(self.sql) != self.sql_sha256:
+            raise ValueError("sql_sha256 must be the sha256 of sql, the text the audit entry records")
+        if self.idempotency is not None and not isinstance(self.idempotency, Idempotency):
+            raise TypeError(f"idempotency must be an Idempotency or None, got {self.idempotency!r}")
+
+
 class Ledger(Protocol):
     """Storage of charges; `admit` is atomic check-then-insert."""
 
-    def admit(
-        self,
-        *,
-        analyst: str,
-        dataset: str,
-        sql_sha256: str,
-        event: Event,
-        epsilon: float,
-        delta: float,
-        composition: str,
-        budget: Budget,
-        accounting: Accounting = BASIC,
-        dataset_budget: Budget | None = None,
-        scope: CellScope | None = None,
-        sql: str | None = None,
-        idempotency: Idempotency | None = None,
-    ) -> Charge:
-        """Record the charge if it fits, else raise `BudgetExceeded` and write nothing.
+    def admit(self, admission: Admission) -> Charge:
+        """Record the charge if it fits, else raise `BudgetExceeded` and write nothing (the fields below are
+        the admission's).
 
         It fits if, in every cell of `scope` (every unit when None), the analyst's history on the dataset
         plus this charge passes the `accounting` rule's filter for `budget` and, when `dataset_budget` is

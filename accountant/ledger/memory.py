@@ -3,9 +3,10 @@
 Example:
     >>> from accountant.events import LaplaceEvent
     >>> from accountant.filter import Budget
+    >>> from accountant.ledger.charges import Admission
     >>> ledger = MemoryLedger()
-    >>> charge = ledger.admit(analyst="ana", dataset="demo", sql_sha256="ab" * 32, event=LaplaceEvent(1, 10.0),
-    ...                       epsilon=0.1, delta=0.0, composition="basic", budget=Budget(1.0, 1e-6))
+    >>> charge = ledger.admit(Admission(analyst="ana", dataset="demo", sql_sha256="ab" * 32,
+    ...     event=LaplaceEvent(1, 10.0), epsilon=0.1, delta=0.0, composition="basic", budget=Budget(1.0, 1e-6)))
     >>> ledger.spent("ana", "demo")
     Spend(epsilon=0.1, delta=0.0)
 """

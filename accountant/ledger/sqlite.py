@@ -5,10 +5,11 @@ Example:
     >>> import tempfile, pathlib
     >>> from accountant.events import LaplaceEvent
     >>> from accountant.filter import Budget
+    >>> from accountant.ledger.charges import Admission
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     ledger = SqliteLedger(pathlib.Path(tmp) / "ledger.db")
-    ...     _ = ledger.admit(analyst="ana", dataset="demo", sql_sha256="ab" * 32, event=LaplaceEvent(1, 10.0),
-    ...                      epsilon=0.1, delta=0.0, composition="basic", budget=Budget(1.0, 1e-6))
+    ...     _ = ledger.admit(Admission(analyst="ana", dataset="demo", sql_sha256="ab" * 32,
+    ...         event=LaplaceEvent(1, 10.0), epsilon=0.1, delta=0.0, composition="basic", budget=Budget(1.0, 1e-6)))
     ...     spent = ledger.spent("ana", "demo")
     ...     ledger.close()
     >>> spent

@@ -41,7 +41,7 @@ from accountant.audit.log import (
 )
 from accountant.errors import BudgetExceeded
 from accountant.filter import Budget
-from accountant.ledger.charges import Charge, Ledger
+from accountant.ledger.charges import Admission, Charge, Ledger
 from accountant.ledger.memory import MemoryLedger
 from accountant.ledger.stores import open_ledger
 from proxy.app import create_app
@@ -415,8 +415,8 @@ def _ledger_at(store: Store) -> Ledger:
 
 
 def _admit_audited(ledger: Ledger, epsilon: float = 0.25, sql: str | None = ADMITTED_SQL) -> Charge:
-    return ledger.admit(analyst="ana", dataset="sales", sql_sha256=sql_sha256(ADMITTED_SQL), event=EVENT,
-                        epsilon=epsilon, delta=0.0, composition="basic", budget=Budget(1.0, 0.0), sql=sql)
+    return ledger.admit(Admission(analyst="ana", dataset="sales", sql_sha256=sql_sha256(ADMITTED_SQL), event=EVENT,
+                        epsilon=epsilon, delta=0.0, composition="basic", budget=Budget(1.0, 0.0), sql=sql))
 
 
 def test_admit_appends_the_admitted_entry_with_its_charge(store: Store) -> None:
@@ -624,8 +624,9 @@ def test_a_failure_after_admit_records_its_charge(demo: DemoFiles) -> None:
     policy = load_policy(demo.policy)
     ledger = MemoryLedger()
     sql = "SELECT COUNT(*) FROM visits"
-    charge = ledger.admit(analyst="analyst", dataset="demo", sql_sha256=sql_sha256(sql), event=EVENT, epsilon=0.5,
-                          delta=1e-9, composition="basic", budget=policy.analysts[0].budgets[0][1], sql=sql)
+    charge = ledger.admit(Admission(analyst="analyst", dataset="demo", sql_sha256=sql_sha256(sql), event=EVENT,
+                          epsilon=0.5, delta=1e-9, composition="basic", budget=policy.analysts[0].budgets[0][1],
+                          sql=sql))
     env = SimpleNamespace(policy=policy, ledger=ledger)
     state = {"query": QueryRequest(sql="select count(*) from visits"), "charged": True, "charge": charge}
     record = audit_record(env, f"Bearer {demo.analyst_key}", Held(), state, raised=True)  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from accountant.cells import ledgered, plus
 from accountant.errors import BudgetExceeded, UnsupportedEvent
 from accountant.events import GaussianEvent, LaplaceEvent
 from accountant.filter import Accounting, Budget, Entry, additive, cost, usage
+from accountant.ledger.charges import Admission
 from accountant.ledger.memory import MemoryLedger
 from accountant.ledger.sqlite import SqliteLedger
 from accountant.report import refusal
@@ -93,16 +94,16 @@ def test_exactly_representable_budgets_are_used_to_the_last_bit() -> None:
     ledger = MemoryLedger()
     budget = Budget(1.25, 0.0)
     for _ in range(10):
-        ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 8.0), epsilon=0.125,
-                     delta=0.0, composition="parallel", budget=budget, scope=CellScope.of("t", "s", SIZE, [3]))
-    ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 8.0), epsilon=0.125, delta=0.0,
-                 composition="parallel", budget=budget, scope=CellScope.of("t", "s", SIZE, [2, 4]))
+        ledger.admit(Admission(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 8.0), epsilon=0.125,
+                     delta=0.0, composition="parallel", budget=budget, scope=CellScope.of("t", "s", SIZE, [3])))
+    ledger.admit(Admission(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 8.0), epsilon=0.125,
+                 delta=0.0, composition="parallel", budget=budget, scope=CellScope.of("t", "s", SIZE, [2, 4])))
     with pytest.raises(BudgetExceeded):
-        ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 8.0), epsilon=0.125,
-                     delta=0.0, composition="parallel", budget=budget, scope=CellScope.of("t", "s", SIZE, [3, 5]))
+        ledger.admit(Admission(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 8.0), epsilon=0.125,
+                     delta=0.0, composition="parallel", budget=budget, scope=CellScope.of("t", "s", SIZE, [3, 5])))
     with pytest.raises(BudgetExceeded):  # an unscoped charge covers cell 3 too
-        ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 8.0), epsilon=0.125,
-                     delta=0.0, composition="sequential", budget=budget)
+        ledger.admit(Admission(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 8.0), epsilon=0.125,
+                     delta=0.0, composition="sequential", budget=budget))
 
 
 def _brute_cell(entries: list[Entry], rule: str, table: str, space: str, cell: int) -> tuple[Fraction, Fraction]:
@@ -242,14 +243,14 @@ def test_sqlite_ledger_keeps_scopes_and_upgrades_version_1_files(tmp_path: Path)
     try:
         budget = Budget(1.0, 0.0)
         north = CellScope.of("t", "s", SIZE, [0])
-        charge = ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 2.0), epsilon=0.5,
-                              delta=0.0, composition="parallel", budget=budget, scope=north)
+        charge = ledger.admit(Admission(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 2.0),
+                              epsilon=0.5, delta=0.0, composition="parallel", budget=budget, scope=north))
         assert ledger.charges(limit=1)[0] == charge and charge.scope == north
-        ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 2.0), epsilon=0.5, delta=0.0,
-                     composition="parallel", budget=budget, scope=CellScope.of("t", "s", SIZE, [1]))
+        ledger.admit(Admission(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 2.0), epsilon=0.5,
+                     delta=0.0, composition="parallel", budget=budget, scope=CellScope.of("t", "s", SIZE, [1])))
         with pytest.raises(BudgetExceeded):  # the old unscoped charge covers cell 2 as well: 0.5 + 0.75 > 1
-            ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(3, 4.0), epsilon=0.75,
-                         delta=0.0, composition="parallel", budget=budget, scope=CellScope.of("t", "s", SIZE, [2]))
+            ledger.admit(Admission(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(3, 4.0), epsilon=0.75,
+                         delta=0.0, composition="parallel", budget=budget, scope=CellScope.of("t", "s", SIZE, [2])))
     finally:
         ledger.close()
     with sqlite3.connect(path) as conn:
@@ -261,13 +262,13 @@ def test_the_dataset_budget_is_also_per_cell() -> None:
     ledger = MemoryLedger()
     shared = Budget(0.5, 0.0)
     for analyst, cell in (("a", 0), ("b", 1), ("c", 2)):  # three analysts, three disjoint cells: all fit
-        ledger.admit(analyst=analyst, dataset="d", sql_sha256="q", event=LaplaceEvent(1, 2.0), epsilon=0.5, delta=0.0,
-                     composition="parallel", budget=Budget(1.0, 0.0), dataset_budget=shared,
-                     scope=CellScope.of("t", "s", SIZE, [cell]))
+        ledger.admit(Admission(analyst=analyst, dataset="d", sql_sha256="q", event=LaplaceEvent(1, 2.0), epsilon=0.5,
+                     delta=0.0, composition="parallel", budget=Budget(1.0, 0.0), dataset_budget=shared,
+                     scope=CellScope.of("t", "s", SIZE, [cell])))
     with pytest.raises(BudgetExceeded) as refused:
-        ledger.admit(analyst="d", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 2.0), epsilon=0.5, delta=0.0,
-                     composition="parallel", budget=Budget(1.0, 0.0), dataset_budget=shared,
-                     scope=CellScope.of("t", "s", SIZE, [2, 3]))
+        ledger.admit(Admission(analyst="d", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 2.0), epsilon=0.5,
+                     delta=0.0, composition="parallel", budget=Budget(1.0, 0.0), dataset_budget=shared,
+                     scope=CellScope.of("t", "s", SIZE, [2, 3])))
     assert refused.value.detail["scope"] == "dataset"
 
 
@@ -280,9 +281,9 @@ def test_disagreeing_space_sizes_are_refused() -> None:
 
 
 def _in_cell(ledger: SqliteLedger, epsilon: float, *, cell: int = 0) -> None:
-    ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 1 / epsilon), epsilon=epsilon,
-                 delta=0.0, composition="parallel", budget=Budget(1.0, 0.0),
-                 scope=CellScope.of("t", "s", SIZE, [cell]))
+    ledger.admit(Admission(analyst="a", dataset="d", sql_sha256="q", event=LaplaceEvent(1, 1 / epsilon),
+                 epsilon=epsilon, delta=0.0, composition="parallel", budget=Budget(1.0, 0.0),
+                 scope=CellScope.of("t", "s", SIZE, [cell])))
 
 
 def _raw_charge(path: object, seq: int, epsilon: float) -> None:
@@ -346,8 +347,8 @@ def test_admits_through_the_memo_decide_as_a_fresh_computation_would(
         fresh = ledgered(ledger.entries(dataset="d"), rule).bound(scope)  # type: ignore[arg-type]
         expected = refusal(fresh, entry, budget, accounting) is None
         try:
-            ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=entry.event, epsilon=epsilon, delta=0.0,
-                         composition="parallel", budget=budget, accounting=accounting, scope=scope)
+            ledger.admit(Admission(analyst="a", dataset="d", sql_sha256="q", event=entry.event, epsilon=epsilon,
+                         delta=0.0, composition="parallel", budget=budget, accounting=accounting, scope=scope))
             admitted = True
         except BudgetExceeded:
             admitted = False

@@ -13,7 +13,7 @@ from pathlib import Path
 from accountant.audit.log import AuditRecord, SqliteAudit, sql_sha256
 from accountant.events import LaplaceEvent
 from accountant.filter import Budget
-from accountant.ledger.charges import StoredRelease
+from accountant.ledger.charges import Admission, StoredRelease
 from accountant.ledger.sqlite import SqliteLedger
 
 
@@ -24,9 +24,9 @@ def test_ledger_and_audit_writers_of_one_file_never_meet_sqlite_busy(tmp_path: P
     try:
         def admit(i: int) -> None:
             sql = f"SELECT {i}"
-            charge = ledger.admit(analyst="ana", dataset="demo", sql_sha256=sql_sha256(sql), sql=sql,
+            charge = ledger.admit(Admission(analyst="ana", dataset="demo", sql_sha256=sql_sha256(sql), sql=sql,
                                   event=LaplaceEvent(1, 10.0), epsilon=0.01, delta=0.0, composition="basic",
-                                  budget=Budget(10.0, 1e-6))
+                                  budget=Budget(10.0, 1e-6)))
             ledger.store_release(StoredRelease("ana", "demo", f"{i:064x}", charge.id, b"{}"))
 
         def append(i: int) -> None:

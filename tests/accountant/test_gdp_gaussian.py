@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from accountant.errors import BudgetExceeded
 from accountant.events import GaussianEvent
 from accountant.filter import Accounting, Budget, Entry, capacity, usage
+from accountant.ledger.charges import Admission
 from accountant.ledger.memory import MemoryLedger
 from accountant.loss import epsilon_delta
 from accountant.report import account
@@ -111,8 +112,8 @@ def test_every_history_admitted_under_gdp_keeps_its_budget(
         event = GaussianEvent(sensitivity, sigma)
         epsilon, delta = epsilon_delta(event, budget_delta, "gdp")
         try:
-            ledger.admit(analyst="a", dataset="d", sql_sha256="ab" * 32, event=event, epsilon=epsilon,
-                         delta=delta, composition="sequential", budget=budget, accounting=GDP)
+            ledger.admit(Admission(analyst="a", dataset="d", sql_sha256="ab" * 32, event=event, epsilon=epsilon,
+                         delta=delta, composition="sequential", budget=budget, accounting=GDP))
         except BudgetExceeded:
             continue
         admitted.append((sensitivity, sigma))
@@ -138,8 +139,8 @@ def test_a_release_that_k_over_sigma_would_admit_is_refused() -> None:
     assert 1.0 < capacity(budget, GDP).amount < 1.04576
     event = GaussianEvent(1, 1.0)
     with pytest.raises(BudgetExceeded):
-        MemoryLedger().admit(analyst="a", dataset="d", sql_sha256="ab" * 32, event=event, epsilon=hi,
-                             delta=delta, composition="sequential", budget=budget, accounting=GDP)
+        MemoryLedger().admit(Admission(analyst="a", dataset="d", sql_sha256="ab" * 32, event=event, epsilon=hi,
+                             delta=delta, composition="sequential", budget=budget, accounting=GDP))
 
 
 @pytest.mark.parametrize("sigma", [0.5, 1.0, 2.0, 7.5])

@@ -20,7 +20,7 @@ from accountant.cells import ledgered
 from accountant.errors import BudgetExceeded, IdempotencyKeyReused, IdempotencyKeySpent, LedgerBusy
 from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ThresholdEvent
 from accountant.filter import BASIC, Accounting, Budget, Entry, Rule, Spend, usage
-from accountant.ledger.charges import ANSWERED, Charge, Claim, Idempotency, Ledger, StoredRelease, Waits
+from accountant.ledger.charges import ANSWERED, Admission, Charge, Claim, Idempotency, Ledger, StoredRelease, Waits
 from accountant.ledger.memory import MemoryLedger
 from accountant.ledger.sqlite import SqliteLedger
 
@@ -82,7 +82,7 @@ def _admit(
         extra = {"accounting": accounting, "dataset_budget": dataset_budget}
     if idempotency is not None:
         extra["idempotency"] = idempotency
-    return ledger.admit(
+    return ledger.admit(Admission(
         analyst=analyst,
         dataset=dataset,
         sql_sha256="ab" * 32,
@@ -92,7 +92,7 @@ def _admit(
         composition="basic",
         budget=budget,
         **extra,  # type: ignore[arg-type]
-    )
+    ))
 
 
 class TestLedgerContract:
@@ -334,10 +334,10 @@ class TestAccountingContract:
         admitted = 0
         for _ in range(20):
             try:
-                ledger.admit(analyst=kwargs.get("analyst", "ana"), dataset="sales", sql_sha256="cd" * 32,  # type: ignore[arg-type]
+                ledger.admit(Admission(analyst=kwargs.get("analyst", "ana"), dataset="sales", sql_sha256="cd" * 32,  # type: ignore[arg-type]
                              event=self.LAPLACE, epsilon=0.1, delta=0.0, composition="sequential",
                              budget=Budget(1.0, 1e-6), accounting=accounting,
-                             dataset_budget=kwargs.get("dataset_budget"))  # type: ignore[arg-type]
+                             dataset_budget=kwargs.get("dataset_budget")))  # type: ignore[arg-type]
                 admitted += 1
             except BudgetExceeded:
                 pass
@@ -434,10 +434,10 @@ class TestCellContract:
 
     def _scoped(self, ledger: Ledger, cells: list[int], epsilon: float = 0.25, **kwargs: object) -> Charge:
         scope = CellScope.of("visits", "space-1", self.CELLS, cells)
-        return ledger.admit(analyst=str(kwargs.get("analyst", "ana")), dataset="sales", sql_sha256="ab" * 32,
+        return ledger.admit(Admission(analyst=str(kwargs.get("analyst", "ana")), dataset="sales", sql_sha256="ab" * 32,
                             event=LaplaceEvent(1, 1 / epsilon), epsilon=epsilon, delta=0.0, composition="parallel",
                             budget=Budget(0.5, 0.0), scope=scope,
-                            dataset_budget=kwargs.get("dataset_budget"))  # type: ignore[arg-type]
+                            dataset_budget=kwargs.get("dataset_budget")))  # type: ignore[arg-type]
 
     def test_scopes_are_stored_with_their_charges(self, make_ledger: Factory) -> None:
         ledger = make_ledger()

@@ -27,7 +27,7 @@ from accountant.errors import BudgetExceeded
 from accountant.events import LaplaceEvent
 from accountant.filter import Budget
 from accountant.ledger import postgres
-from accountant.ledger.charges import Ledger
+from accountant.ledger.charges import Admission, Ledger
 from accountant.ledger.postgres import MIGRATIONS, Pool, PostgresLedger, migrate
 from accountant.ledger.sql_rows import since_sql
 from accountant.ledger.sqlite import SqliteLedger
@@ -48,9 +48,9 @@ def pg_url() -> Iterator[str]:
 
 def _admit(ledger: Ledger, epsilon: float = 0.25, *, analyst: str = "ana", dataset: str = "sales",
            dataset_budget: Budget | None = None, cells: list[int] | None = None) -> None:
-    ledger.admit(analyst=analyst, dataset=dataset, sql_sha256="ab" * 32, event=LaplaceEvent(1, 1 / epsilon),
+    ledger.admit(Admission(analyst=analyst, dataset=dataset, sql_sha256="ab" * 32, event=LaplaceEvent(1, 1 / epsilon),
                  epsilon=epsilon, delta=0.0, composition="basic", budget=BIG, dataset_budget=dataset_budget,
-                 scope=None if cells is None else CellScope.of("t", "s", 4, cells))
+                 scope=None if cells is None else CellScope.of("t", "s", 4, cells)))
 
 
 def _mixed_history(ledger: Ledger) -> None:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from accountant.errors import BudgetExceeded
 from accountant.events import LaplaceEvent
 from accountant.filter import BASIC, Budget
+from accountant.ledger.charges import Admission
 from accountant.ledger.memory import MemoryLedger
 from mechanisms import laplace
 from mechanisms.rounding import down
@@ -36,9 +37,9 @@ def _admit_all(epsilons: list[float], budget: Budget) -> int:
     for i, epsilon in enumerate(epsilons):
         p = plan(f"SELECT COUNT(*) AS n{i} FROM t", CATALOG, epsilon=epsilon, delta=0.0, mechanism="laplace")
         try:
-            ledger.admit(analyst="a", dataset="d", sql_sha256=f"{i:064x}", event=p.price.event,
+            ledger.admit(Admission(analyst="a", dataset="d", sql_sha256=f"{i:064x}", event=p.price.event,
                          epsilon=p.price.epsilon, delta=p.price.delta, composition="sequential", budget=budget,
-                         accounting=BASIC)
+                         accounting=BASIC))
         except BudgetExceeded:
             break
         admitted += 1
@@ -134,8 +135,8 @@ def test_a_budget_never_admits_beyond_its_written_decimal() -> None:
         assert epsilon is not None
         p = plan(f"SELECT COUNT(*) AS n{i} FROM t", CATALOG, epsilon=epsilon, delta=0.0, mechanism="laplace")
         try:
-            ledger.admit(analyst="a", dataset="d", sql_sha256=f"{i:064x}", event=p.price.event,
-                         epsilon=p.price.epsilon, delta=p.price.delta, composition="sequential", budget=budget)
+            ledger.admit(Admission(analyst="a", dataset="d", sql_sha256=f"{i:064x}", event=p.price.event,
+                         epsilon=p.price.epsilon, delta=p.price.delta, composition="sequential", budget=budget))
         except BudgetExceeded:
             assert i == 3
     total = sum(Fraction(c.epsilon) for c in ledger.charges(limit=10))

@@ -15,7 +15,7 @@ from accountant.audit.chain import sql_sha256
 from accountant.audit.log import SqliteAudit
 from accountant.events import LaplaceEvent
 from accountant.filter import Budget
-from accountant.ledger.charges import Charge, StoredRelease
+from accountant.ledger.charges import Admission, Charge, StoredRelease
 from accountant.ledger.memory import MemoryLedger
 from accountant.ledger.sqlite import SqliteLedger
 from proxy.http.middleware.audit_trail import answered
@@ -24,8 +24,8 @@ SQL = "SELECT region, COUNT(*) AS n FROM visits GROUP BY region"
 
 
 def _charged(ledger: SqliteLedger | MemoryLedger) -> Charge:
-    return ledger.admit(analyst="ana", dataset="demo", sql_sha256=sql_sha256(SQL), event=LaplaceEvent(1, 10.0),
-                        epsilon=0.1, delta=0.0, composition="basic", budget=Budget(1.0, 1e-6), sql=SQL)
+    return ledger.admit(Admission(analyst="ana", dataset="demo", sql_sha256=sql_sha256(SQL), event=LaplaceEvent(1,
+                        10.0), epsilon=0.1, delta=0.0, composition="basic", budget=Budget(1.0, 1e-6), sql=SQL))
 
 
 def _release(charge: Charge) -> StoredRelease:

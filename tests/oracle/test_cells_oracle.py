@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from accountant.cells import ledgered
 from accountant.errors import BudgetExceeded
 from accountant.filter import Budget
+from accountant.ledger.charges import Admission
 from accountant.ledger.memory import MemoryLedger
 from proxy.query import types
 from proxy.query.analyse.cell_space import cell_space
@@ -116,9 +117,9 @@ def test_the_ledger_never_reports_less_than_the_worst_units_true_loss(
             assert db.run(f"SELECT COUNT(*) FROM t WHERE {where}") == [(0,)]
             continue
         try:
-            ledger.admit(analyst="a", dataset="d", sql_sha256=planned.sql_sha256, event=planned.price.event,
+            ledger.admit(Admission(analyst="a", dataset="d", sql_sha256=planned.sql_sha256, event=planned.price.event,
                          epsilon=planned.price.epsilon, delta=0.0, composition=planned.price.composition,
-                         budget=BUDGET, scope=planned.scope)
+                         budget=BUDGET, scope=planned.scope))
         except BudgetExceeded:
             continue
         full = db.run(planned.sql)
@@ -141,8 +142,8 @@ def test_a_drill_down_is_charged_the_maximum_over_cells_not_the_sum() -> None:
     for where in drill:
         planned = plan(_sql(where, None), CATALOG, epsilon=1.0, delta=0.0, mechanism="laplace")
         try:
-            ledger.admit(analyst="a", dataset="d", sql_sha256="q", event=planned.price.event, epsilon=1.0,
-                         delta=0.0, composition=planned.price.composition, budget=BUDGET, scope=planned.scope)
+            ledger.admit(Admission(analyst="a", dataset="d", sql_sha256="q", event=planned.price.event, epsilon=1.0,
+                         delta=0.0, composition=planned.price.composition, budget=BUDGET, scope=planned.scope))
             admitted += 1
         except BudgetExceeded:
             pass
@@ -234,9 +235,9 @@ def test_the_oracle_holds_for_real_decimal_and_collated_columns(
         except EmptyScope:
             continue
         try:
-            ledger.admit(analyst="a", dataset="d", sql_sha256=planned.sql_sha256, event=planned.price.event,
+            ledger.admit(Admission(analyst="a", dataset="d", sql_sha256=planned.sql_sha256, event=planned.price.event,
                          epsilon=planned.price.epsilon, delta=0.0, composition=planned.price.composition,
-                         budget=BUDGET, scope=planned.scope)
+                         budget=BUDGET, scope=planned.scope))
         except BudgetExceeded:
             continue
         full = run(planned.sql)
