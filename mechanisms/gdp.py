@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from statistics import NormalDist
 
+from mechanisms import search
 from mechanisms.gaussian import zcdp
 
 _STANDARD = NormalDist()
@@ -120,11 +121,4 @@ def mu_for(epsilon: float, delta: float) -> float:
     def ok(mu: float) -> bool:
         return zcdp.delta_of(epsilon, mu) <= target
 
-    lo, hi = 0.0, 1.0
-    while ok(hi):
-        lo, hi = hi, 2 * hi
-    while True:
-        mid = lo + (hi - lo) / 2
-        if not lo < mid < hi:
-            return lo
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return search.largest(ok, 0.0, 1.0)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 
+from mechanisms import search
+
 _EPS = 2.0**-52
 
 
@@ -61,13 +63,7 @@ def threshold_for(max_groups: int, scale: float, delta: float) -> int:
 
     # closed-form guess, then an integer search (stepping by 1 would crawl for large scales)
     guess = 1 + scale * (math.log(max_groups) - math.log(delta) - math.log1p(math.exp(-1.0 / scale)))
-    lo, hi = 1, max(2, math.ceil(guess))  # T = 1 never qualifies: T >= 2 by contract
-    while not ok(hi):
-        lo, hi = hi, 2 * hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    return hi
+    return search.smallest_int(ok, 1, max(2, math.ceil(guess)))  # T = 1 never qualifies: T >= 2 by contract
 
 
 # --- Gaussian partition selection ---------------------------------------------------------------------
@@ -130,10 +126,4 @@ def gaussian_threshold_for(max_groups: int, sigma: float, delta: float) -> int:
         return gaussian_delta_of_threshold(max_groups, sigma, threshold) <= delta
 
     guess = 2 + sigma * math.sqrt(2 * max(0.0, math.log(max_groups / delta)))
-    lo, hi = 1, max(2, math.ceil(guess))
-    while not ok(hi):
-        lo, hi = hi, 2 * hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    return hi
+    return search.smallest_int(ok, 1, max(2, math.ceil(guess)))

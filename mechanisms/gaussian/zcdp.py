@@ -15,6 +15,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from mechanisms import search
 from mechanisms.rounding import up as _up
 
 _EPS = 2.0**-52  # unit roundoff bound used for error margins
@@ -148,14 +149,7 @@ def rho_for(epsilon: float, delta: float) -> float:
     def ok(r: float) -> bool:
         return epsilon_from_rho(r, delta) <= epsilon
 
-    lo, hi = 0.0, max(epsilon, 1.0)
-    while ok(hi):
-        lo, hi = hi, 2 * hi
-    while True:
-        mid = lo + (hi - lo) / 2
-        if not lo < mid < hi:
-            return lo
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return search.largest(ok, 0.0, max(epsilon, 1.0))
 
 
 # --- Gaussian differential privacy -----------------------------------------------------------------
@@ -234,16 +228,7 @@ def epsilon_of(mu: float, delta: float) -> float:
     def ok(e: float) -> bool:
         return delta_of(e, mu) <= target
 
-    if ok(0.0):
-        return 0.0
-    lo, hi = 0.0, 1.0
-    while not ok(hi):
-        lo, hi = hi, 2 * hi
-    while True:
-        mid = lo + (hi - lo) / 2
-        if not lo < mid < hi:
-            return hi
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return search.smallest(ok, 0.0, 1.0)
 
 
 # --- error bars -------------------------------------------------------------------------------------

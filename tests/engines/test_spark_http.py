@@ -18,14 +18,13 @@ import pytest
 pytest.importorskip("pyspark")
 
 from proxy.cli.demo import DemoFiles
-from tests import conftest
 from tests.support.live import Server
 from tests.support.spark_data import export_parquet, spark_policy
 
 # py4j (pyspark's bridge to the JVM) leaves gateway sockets to the garbage collector
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
 
-START_S = 300.0  # a JVM's start-up on a busy machine takes more than conftest's minute
+START_S = 300.0  # a JVM's start-up on a busy machine takes more than live.py's minute
 ANSWER_S = 300.0  # and so can a cold Spark query (the server's own limit is DPPROXY_QUERY_TIMEOUT_S)
 
 
@@ -41,7 +40,7 @@ def _start(demo: DemoFiles, directory: Path, settings: dict[str, str]) -> Server
     policy.write_text(policy.read_text().replace("epsilon = 5.0, delta = 1e-6", "epsilon = 100.0, delta = 1e-4"))
     live = Server(directory / "server.log", {"DPPROXY_READINESS_TIMEOUT_S": "60", **settings})
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(conftest, "READY_TIMEOUT_S", START_S)
+        patch.setattr(live, "READY_TIMEOUT_S", START_S)
         live.start(policy)
     return live
 

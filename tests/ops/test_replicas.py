@@ -40,7 +40,7 @@ WIRING = ("proxy/app.py must open DPPROXY_LEDGER with accountant.ledger.stores.o
 
 
 class Replica:
-    """One `python -m proxy serve` process with DPPROXY_LEDGER set (conftest's Server clears DPPROXY_*)."""
+    """One `python -m proxy serve` process with DPPROXY_LEDGER set (tests/support/live.py's Server clears DPPROXY_*)."""
 
     def __init__(self, policy: Path, ledger_url: str, log: Path) -> None:
         self.port = free_port()

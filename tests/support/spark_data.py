@@ -41,7 +41,7 @@ def spark_policy(duckdb_policy: Path, parquet: dict[str, Path], directory: Path,
                  bounding: str = "per_query", auto: bool = False) -> Path:
     """A copy of a DuckDB policy (one dataset, `demo`) in `directory` whose dataset reads `parquet` on Spark,
     bounded per query (default) or by its bounding store built by Spark (`bounding = "store"`), at the visits
-    table's fixed bounds (tests/conftest.py: fixed_bounds) unless `auto` (the demo's automatic bounds)."""
+    table's fixed bounds (tests/support/live.py: fixed_bounds) unless `auto` (the demo's automatic bounds)."""
     directory.mkdir(parents=True, exist_ok=True)
     text = duckdb_policy.read_text(encoding="utf-8")
     if not auto:
