@@ -3,7 +3,7 @@ history and insert it in one atomic step, with those sums kept between admits (`
 date from a watermark (`Since`); and the checks every ledger applies to its arguments.
 
 Example:
-    >>> _check_window(None, None, 10, 0) is None
+    >>> _check_page(10, 0) is None
     True
     >>> event_of('{"kind": "laplace", "sensitivity": 1.0, "scale": 10.0}')
     LaplaceEvent(sensitivity=1.0, scale=10.0)
@@ -36,7 +36,7 @@ from accountant.errors import (
 )
 from accountant.events import Event, from_json
 from accountant.filter import Entry, Rule
-from accountant.ledger.charges import Admission, Charge, Claim, Clock
+from accountant.ledger.charges import Admission, Charge, ChargeFilter, Claim, Clock
 from accountant.report import refusal
 
 # --- shared by both ledgers -------------------------------------------------------------------------
@@ -48,10 +48,7 @@ def event_of(text: str) -> Event:
     return from_json(json.loads(text))
 
 
-def _check_window(since: datetime | None, until: datetime | None, limit: int, offset: int) -> None:
-    for name, moment in (("since", since), ("until", until)):
-        if moment is not None and moment.utcoffset() is None:
-            raise ValueError(f"{name} must be timezone-aware, got {moment!r}")
+def _check_page(limit: int, offset: int) -> None:
     for name, number in (("limit", limit), ("offset", offset)):
         if isinstance(number, bool) or not isinstance(number, int) or number < 0:
             raise ValueError(f"{name} must be an integer >= 0, got {number!r}")
@@ -131,6 +128,13 @@ class _Admitting(ABC):
         """Inside `_write()`: the committed charge with this id (a claim's)."""
 
     @abstractmethod
+    def _charges(self, where: ChargeFilter, limit: int, offset: int) -> tuple[Charge, ...]:
+        """The charges `where` selects, newest first, `limit` of them after the first `offset`."""
+
+    @abstractmethod
+    def _count(self, where: ChargeFilter) -> int:
+        """How many charges `where` selects."""
+
     def charges(
         self,
         *,
@@ -141,7 +145,20 @@ class _Admitting(ABC):
         limit: int = 100,
         offset: int = 0,
     ) -> tuple[Charge, ...]:
-        """Charges matching the filters, newest first, paginated."""
+        """Charges matching the filters (since <= at < until), newest first, paginated (see `Ledger.charges`)."""
+        _check_page(limit, offset)
+        return self._charges(ChargeFilter(analyst, dataset, since, until), limit, offset)
+
+    def count(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> int:
+        """How many charges match the filters."""
+        return self._count(ChargeFilter(analyst, dataset, since, until))
 
     def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
         """The charges on the dataset as the filter sees them, read through `charges` (for reports)."""

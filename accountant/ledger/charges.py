@@ -131,6 +131,31 @@ class Waits:
 
 
 @dataclass(frozen=True, slots=True)
+class ChargeFilter:
+    """Which charges a read selects: one analyst's or all, one dataset's or all, `since <= at < until`
+    (timezone-aware moments), checked when built.
+
+    Example:
+        >>> ChargeFilter(analyst="ana").dataset is None
+        True
+        >>> ChargeFilter(since=datetime(2026, 1, 1))
+        Traceback (most recent call last):
+        ...
+        ValueError: since must be timezone-aware, got datetime.datetime(2026, 1, 1, 0, 0)
+    """
+
+    analyst: str | None = None
+    dataset: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        for name, moment in (("since", self.since), ("until", self.until)):
+            if moment is not None and moment.utcoffset() is None:
+                raise ValueError(f"{name} must be timezone-aware, got {moment!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class Admission:
     """One charge asked of the ledger (`Ledger.admit`): who asks, on which dataset, for which release (the exact
     event, and its (ε, δ) under basic composition), under which budgets and rule, for which cells, with the

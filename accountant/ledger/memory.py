@@ -23,8 +23,8 @@ from datetime import datetime
 from accountant.audit.chain import AuditRecord
 from accountant.errors import LedgerBusy
 from accountant.filter import Entry, Spend, total
-from accountant.ledger.admit import Since, _Admitting, _check_window, _Memos
-from accountant.ledger.charges import ANSWERED, Charge, Claim, Clock, StoredRelease, Waits, _utcnow
+from accountant.ledger.admit import Since, _Admitting, _Memos
+from accountant.ledger.charges import ANSWERED, Charge, ChargeFilter, Claim, Clock, StoredRelease, Waits, _utcnow
 from accountant.ledger.sql_rows import entry_of
 
 # --- in memory --------------------------------------------------------------------------------------
@@ -136,28 +136,12 @@ class MemoryLedger(_Admitting):
         picked.sort(key=lambda row: (row[1].at, row[0]), reverse=True)
         return [c for _, c in picked]
 
-    def charges(
-        self,
-        *,
-        analyst: str | None = None,
-        dataset: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> tuple[Charge, ...]:
-        _check_window(since, until, limit, offset)
+    def _charges(self, where: ChargeFilter, limit: int, offset: int) -> tuple[Charge, ...]:
+        analyst, dataset, since, until = where.analyst, where.dataset, where.since, where.until
         return tuple(self._select(analyst, dataset, since, until)[offset : offset + limit])
 
-    def count(
-        self,
-        *,
-        analyst: str | None = None,
-        dataset: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-    ) -> int:
-        _check_window(since, until, 0, 0)
+    def _count(self, where: ChargeFilter) -> int:
+        analyst, dataset, since, until = where.analyst, where.dataset, where.since, where.until
         return len(self._select(analyst, dataset, since, until))
 
     def stored_release(self, analyst: str, dataset: str, request_sha256: str) -> StoredRelease | None:

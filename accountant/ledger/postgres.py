@@ -25,8 +25,8 @@ from accountant.audit.chain_tables import POSTGRES_MIGRATIONS, append
 from accountant.errors import ChargeUncertain, LedgerBusy
 from accountant.filter import Entry, Spend, total
 from accountant.ledger import tallies
-from accountant.ledger.admit import Since, _Admitting, _check_window, _Memos
-from accountant.ledger.charges import ANSWERED, Charge, Claim, Clock, StoredRelease, Waits, _utcnow
+from accountant.ledger.admit import Since, _Admitting, _Memos
+from accountant.ledger.charges import ANSWERED, Charge, ChargeFilter, Claim, Clock, StoredRelease, Waits, _utcnow
 from accountant.ledger.sql_rows import COLUMNS, charge_of, charge_row, since_of, since_sql, where
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -391,32 +391,16 @@ class PostgresLedger(_Admitting):
             ).fetchall()
         return total(rows)  # summed exactly in Python: SQL SUM() rounds arbitrarily
 
-    def charges(
-        self,
-        *,
-        analyst: str | None = None,
-        dataset: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> tuple[Charge, ...]:
-        _check_window(since, until, limit, offset)
+    def _charges(self, where: ChargeFilter, limit: int, offset: int) -> tuple[Charge, ...]:
+        analyst, dataset, since, until = where.analyst, where.dataset, where.since, where.until
         clause, params = _where(analyst, dataset, since, until)
         sql = f"SELECT {_COLUMNS} FROM charges WHERE {clause} ORDER BY at DESC, seq DESC LIMIT %s OFFSET %s"
         with self._pool.connection() as conn:
             rows = conn.execute(sql, (*params, limit, offset)).fetchall()
         return tuple(charge_of(row, row[3].astimezone(UTC)) for row in rows)
 
-    def count(
-        self,
-        *,
-        analyst: str | None = None,
-        dataset: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-    ) -> int:
-        _check_window(since, until, 0, 0)
+    def _count(self, where: ChargeFilter) -> int:
+        analyst, dataset, since, until = where.analyst, where.dataset, where.since, where.until
         clause, params = _where(analyst, dataset, since, until)
         with self._pool.connection() as conn:
             row = conn.execute(tallies.count_sql(clause, timed=since is not None or until is not None),

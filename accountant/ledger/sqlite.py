@@ -32,8 +32,8 @@ from accountant.errors import LedgerBusy
 from accountant.file_lock import writer_lock
 from accountant.filter import Entry, Spend, total
 from accountant.ledger import tallies
-from accountant.ledger.admit import Since, _Admitting, _check_window, _Memos
-from accountant.ledger.charges import ANSWERED, Charge, Claim, Clock, StoredRelease, Waits, _utcnow
+from accountant.ledger.admit import Since, _Admitting, _Memos
+from accountant.ledger.charges import ANSWERED, Charge, ChargeFilter, Claim, Clock, StoredRelease, Waits, _utcnow
 from accountant.ledger.sql_rows import COLUMNS, charge_of, charge_row, since_of, since_sql, where
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -260,32 +260,16 @@ class SqliteLedger(_Admitting):
             found = self._since(analyst, dataset, 0).after
         return tuple(entry for entry, count in found for entry in [entry] * count)
 
-    def charges(
-        self,
-        *,
-        analyst: str | None = None,
-        dataset: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> tuple[Charge, ...]:
-        _check_window(since, until, limit, offset)
+    def _charges(self, where: ChargeFilter, limit: int, offset: int) -> tuple[Charge, ...]:
+        analyst, dataset, since, until = where.analyst, where.dataset, where.since, where.until
         clause, params = _where(analyst, dataset, since, until)
         sql = f"SELECT {_COLUMNS} FROM charges WHERE {clause} ORDER BY at_us DESC, seq DESC LIMIT ? OFFSET ?"
         with self._lock:
             rows = self._conn.execute(sql, (*params, limit, offset)).fetchall()
         return tuple(charge_of(row, _EPOCH + row[3] * _MICROSECOND) for row in rows)
 
-    def count(
-        self,
-        *,
-        analyst: str | None = None,
-        dataset: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-    ) -> int:
-        _check_window(since, until, 0, 0)
+    def _count(self, where: ChargeFilter) -> int:
+        analyst, dataset, since, until = where.analyst, where.dataset, where.since, where.until
         clause, params = _where(analyst, dataset, since, until)
         sql = tallies.count_sql(clause, timed=since is not None or until is not None)
         with self._lock:

@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from proxy.cli.demo import DemoFiles
+from tests.support import live as live_servers
 from tests.support.live import Server
 from tests.support.spark_data import export_parquet, spark_policy
 
@@ -40,7 +41,7 @@ def _start(demo: DemoFiles, directory: Path, settings: dict[str, str]) -> Server
     policy.write_text(policy.read_text().replace("epsilon = 5.0, delta = 1e-6", "epsilon = 100.0, delta = 1e-4"))
     live = Server(directory / "server.log", {"DPPROXY_READINESS_TIMEOUT_S": "60", **settings})
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(live, "READY_TIMEOUT_S", START_S)
+        patch.setattr(live_servers, "READY_TIMEOUT_S", START_S)
         live.start(policy)
     return live
 
