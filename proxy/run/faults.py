@@ -1,7 +1,7 @@
 """Fault points for the crash tests: the server kills itself (SIGKILL) at a named step of a request.
 
 A no-op unless the environment variable `DPPROXY_TEST_KILL_AT` names the point, read once at import; it is a
-test variable, not a setting (docs/operations.md says so), and tests/test_idempotency.py is its one user.
+test variable, not a setting (docs/operations.md says so), and tests/ops/test_faults.py is its one user.
 The points of `proxy/pipeline.py`: `admitted` (the charge committed, nothing run), `rendered` (the answer
 rendered, not yet stored) and `stored` (the release durable, not yet sent).
 

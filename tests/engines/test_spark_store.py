@@ -1,5 +1,5 @@
 """The bounding store on Spark (proxy/store/spark_store.py), in-process on local[2]: built by the proxy's start-up
-from the demo's Parquet, it holds the same rows and ranks as the store DuckDB builds (proxy/store.py; both order by
+from the demo's Parquet, it holds the same rows and ranks as the store DuckDB builds (duckdb_store.py; both order by
 the explicit keyed hash); every workload query on the store path gives the same rows before noise on both engines;
 the proxy answers from it, refusing before the charge what Spark cannot compute alike; a changed source is
 rebuilt and swapped; and the neighbouring-dataset oracle holds on it.
