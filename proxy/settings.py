@@ -38,6 +38,11 @@ class Settings(BaseSettings):
     query_workers: int = Field(2, ge=1, le=64)  # threads that run queries and previews (proxy/runner.py)
     # server processes of `dpproxy serve` (--workers): replicas on one port, sharing the ledger and the stores
     workers: int = Field(1, ge=1, le=64)
+    # the PostgreSQL protocol (docs/wire.md): off unless a port is set; TLS unless plaintext is allowed for loopback
+    pg_port: int | None = Field(None, ge=1, le=65535)
+    pg_tls_cert: Path | None = None
+    pg_tls_key: Path | None = None
+    pg_allow_plaintext_loopback: bool = False
     interactive_docs: bool = False  # serve /docs and /redoc (third-party scripts from a CDN; see docs/operations.md)
 
     @property

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 
 import sqlglot
@@ -33,6 +33,8 @@ EMULATED_FUNCTIONS = frozenset({
     "pg_type_is_visible", "pg_function_is_visible", "current_schemas", "pg_postmaster_start_time",
     "pg_get_viewdef", "pg_relation_size", "pg_total_relation_size", "pg_is_in_recovery", "txid_current",
     "pg_get_function_identity_arguments", "quote_ident", "inet_server_addr", "inet_server_port",
+    "pg_get_statisticsobjdef_columns", "pg_relation_is_publishable", "pg_get_partkeydef", "array_upper",
+    "pg_get_triggerdef", "pg_get_ruledef", "pg_get_serial_sequence",
 })
 _SESSION_FUNCTIONS: dict[type[exp.Expr], str] = {
     exp.CurrentVersion: "version", exp.CurrentSchema: "current_schema", exp.CurrentUser: "current_user",
@@ -159,7 +161,9 @@ def catalog_sql(sql: str, relations: frozenset[str]) -> str | None:
         return None
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     for table in tree.find_all(exp.Table):
-        if not isinstance(table.this, exp.Identifier):  # a table function or a string: never the catalog's
+        if isinstance(table.this, exp.Func):  # unnest, generate_series: no data here (no file can be read)
+            continue
+        if not isinstance(table.this, exp.Identifier):  # a string (a file name): never the catalog's
             return None
         schema, name = table.db.lower(), table.name.lower()
         if schema in CATALOG_SCHEMAS or (not schema and name in relations) or (not schema and name in ctes):
@@ -168,9 +172,16 @@ def catalog_sql(sql: str, relations: frozenset[str]) -> str | None:
     if isinstance(tree, exp.Select):  # columns named as PostgreSQL names them, before the names change
         tree.set("expressions", [e if isinstance(e, exp.Alias | exp.Star | exp.Column) else
                                  exp.alias_(e, pg_name(e), quoted=True) for e in tree.expressions])
-    tree = tree.transform(lambda n: n.this if isinstance(n, exp.Collate) else n)  # before the operators holding it
-    tree = tree.transform(_to_duckdb, relations, ctes)
-    return tree.transform(lambda n: _cast(n) if isinstance(n, exp.Cast) else n).sql(dialect="duckdb")
+    return _post_order(tree, lambda n: _to_duckdb(n, ctes)).sql(dialect="duckdb")
+
+
+def _post_order(node: exp.Expr, rewrite: Callable[[exp.Expr], exp.Expr]) -> exp.Expr:
+    """`rewrite` applied to every node, children before their parent (a rewritten node's children are done)."""
+    for child in list(node.iter_expressions()):
+        new = _post_order(child, rewrite)
+        if new is not child:
+            child.replace(new)
+    return rewrite(node)
 
 
 def pg_name(node: exp.Expr) -> str:
@@ -198,8 +209,16 @@ def pg_name(node: exp.Expr) -> str:
     return "?column?"
 
 
-def _to_duckdb(node: exp.Expr, relations: frozenset[str], ctes: set[str]) -> exp.Expr:
-    if isinstance(node, exp.Table) and not (not node.db and node.name.lower() in ctes):
+def _to_duckdb(node: exp.Expr, ctes: set[str]) -> exp.Expr:
+    if isinstance(node, exp.Collate):
+        return node.this
+    if isinstance(node, exp.Cast):
+        return _cast(node)
+    if isinstance(node, exp.Table) and isinstance(node.this, exp.Func):  # pg_catalog.unnest(...): DuckDB's own
+        node.set("db", None)
+        return node
+    if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier) and not (
+            not node.db and node.name.lower() in ctes):
         schema = CATALOG_SCHEMAS.get(node.db.lower(), "wire_pg")
         node = node.copy()
         node.set("db", exp.to_identifier(schema))
@@ -244,6 +263,9 @@ def _binary(operator: str, left: exp.Expr, right: exp.Expr) -> exp.Expr:
 
 def _cast(node: exp.Cast) -> exp.Expr:
     to = node.args.get("to")
+    if isinstance(to, exp.DataType) and to.is_type(exp.DType.ARRAY) and "pg_catalog." in to.sql("postgres"):
+        to = exp.DataType.build(to.sql("postgres").replace("pg_catalog.", ""), dialect="postgres")
+        node = exp.cast(node.this, to)
     kind = to.args.get("kind") if isinstance(to, exp.DataType) else None
     name = (to.name if isinstance(to, exp.ObjectIdentifier) else kind.name if isinstance(kind, exp.Identifier)
             else kind.expression.name if isinstance(kind, exp.Dot) else None)  # pg_catalog.regtype

@@ -64,7 +64,7 @@ PG_TABLES: dict[str, str] = {
     "pg_database": (
         "oid BIGINT, datname VARCHAR, datdba BIGINT, encoding INTEGER, datcollate VARCHAR, datctype VARCHAR, "
         "datistemplate BOOLEAN, datallowconn BOOLEAN, datconnlimit INTEGER, dattablespace BIGINT, "
-        "datacl VARCHAR[]"),
+        "datacl VARCHAR[], daticulocale VARCHAR, datlocprovider VARCHAR, datcollversion VARCHAR"),
     "pg_roles": "oid BIGINT, rolname VARCHAR, rolsuper BOOLEAN, rolinherit BOOLEAN, rolcreaterole BOOLEAN, "
                 "rolcreatedb BOOLEAN, rolcanlogin BOOLEAN",
     "pg_user": "usesysid BIGINT, usename VARCHAR, usesuper BOOLEAN, usecreatedb BOOLEAN",
@@ -92,9 +92,11 @@ PG_TABLES: dict[str, str] = {
                  "polroles BIGINT[], polqual VARCHAR, polwithcheck VARCHAR",
     "pg_trigger": "oid BIGINT, tgrelid BIGINT, tgname VARCHAR, tgisinternal BOOLEAN, tgenabled VARCHAR",
     "pg_rewrite": "oid BIGINT, rulename VARCHAR, ev_class BIGINT",
-    "pg_statistic_ext": "oid BIGINT, stxrelid BIGINT, stxname VARCHAR, stxnamespace BIGINT, stxkind VARCHAR[]",
+    "pg_statistic_ext": "oid BIGINT, stxrelid BIGINT, stxname VARCHAR, stxnamespace BIGINT, stxkind VARCHAR[], "
+                        "stxstattarget INTEGER",
     "pg_publication": "oid BIGINT, pubname VARCHAR, puballtables BOOLEAN",
-    "pg_publication_rel": "oid BIGINT, prpubid BIGINT, prrelid BIGINT",
+    "pg_publication_rel": "oid BIGINT, prpubid BIGINT, prrelid BIGINT, prqual VARCHAR, prattrs SMALLINT[]",
+    "pg_publication_namespace": "oid BIGINT, pnpubid BIGINT, pnnspid BIGINT",
     "pg_foreign_table": "ftrelid BIGINT, ftserver BIGINT",
     "pg_partitioned_table": "partrelid BIGINT, partstrat VARCHAR",
     "pg_extension": "oid BIGINT, extname VARCHAR, extversion VARCHAR",
@@ -135,7 +137,8 @@ def _macros(dataset: str, user: str) -> tuple[str, ...]:
         f"CREATE MACRO wire_current_user() AS {quoted_user}",
         f"CREATE MACRO wire_current_schemas(implicit) AS CASE WHEN implicit THEN ['pg_catalog', {_quote(SCHEMA)}] "
         f"ELSE [{_quote(SCHEMA)}] END",
-        "CREATE MACRO wire_current_setting(setting_name, missing_ok := false) AS (SELECT setting FROM wire_pg.pg_settings s WHERE s.name = lower(setting_name))",
+        "CREATE MACRO wire_current_setting(setting_name, missing_ok := false) AS "
+        "(SELECT setting FROM wire_pg.pg_settings s WHERE s.name = lower(setting_name))",
         "CREATE MACRO wire_pg_backend_pid() AS 0",
         "CREATE MACRO wire_format_type(type_oid, typmod) AS (SELECT CASE t.typname "
         + " ".join(f"WHEN {_quote(n)} THEN {_quote(pgtypes.NAMES[o])}" for o, n in pgtypes.TYPNAMES.items())
@@ -164,6 +167,13 @@ def _macros(dataset: str, user: str) -> tuple[str, ...]:
         "CREATE MACRO wire_quote_ident(x) AS '\"' || replace(x, '\"', '\"\"') || '\"'",
         "CREATE MACRO wire_inet_server_addr() AS NULL::VARCHAR",
         "CREATE MACRO wire_inet_server_port() AS NULL::INTEGER",
+        "CREATE MACRO wire_pg_get_statisticsobjdef_columns(a) AS NULL::VARCHAR",
+        "CREATE MACRO wire_pg_relation_is_publishable(a) AS false",
+        "CREATE MACRO wire_pg_get_partkeydef(a) AS NULL::VARCHAR",
+        "CREATE MACRO wire_pg_get_triggerdef(a, b := false) AS NULL::VARCHAR",
+        "CREATE MACRO wire_pg_get_ruledef(a, b := false) AS NULL::VARCHAR",
+        "CREATE MACRO wire_pg_get_serial_sequence(a, b) AS NULL::VARCHAR",
+        "CREATE MACRO wire_array_upper(a, d) AS len(a)",
     )
 
 
@@ -202,7 +212,8 @@ class CatalogAnswers:
         insert = self._insert
         insert("wire_pg.pg_namespace", [(PUBLIC_OID, SCHEMA, OWNER_OID, None), (CATALOG_OID, "pg_catalog", OWNER_OID,
                                         None), (INFORMATION_OID, "information_schema", OWNER_OID, None)])
-        insert("wire_pg.pg_database", [(DATABASE_OID, dataset, OWNER_OID, 6, "C", "C", False, True, -1, 1663, None)])
+        insert("wire_pg.pg_database", [(DATABASE_OID, dataset, OWNER_OID, 6, "C", "C", False, True, -1, 1663, None, None, "c",
+                                        None)])
         insert("wire_pg.pg_roles", [(OWNER_OID, user, False, True, False, False, True)])
         insert("wire_pg.pg_user", [(OWNER_OID, user, False, False)])
         insert("wire_pg.pg_am", [(2, "heap", "heap_tableam_handler", "t")])
