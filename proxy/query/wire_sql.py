@@ -34,7 +34,7 @@ EMULATED_FUNCTIONS = frozenset({
     "pg_get_viewdef", "pg_relation_size", "pg_total_relation_size", "pg_is_in_recovery", "txid_current",
     "pg_get_function_identity_arguments", "quote_ident", "inet_server_addr", "inet_server_port",
     "pg_get_statisticsobjdef_columns", "pg_relation_is_publishable", "pg_get_partkeydef", "array_upper",
-    "pg_get_triggerdef", "pg_get_ruledef", "pg_get_serial_sequence",
+    "pg_get_triggerdef", "pg_get_ruledef", "pg_get_serial_sequence", "to_regtype", "to_regclass",
 })
 _SESSION_FUNCTIONS: dict[type[exp.Expr], str] = {
     exp.CurrentVersion: "version", exp.CurrentSchema: "current_schema", exp.CurrentUser: "current_user",
@@ -87,6 +87,35 @@ def parameter_count(sql: str) -> int:
     except SqlSyntaxError:
         return 0
     return max((_index(p) for p in tree.find_all(exp.Parameter)), default=0)
+
+
+def parameter_columns(sql: str) -> dict[int, str]:
+    """For each `$n` compared with a column (`=`, `<`, `IN`, `BETWEEN`, ...), that column's name: the type a
+    client is told to send it as.
+
+    Example:
+        >>> sql = "SELECT COUNT(*) FROM t WHERE age > $1 AND region IN ($2, 'x') AND $3 = v.day"
+        >>> sorted(parameter_columns(sql).items())
+        [(1, 'age'), (2, 'region'), (3, 'day')]
+    """
+    try:
+        tree = _parse(sql)
+    except SqlSyntaxError:
+        return {}
+    found: dict[int, str] = {}
+    for parameter in tree.find_all(exp.Parameter):
+        parent = parameter.parent
+        while isinstance(parent, exp.Tuple | exp.Paren):
+            parent = parent.parent
+        column = None
+        if isinstance(parent, exp.Binary):
+            other = parent.expression if parent.this is parameter else parent.this
+            column = other if isinstance(other, exp.Column) else None
+        elif isinstance(parent, exp.In | exp.Between):
+            column = parent.this if isinstance(parent.this, exp.Column) else None
+        if column is not None and _index(parameter):
+            found[_index(parameter)] = column.name.lower()
+    return found
 
 
 def _index(node: exp.Parameter) -> int:
@@ -214,6 +243,9 @@ def _to_duckdb(node: exp.Expr, ctes: set[str]) -> exp.Expr:
         return node.this
     if isinstance(node, exp.Cast):
         return _cast(node)
+    if isinstance(node, exp.Column) and node.args.get("db") is not None and node.db.lower() in CATALOG_SCHEMAS:
+        node.set("db", exp.to_identifier(CATALOG_SCHEMAS[node.db.lower()]))  # pg_catalog.pg_class.relname
+        return node
     if isinstance(node, exp.Table) and isinstance(node.this, exp.Func):  # pg_catalog.unnest(...): DuckDB's own
         node.set("db", None)
         return node

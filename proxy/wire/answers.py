@@ -93,10 +93,14 @@ def notice(body: dict[str, Any], repeat: bool, charge_id: str) -> str:
     """The charge and noise of one answer, as psql shows a NOTICE.
 
     Example:
-        >>> notice({"charge": {"epsilon": 0.1, "delta": 0.0, "mechanism": "laplace"},
+        >>> body = {"charge": {"epsilon": 0.1, "delta": 0.0, "mechanism": "laplace"},
         ...         "budget": {"epsilon_remaining": 4.9, "delta_remaining": 1e-06},
-        ...         "noise": [{"column": "n", "scale": 10.0, "ci": 29.96, "confidence": 0.95}]}, False, "c1").split("; ")
-        ['dp: charged epsilon=0.1 delta=0 (charge c1)', 'remaining epsilon=4.9 delta=1e-06', 'noise: n laplace scale=10 ±29.96 at 95%']
+        ...         "noise": [{"column": "n", "scale": 10.0, "ci": 29.96, "confidence": 0.95}]}
+        >>> for part in notice(body, False, "c1").split("; "):
+        ...     print(part)
+        dp: charged epsilon=0.1 delta=0 (charge c1)
+        remaining epsilon=4.9 delta=1e-06
+        noise: n laplace scale=10 ±29.96 at 95%
     """
     charge = body.get("charge", {})
     noises = []

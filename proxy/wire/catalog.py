@@ -138,11 +138,13 @@ def _macros(dataset: str, user: str) -> tuple[str, ...]:
         f"CREATE MACRO wire_current_schemas(implicit) AS CASE WHEN implicit THEN ['pg_catalog', {_quote(SCHEMA)}] "
         f"ELSE [{_quote(SCHEMA)}] END",
         "CREATE MACRO wire_current_setting(setting_name, missing_ok := false) AS "
-        "(SELECT setting FROM wire_pg.pg_settings s WHERE s.name = lower(setting_name))",
+        "(SELECT wire_s.setting FROM wire_pg.pg_settings wire_s WHERE wire_s.name = lower(setting_name))",
         "CREATE MACRO wire_pg_backend_pid() AS 0",
-        "CREATE MACRO wire_format_type(type_oid, typmod) AS (SELECT CASE t.typname "
-        + " ".join(f"WHEN {_quote(n)} THEN {_quote(pgtypes.NAMES[o])}" for o, n in pgtypes.TYPNAMES.items())
-        + " ELSE t.typname END FROM wire_pg.pg_type t WHERE t.oid = type_oid)",
+        # CASE, not a subquery: an argument naming a column (`oid`) would be bound inside a subquery's scope
+        "CREATE MACRO wire_format_type(type_oid, typmod) AS CASE type_oid "
+        + " ".join(f"WHEN {o} THEN {_quote(pgtypes.NAMES[o])}" for o in pgtypes.TYPNAMES) + " END",
+        "CREATE MACRO wire_to_regtype(type_name) AS CASE lower(type_name) "
+        + " ".join(f"WHEN {_quote(n)} THEN {o}" for o, n in pgtypes.TYPNAMES.items()) + " END",
         f"CREATE MACRO wire_pg_get_userbyid(oid) AS {quoted_user}",
         "CREATE MACRO wire_obj_description(oid, catalog := NULL) AS NULL::VARCHAR",
         "CREATE MACRO wire_col_description(oid, n) AS NULL::VARCHAR",
@@ -174,6 +176,8 @@ def _macros(dataset: str, user: str) -> tuple[str, ...]:
         "CREATE MACRO wire_pg_get_ruledef(a, b := false) AS NULL::VARCHAR",
         "CREATE MACRO wire_pg_get_serial_sequence(a, b) AS NULL::VARCHAR",
         "CREATE MACRO wire_array_upper(a, d) AS len(a)",
+        "CREATE MACRO wire_to_regclass(rel_name) AS (SELECT wire_c.oid FROM wire_pg.pg_class wire_c WHERE "
+        "wire_c.relname = split_part(rel_name, '.', -1))",
     )
 
 
@@ -212,8 +216,8 @@ class CatalogAnswers:
         insert = self._insert
         insert("wire_pg.pg_namespace", [(PUBLIC_OID, SCHEMA, OWNER_OID, None), (CATALOG_OID, "pg_catalog", OWNER_OID,
                                         None), (INFORMATION_OID, "information_schema", OWNER_OID, None)])
-        insert("wire_pg.pg_database", [(DATABASE_OID, dataset, OWNER_OID, 6, "C", "C", False, True, -1, 1663, None, None, "c",
-                                        None)])
+        insert("wire_pg.pg_database", [(DATABASE_OID, dataset, OWNER_OID, 6, "C", "C", False, True, -1, 1663, None,
+                                         None, "c", None)])
         insert("wire_pg.pg_roles", [(OWNER_OID, user, False, True, False, False, True)])
         insert("wire_pg.pg_user", [(OWNER_OID, user, False, False)])
         insert("wire_pg.pg_am", [(2, "heap", "heap_tableam_handler", "t")])

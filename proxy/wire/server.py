@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import ipaddress
 import itertools
 import json
@@ -26,7 +27,7 @@ from proxy import auth
 from proxy.errors import STATUS
 from proxy.policy import AnalystPolicy
 from proxy.query.errors import QueryError
-from proxy.query.wire_sql import bind, parameter_count
+from proxy.query.wire_sql import bind, parameter_columns, parameter_count
 from proxy.settings import Settings
 from proxy.wire import answers, messages, pgtypes
 from proxy.wire.catalog import SERVER_VERSION, CatalogAnswers, describe_error, is_duckdb_error
@@ -344,7 +345,9 @@ class Connection:
             case messages.Parse(statement=name, sql=sql, parameter_types=types):
                 kind, rest, options = session.kind(sql)
                 count = parameter_count(rest) if kind in ("catalog", "query") else 0
-                full = tuple(types[i] if i < len(types) and types[i] else pgtypes.TEXT for i in range(count))
+                inferred = self._parameter_types(rest) if count else {}
+                full = tuple(types[i] if i < len(types) and types[i] else inferred.get(i + 1, pgtypes.TEXT)
+                             for i in range(count))
                 self.statements[name] = Statement(rest, options, kind, full)
                 self.send(messages.parse_complete())
             case messages.Bind(portal=portal, statement=name):
@@ -403,12 +406,24 @@ class Connection:
         else:
             self.send(messages.row_description(portal.columns, portal.result_formats))
 
+    def _parameter_types(self, sql: str) -> dict[int, int]:
+        """The OID of each `$n` the client left unspecified, from the declared type of the column it is compared
+        with (the dataset's tables), so that drivers which encode by type (asyncpg) send it right."""
+        assert self.session is not None
+        dataset = self.session.env.policy.dataset(self.session.dataset)
+        declared: dict[str, str] = {}
+        if dataset is not None:
+            for table in (*dataset.catalog.tables, *dataset.catalog.public):
+                for column in table.columns:
+                    declared.setdefault(column.name.lower(), column.type)
+        return {n: pgtypes.oid_of(declared[name]) for n, name in parameter_columns(sql).items() if name in declared}
+
     def _placeholder_sql(self, statement: Statement) -> str:
         """A statement's SQL with typed placeholders for its parameters, to describe it before Bind."""
         if not statement.parameter_types or statement.kind not in ("catalog", "query"):
             return statement.sql
-        samples = {pgtypes.INT2: 0, pgtypes.INT4: 0, pgtypes.INT8: 0, pgtypes.FLOAT8: 0.0, pgtypes.FLOAT4: 0.0,
-                   pgtypes.BOOL: False}
+        samples: dict[int, object] = {pgtypes.INT2: 0, pgtypes.INT4: 0, pgtypes.INT8: 0, pgtypes.FLOAT8: 0.0,
+                                      pgtypes.FLOAT4: 0.0, pgtypes.BOOL: False, pgtypes.DATE: datetime.date(2000, 1, 1)}
         return bind(statement.sql, [samples.get(t, "") for t in statement.parameter_types])
 
     def _statement(self, name: str) -> Statement:

@@ -28,7 +28,9 @@ _DP_COMMENT = re.compile(r"^\s*/\*\s*dp\s*:(?P<body>.*?)\*/", re.DOTALL | re.IGN
 _LEADING = re.compile(r"^(\s+|--[^\n]*\n?|/\*.*?\*/)+", re.DOTALL)
 _SET = re.compile(r"^SET\s+(?:(?:SESSION|LOCAL)\s+)?(?P<name>[A-Za-z_][\w.]*)\s*(?:=|\s+TO\s+)\s*"
                   r"(?P<value>.+?)\s*;?\s*$", re.IGNORECASE | re.DOTALL)
-_SHOW = re.compile(r"^SHOW\s+(?P<name>[A-Za-z_][\w.]*|ALL)\s*;?\s*$", re.IGNORECASE)
+_SHOW = re.compile(r"^SHOW\s+(?P<name>[A-Za-z_][\w.]*(?:\s+[A-Za-z_]+)*)\s*;?\s*$", re.IGNORECASE)
+_SHOW_ALIASES = {"transaction isolation level": "transaction_isolation", "time zone": "timezone",
+                 "session authorization": "session_authorization"}
 _RESET = re.compile(r"^RESET\s+(?P<name>[A-Za-z_][\w.]*|ALL)\s*;?\s*$", re.IGNORECASE)
 _NO_OPS = {"BEGIN": "BEGIN", "START": "START TRANSACTION", "COMMIT": "COMMIT", "END": "COMMIT",
            "ROLLBACK": "ROLLBACK", "ABORT": "ROLLBACK", "DISCARD": "DISCARD ALL", "LISTEN": "LISTEN",
@@ -154,7 +156,8 @@ class Session:
         found = _SHOW.match(sql.strip())
         if found is None:
             raise WireError("42601", "sql_syntax", "SHOW takes one setting name")
-        name = found["name"].lower()
+        name = " ".join(found["name"].lower().split())
+        name = _SHOW_ALIASES.get(name, name)
         if name == "dp.budget":
             return self._budget()
         if name == "dp.last_answer":
