@@ -99,7 +99,7 @@ def test_error_and_notice_fields() -> None:
               b"\x00")
     assert len(fields) == 81
     assert error == b"E" + struct.pack("!i", 85) + fields
-    assert m.notice_response("dp: x") == b"N\x00\x00\x00\x24SNOTICE\x00VNOTICE\x00C00000\x00Mdp: x\x00\x00"
+    assert m.notice_response("dp: x") == b"N\x00\x00\x00\x23SNOTICE\x00VNOTICE\x00C00000\x00Mdp: x\x00\x00"
 
 
 @pytest.mark.parametrize(("formats", "index", "expected"), [((), 3, 0), ((1,), 3, 1), ((0, 1), 1, 1), ((0, 1), 5, 0)])
