@@ -35,7 +35,9 @@ EMULATED_FUNCTIONS = frozenset({
     "pg_get_function_identity_arguments", "quote_ident", "inet_server_addr", "inet_server_port",
     "pg_get_statisticsobjdef_columns", "pg_relation_is_publishable", "pg_get_partkeydef", "array_upper",
     "pg_get_triggerdef", "pg_get_ruledef", "pg_get_serial_sequence", "to_regtype", "to_regclass",
+    "pg_collation_is_visible",
 })
+_DUCKDB_NAMES = {"json_build_object": "json_object"}  # PostgreSQL's functions DuckDB has under another name
 _SESSION_FUNCTIONS: dict[type[exp.Expr], str] = {
     exp.CurrentVersion: "version", exp.CurrentSchema: "current_schema", exp.CurrentUser: "current_user",
     exp.CurrentDatabase: "current_database", exp.SessionUser: "current_user",
@@ -282,6 +284,8 @@ def _function(node: exp.Func) -> exp.Expr:
     """A function the emulation answers itself (a `wire_` macro of proxy/wire/catalog.py), else `node`."""
     if type(node) in _SESSION_FUNCTIONS:
         return exp.Anonymous(this=f"wire_{_SESSION_FUNCTIONS[type(node)]}", expressions=[])
+    if isinstance(node, exp.Anonymous) and node.name.lower() in _DUCKDB_NAMES:
+        return exp.Anonymous(this=_DUCKDB_NAMES[node.name.lower()], expressions=list(node.expressions))
     if isinstance(node, exp.Anonymous) and node.name.lower() in EMULATED_FUNCTIONS:
         return exp.Anonymous(this=f"wire_{node.name.lower()}", expressions=list(node.expressions))
     return node

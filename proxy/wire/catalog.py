@@ -86,7 +86,7 @@ PG_TABLES: dict[str, str] = {
     "pg_proc": "oid BIGINT, proname VARCHAR, pronamespace BIGINT, prorettype BIGINT, prokind VARCHAR",
     "pg_enum": "oid BIGINT, enumtypid BIGINT, enumsortorder DOUBLE, enumlabel VARCHAR",
     "pg_range": "rngtypid BIGINT, rngsubtype BIGINT",
-    "pg_collation": "oid BIGINT, collname VARCHAR, collnamespace BIGINT",
+    "pg_collation": "oid BIGINT, collname VARCHAR, collnamespace BIGINT, collprovider VARCHAR",
     "pg_tablespace": "oid BIGINT, spcname VARCHAR",
     "pg_policy": "oid BIGINT, polname VARCHAR, polrelid BIGINT, polcmd VARCHAR, polpermissive BOOLEAN, "
                  "polroles BIGINT[], polqual VARCHAR, polwithcheck VARCHAR",
@@ -102,7 +102,8 @@ PG_TABLES: dict[str, str] = {
     "pg_extension": "oid BIGINT, extname VARCHAR, extversion VARCHAR",
     "pg_depend": "classid BIGINT, objid BIGINT, objsubid INTEGER, refclassid BIGINT, refobjid BIGINT, "
                  "refobjsubid INTEGER, deptype VARCHAR",
-    "pg_sequence": "seqrelid BIGINT, seqtypid BIGINT",
+    "pg_sequence": "seqrelid BIGINT, seqtypid BIGINT, seqstart BIGINT, seqincrement BIGINT, seqmax BIGINT, "
+                   "seqmin BIGINT, seqcache BIGINT, seqcycle BOOLEAN",
     "pg_stat_activity": "datid BIGINT, datname VARCHAR, pid INTEGER, usename VARCHAR, application_name VARCHAR, "
                         "state VARCHAR, query VARCHAR",
 }
@@ -171,6 +172,7 @@ def _macros(dataset: str, user: str) -> tuple[str, ...]:
         "CREATE MACRO wire_inet_server_port() AS NULL::INTEGER",
         "CREATE MACRO wire_pg_get_statisticsobjdef_columns(a) AS NULL::VARCHAR",
         "CREATE MACRO wire_pg_relation_is_publishable(a) AS false",
+        "CREATE MACRO wire_pg_collation_is_visible(a) AS true",
         "CREATE MACRO wire_pg_get_partkeydef(a) AS NULL::VARCHAR",
         "CREATE MACRO wire_pg_get_triggerdef(a, b := false) AS NULL::VARCHAR",
         "CREATE MACRO wire_pg_get_ruledef(a, b := false) AS NULL::VARCHAR",

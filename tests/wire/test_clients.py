@@ -1,0 +1,285 @@
+"""Real PostgreSQL clients against a real `dpproxy serve --pg-port` (a subprocess on the demo policy):
+psql, psycopg (simple and extended protocol, server-side prepared statements), asyncpg (which always
+prepares), SQLAlchemy with pandas. Connecting, listing and describing charge nothing; an answer arrives with
+its NOTICE and is the HTTP answer of the same request; refusals carry a SQLSTATE and the stable code."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from proxy.demo import DemoFiles
+from tests.conftest import Server, StartFresh, free_port, policy_copy, spend
+
+REGIONS = "SELECT region, COUNT(*) AS n FROM visits GROUP BY region"
+TIMEOUT_S = 60
+
+
+@dataclass
+class Wire:
+    server: Server
+    port: int
+    key: str
+    admin_key: str
+
+    def dsn(self, key: str | None = None, database: str = "demo", user: str = "analyst") -> str:
+        return (f"postgresql://{user}:{key or self.key}@127.0.0.1:{self.port}/{database}?sslmode=disable"
+                f"&connect_timeout=20")
+
+    def http(self) -> httpx.Client:
+        return self.server.client(self.key)
+
+    def charges(self) -> int:
+        """How many charges the ledger holds for the analyst (GET /v1/ledger, as an admin)."""
+        with self.server.client(self.admin_key) as admin:
+            response = admin.get("/v1/ledger", params={"analyst": "analyst", "limit": 1})
+        assert response.status_code == 200, response.text
+        total: int = response.json()["total"]
+        return total
+
+
+def start_wire(server: Server, policy: Path, demo: DemoFiles, settings: dict[str, str] | None = None) -> Wire:
+    port = free_port()
+    server.settings.update({"DPPROXY_PG_PORT": str(port), "DPPROXY_PG_ALLOW_PLAINTEXT_LOOPBACK": "true",
+                            **(settings or {})})
+    server.start(policy)
+    return Wire(server, port, demo.analyst_key, demo.admin_key)
+
+
+@pytest.fixture(scope="module")
+def wire(demo: DemoFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wire]:
+    directory = tmp_path_factory.mktemp("wire")
+    server = Server(directory / "server.log")
+    live = start_wire(server, policy_copy(demo, directory, epsilon=50.0, delta=1e-4), demo)
+    try:
+        yield live
+    finally:
+        server.stop()
+
+
+def connect(wire: Wire, notices: list[str] | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(wire.dsn(), autocommit=True, **kwargs)
+    if notices is not None:
+        conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+    return conn
+
+
+def psql(wire: Wire, *commands: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
+    argv = ["psql", "-X", "-h", "127.0.0.1", "-p", str(wire.port), "-U", "analyst", "-d", "demo",
+            "--no-password", "-v", "ON_ERROR_STOP=0"]
+    for command in commands:
+        argv += ["-c", command]
+    env = {**os.environ, "PGPASSWORD": key or wire.key, "PGSSLMODE": "disable", "PGCONNECT_TIMEOUT": "20"}
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=TIMEOUT_S, check=False)
+
+
+# connecting, listing and describing are free -----------------------------------------------------------------
+
+
+def test_connecting_listing_and_describing_charge_nothing(wire: Wire) -> None:
+    before = wire.charges()
+    with wire.http() as http:
+        spent = spend(http)["epsilon_spent"]
+    listed = psql(wire, r"\dt", r"\d visits")
+    assert listed.returncode == 0, listed.stderr
+    assert "public | visits | table" in listed.stdout and "public | users  | table" in listed.stdout
+    assert " amount     | double precision |" in listed.stdout
+    with connect(wire) as conn:
+        tables = conn.execute("SELECT table_name FROM information_schema.tables ORDER BY 1").fetchall()
+        assert tables == [("users",), ("visits",)]
+        conn.pgconn.prepare(b"described", REGIONS.encode())
+        described = conn.pgconn.describe_prepared(b"described")  # Describe: the plan's columns, no data
+        assert [described.fname(i) for i in range(described.nfields)] == [b"region", b"n"]
+        assert [described.ftype(i) for i in range(described.nfields)] == [25, 20]  # text, bigint
+
+    async def asyncpg_describe() -> list[tuple[str, str]]:
+        import asyncpg
+
+        conn = await asyncpg.connect(wire.dsn(), ssl=False)
+        try:
+            statement = await conn.prepare("SELECT region, COUNT(*) AS n FROM visits WHERE age > $1 GROUP BY region")
+            return [(a.name, a.type.name) for a in statement.get_attributes()]
+        finally:
+            await conn.close()
+
+    assert asyncio.run(asyncpg_describe()) == [("region", "text"), ("n", "int8")]
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(wire.dsn().replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        inspector = sa.inspect(engine)
+        assert sorted(inspector.get_table_names()) == ["users", "visits"]
+        assert [c["name"] for c in inspector.get_columns("users")] == ["user_id", "region", "age", "plan"]
+        assert inspector.has_table("visits") and not inspector.has_table("nope")
+    finally:
+        engine.dispose()
+    assert wire.charges() == before
+    with wire.http() as http:
+        assert spend(http)["epsilon_spent"] == spent
+
+
+# answers --------------------------------------------------------------------------------------------------
+
+
+def test_psql_gets_an_answer_with_its_notice(wire: Wire) -> None:
+    before = wire.charges()
+    done = psql(wire, "SELECT region, COUNT(*) AS n FROM visits WHERE age > 40 GROUP BY region",
+                "SHOW dp.last_answer")
+    assert done.returncode == 0, done.stderr
+    assert "NOTICE:  dp: charged epsilon=0.1 delta=0 (charge " in done.stderr
+    assert "(5 rows)" in done.stdout and "laplace" in done.stdout  # the answer, then SHOW dp.last_answer
+    assert wire.charges() == before + 1
+
+
+def test_a_wire_answer_is_the_http_answer_of_the_same_request(wire: Wire) -> None:
+    first = "SELECT region, COUNT(*) AS n FROM visits WHERE age < 30 GROUP BY region"
+    notices: list[str] = []
+    with connect(wire, notices) as conn:
+        rows = conn.execute(first).fetchall()
+    with wire.http() as http:
+        response = http.post("/v1/query", json={"sql": first})
+    assert response.status_code == 200 and response.headers["X-DP-Repeat"] == "true"  # the wire's release
+    assert [tuple(r) for r in response.json()["rows"]] == rows
+    assert notices[0].startswith("dp: charged ")
+    second = "SELECT category, COUNT(*) AS n FROM visits GROUP BY category"
+    with wire.http() as http:
+        over_http = http.post("/v1/query", json={"sql": second})
+    assert over_http.status_code == 200 and over_http.headers["X-DP-Repeat"] == "false"
+    with connect(wire, notices) as conn:
+        again = conn.execute(second).fetchall()
+    assert again == [tuple(r) for r in over_http.json()["rows"]]
+    assert notices[-1].startswith(f"dp: a repeat of charge {over_http.headers['X-DP-Charge-Id']}: nothing charged")
+
+
+def test_psycopg_binds_parameters_and_prepares_on_the_server(wire: Wire) -> None:
+    before = wire.charges()
+    notices: list[str] = []
+    sql = "SELECT region, COUNT(*) AS n FROM visits WHERE age > %s AND category = %s GROUP BY region"
+    with connect(wire, notices) as conn:
+        first = conn.execute(sql, (25, "books")).fetchall()
+        prepared = [conn.execute(sql, (25, "books"), prepare=True).fetchall() for _ in range(3)]
+        literal = conn.execute(sql.replace("%s", "25", 1).replace("%s", "'books'")).fetchall()
+    assert len(first) == 5 and prepared == [first] * 3 and literal == first  # one release, whatever the binding
+    assert wire.charges() == before + 1
+    assert notices[0].startswith("dp: charged") and all("nothing charged" in n for n in notices[1:])
+
+
+def test_asyncpg_always_prepares(wire: Wire) -> None:
+    async def run() -> tuple[list[tuple[Any, ...]], list[str]]:
+        import asyncpg
+
+        logged: list[str] = []
+        conn = await asyncpg.connect(wire.dsn(), ssl=False)
+        conn.add_log_listener(lambda _, message: logged.append(message.message))
+        try:
+            records = await conn.fetch("SELECT region, COUNT(*) AS n FROM visits WHERE age > $1 GROUP BY region", 55)
+            await asyncio.sleep(0.05)  # log listeners are called soon after
+            return [tuple(r) for r in records], logged
+        finally:
+            await conn.close()
+
+    rows, logged = asyncio.run(run())
+    assert len(rows) == 5 and all(isinstance(n, int) for _, n in rows)
+    assert any(m.startswith("dp: charged") for m in logged)
+    with connect(wire) as conn:  # the same request from psycopg: the same release
+        same = conn.execute("SELECT region, COUNT(*) AS n FROM visits WHERE age > 55 GROUP BY region").fetchall()
+    assert same == rows
+
+
+def test_pandas_read_sql_through_sqlalchemy(wire: Wire) -> None:
+    import pandas as pd
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(wire.dsn().replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        frame = pd.read_sql("SELECT plan, COUNT(*) AS n FROM users GROUP BY plan", engine)
+    finally:
+        engine.dispose()
+    assert list(frame.columns) == ["plan", "n"] and len(frame) == 4
+    with connect(wire) as conn:
+        assert conn.execute("SELECT plan, COUNT(*) AS n FROM users GROUP BY plan").fetchall() == [
+            tuple(r) for r in frame.itertuples(index=False)]
+
+
+def test_session_and_statement_privacy_parameters(wire: Wire) -> None:
+    notices: list[str] = []
+    with connect(wire, notices) as conn:
+        conn.execute("SET dp.epsilon = 0.25")
+        assert conn.execute("SHOW dp.epsilon").fetchall() == [("0.25",)]
+        conn.execute("SELECT COUNT(*) AS n FROM users")
+        conn.execute("/* dp: epsilon=0.35 */ SELECT COUNT(*) AS n FROM users WHERE age > 20")
+        conn.execute("RESET dp.epsilon")
+        budget = conn.execute("SHOW dp.budget").fetchall()
+    assert notices[0].startswith("dp: charged epsilon=0.25 ") and notices[1].startswith("dp: charged epsilon=0.35 ")
+    ((dataset, accounting, epsilon, *_),) = budget
+    assert (dataset, accounting, epsilon) == ("demo", "basic", 50.0)
+
+
+# refusals ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("sql", "sqlstate", "code"), [
+    ("SELECT * FROM visits", "0A000", "unsupported"),  # raw rows are never released
+    ("SELECT user_id FROM visits GROUP BY user_id", "42501", "policy"),
+    ("SELECT 1; SELECT 2", "0A000", "unsupported"),
+    ("COPY visits TO STDOUT", "0A000", "unsupported"),
+    ("INSERT INTO visits (user_id) VALUES (1)", "25006", "unsupported"),
+    ("DELETE FROM visits", "25006", "unsupported"),
+    ("SET dp.epsilom = 0.2", "42704", "invalid_parameter"),
+    ("SET dp.epsilon = -1", "22023", "invalid_parameter"),
+    ("/* dp: epsilon=50 */ SELECT COUNT(*) AS n FROM visits", "22023", "invalid_parameter"),
+    ("SELECT COUNT(* FROM visits", "42601", "sql_syntax"),
+])
+def test_refusals_carry_sqlstate_and_code_and_charge_nothing(wire: Wire, sql: str, sqlstate: str, code: str) -> None:
+    before = wire.charges()
+    field = psycopg.pq.DiagnosticField
+    with connect(wire) as conn:
+        simple = conn.pgconn.exec_(sql.encode())  # one Query message: the simple protocol
+        assert simple.status == psycopg.pq.ExecStatus.FATAL_ERROR
+        assert simple.error_field(field.SQLSTATE) == sqlstate.encode()
+        assert (simple.error_field(field.MESSAGE_PRIMARY) or b"").startswith(f"{code}: ".encode())
+        assert b"charged=false" in (simple.error_field(field.MESSAGE_DETAIL) or b"")
+        with pytest.raises(psycopg.Error) as refused:  # Parse/Bind/Describe/Execute/Sync: the extended protocol
+            conn.execute(sql)
+        assert refused.value.sqlstate == sqlstate
+        assert str(refused.value.diag.message_primary).startswith(f"{code}: ")
+        assert conn.execute("SELECT 1").fetchall() == [(1,)]  # the connection is kept
+    assert wire.charges() == before
+
+
+def test_a_wrong_password_or_dataset_is_refused_and_the_connection_closed(wire: Wire) -> None:
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(wire.dsn(key="not-a-key"))
+    with pytest.raises(psycopg.OperationalError, match='database "nope" is not a dataset'):
+        psycopg.connect(wire.dsn(database="nope"))
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(wire.dsn(user="admin"))  # the analyst's key under another analyst's name
+    refused = psql(wire, "SELECT 1", key="wrong")
+    assert refused.returncode == 2 and "password authentication failed" in refused.stderr
+
+
+def test_exceeding_the_budget_is_an_error_with_the_stable_code(fresh_server: StartFresh, demo: DemoFiles) -> None:
+    port = free_port()
+    server = fresh_server(epsilon=0.15, settings={"DPPROXY_PG_PORT": str(port),
+                                                  "DPPROXY_PG_ALLOW_PLAINTEXT_LOOPBACK": "true"})
+    live = Wire(server, port, demo.analyst_key, demo.admin_key)
+    with connect(live) as conn:
+        conn.execute(REGIONS)
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute("SELECT plan, COUNT(*) AS n FROM users GROUP BY plan")
+        assert refused.value.sqlstate == "53400"
+        assert str(refused.value.diag.message_primary).startswith("budget_exceeded: ")
+        assert "charged=false" in str(refused.value.diag.message_detail)
+        assert "SHOW dp.budget" in str(refused.value.diag.message_hint)
+        ((_, _, total, _, spent, _, remaining, _),) = conn.execute("SHOW dp.budget").fetchall()
+    assert (total, round(spent, 9), round(remaining, 9)) == (0.15, 0.1, 0.05)
+    assert live.charges() == 1
