@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -283,3 +284,48 @@ def test_exceeding_the_budget_is_an_error_with_the_stable_code(fresh_server: Sta
         ((_, _, total, _, spent, _, remaining, _),) = conn.execute("SHOW dp.budget").fetchall()
     assert (total, round(spent, 9), round(remaining, 9)) == (0.15, 0.1, 0.05)
     assert live.charges() == 1
+
+
+# JDBC (Metabase, DBeaver, Tableau) ----------------------------------------------------------------------------
+
+JDBC_JAR = Path("/usr/share/java/postgresql.jar")  # Debian's libpostgresql-jdbc-java
+
+
+@pytest.mark.skipif(not JDBC_JAR.exists() or shutil.which("java") is None, reason="pgjdbc or Java is not installed")
+def test_jdbc_lists_tables_and_columns_and_gets_answers(wire: Wire) -> None:
+    before = wire.charges()
+    probe = Path(__file__).parent / "fixtures" / "WireProbe.java"
+    url = f"jdbc:postgresql://127.0.0.1:{wire.port}/demo?sslmode=disable"
+    done = subprocess.run(["java", "-cp", str(JDBC_JAR), str(probe), url, "analyst", wire.key],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "product PostgreSQL 15.0" in lines
+    assert [line for line in lines if line.startswith("table ")] == ["table users", "table visits"]
+    assert "column amount float8" in lines and "column day date" in lines
+    assert len([line for line in lines if line.startswith("row ")]) == 5
+    assert len([line for line in lines if line.startswith("prepared ")]) == 5
+    assert any(line.startswith("notice dp: ") for line in lines)
+    assert any(line.startswith("refused 0A000 ERROR: unsupported: ") for line in lines)
+    assert wire.charges() <= before + 2  # the two queries, at most (another test may have asked one first)
+
+
+# TLS --------------------------------------------------------------------------------------------------------
+
+
+def test_tls_is_required_unless_allowed_for_loopback(fresh_server: StartFresh, demo: DemoFiles,
+                                                     tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=localhost"], check=True, capture_output=True, timeout=60)
+    port = free_port()
+    server = fresh_server(settings={"DPPROXY_PG_PORT": str(port), "DPPROXY_PG_TLS_CERT": str(cert),
+                                    "DPPROXY_PG_TLS_KEY": str(key)})
+    live = Wire(server, port, demo.analyst_key, demo.admin_key)
+    with pytest.raises(psycopg.OperationalError, match="requires TLS"):
+        psycopg.connect(live.dsn())  # sslmode=disable
+    with psycopg.connect(live.dsn().replace("sslmode=disable", "sslmode=require"), autocommit=True) as conn:
+        assert conn.pgconn.ssl_in_use
+        assert conn.execute("SELECT current_database()").fetchall() == [("demo",)]
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(live.dsn(key="wrong").replace("sslmode=disable", "sslmode=require"))
