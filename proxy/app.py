@@ -101,14 +101,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.ledger_file = ops.LedgerFile.of(env)
         app.state.runner = QueryRunner(settings.query_workers)  # queries run apart from the other routes
         app.state.wire = None
-        if settings.pg_port is not None:  # the PostgreSQL protocol, on this loop, through the same pipeline
-            from proxy.wire.server import WireServer
-
-            app.state.wire = WireServer(app.state, settings)
-            await app.state.wire.start()
         sigterm = _SigtermExit()
         sigterm.arm()
         try:
+            if settings.pg_port is not None:  # the PostgreSQL protocol, on this loop, through the same pipeline
+                from proxy.wire.server import WireServer
+
+                app.state.wire = WireServer(app.state, settings)
+                await app.state.wire.start()
             yield
         finally:
             if app.state.wire is not None:

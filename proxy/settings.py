@@ -55,6 +55,12 @@ class Settings(BaseSettings):
     def _address(cls, value: object) -> object:
         return os.fspath(value) if isinstance(value, os.PathLike) else value
 
+    @field_validator("pg_port", "pg_tls_cert", "pg_tls_key", mode="before")
+    @classmethod
+    def _unset(cls, value: object) -> object:
+        """Empty means unset (compose passes `${DPPROXY_PG_PORT:-}`)."""
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("metrics_token", mode="before")
     @classmethod
     def _token(cls, value: object) -> object:

@@ -55,8 +55,18 @@ HINTS = {
 _PROCESS_IDS = itertools.count(1)
 
 
+class WireMisconfigured(ValueError):
+    """Settings under which the PostgreSQL protocol could accept no connection, or half of a TLS pair."""
+
+
 def _tls_context(settings: Settings) -> ssl.SSLContext | None:
+    if (settings.pg_tls_cert is None) != (settings.pg_tls_key is None):
+        raise WireMisconfigured("DPPROXY_PG_TLS_CERT and DPPROXY_PG_TLS_KEY go together: set both or neither")
     if settings.pg_tls_cert is None or settings.pg_tls_key is None:
+        if not settings.pg_allow_plaintext_loopback:
+            raise WireMisconfigured(
+                "DPPROXY_PG_PORT is set, but without DPPROXY_PG_TLS_CERT and DPPROXY_PG_TLS_KEY every connection "
+                "would be refused: set them, or DPPROXY_PG_ALLOW_PLAINTEXT_LOOPBACK=true for loopback clients")
         return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
