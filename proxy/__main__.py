@@ -16,7 +16,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dpproxy", description="A differentially private SQL proxy.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the HTTP server")
+    serve = commands.add_parser("serve", help="run the HTTP server (and, with --pg-port, the PostgreSQL protocol)")
     source = serve.add_mutually_exclusive_group(required=True)
     source.add_argument("--policy", type=Path, help="the policy file (TOML)")
     source.add_argument("--demo", action="store_true", help="build the demo dataset if needed, then serve it")

@@ -174,6 +174,27 @@ def bind(sql: str, values: Sequence[BindValue]) -> str:
     return tree.transform(substitute).sql(dialect=DIALECT)
 
 
+def without_schema(sql: str, schema: str = "public") -> str:
+    """`sql` with the `schema` qualifier dropped from its tables and columns: clients qualify the tables the
+    emulated catalog lists under `public` (`"public"."visits"`); the policy's tables are unqualified.
+
+    Example:
+        >>> without_schema('SELECT "visits"."region", COUNT(*) FROM "public"."visits" GROUP BY 1')
+        'SELECT "visits"."region", COUNT(*) FROM "visits" GROUP BY 1'
+        >>> without_schema("SELECT COUNT(*) FROM visits")
+        'SELECT COUNT(*) FROM visits'
+    """
+    if schema not in sql.lower():
+        return sql
+    tree = _parse(sql)
+    touched = False
+    for node in (*tree.find_all(exp.Table), *tree.find_all(exp.Column)):
+        if node.args.get("db") is not None and node.db.lower() == schema and node.args.get("catalog") is None:
+            node.set("db", None)
+            touched = True
+    return tree.sql(dialect=DIALECT) if touched else sql
+
+
 def catalog_sql(sql: str, relations: frozenset[str]) -> str | None:
     """DuckDB SQL for a SELECT that reads only catalog relations (`pg_catalog.*`, `information_schema.*`,
     an unqualified `pg_*` name among `relations`) or no table; None otherwise (a data query). Catalog names

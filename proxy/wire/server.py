@@ -87,7 +87,9 @@ class WireServer:
 
     async def start(self) -> None:
         assert self.settings.pg_port is not None
-        self._server = await asyncio.start_server(self._accept, self.settings.host, self.settings.pg_port)
+        # `serve --workers N`: every process listens on the port, the kernel spreads connections over them
+        self._server = await asyncio.start_server(self._accept, self.settings.host, self.settings.pg_port,
+                                                  reuse_port=self.settings.workers > 1 or None)
         log.info("PostgreSQL protocol on %s:%s (TLS %s)", self.settings.host, self.settings.pg_port,
                  "on" if self.tls else "off: plaintext for loopback peers only")
 

@@ -17,7 +17,7 @@ from typing import Any
 from proxy.budget_view import budget_now
 from proxy.pipeline import Env
 from proxy.policy import AnalystPolicy
-from proxy.query.wire_sql import statement_count
+from proxy.query.wire_sql import statement_count, without_schema
 from proxy.schemas import QueryRequest
 from proxy.wire import answers, pgtypes
 from proxy.wire.catalog import SETTINGS_SHOWN, CatalogAnswers
@@ -99,7 +99,7 @@ class Session:
         """The QueryRequest of a data query: the session's dp settings under the statement's own."""
         chosen = {**self.dp, **options}
         try:
-            return QueryRequest(sql=sql, dataset=self.dataset, dialect="postgres", **chosen)
+            return QueryRequest(sql=without_schema(sql), dataset=self.dataset, dialect="postgres", **chosen)
         except ValueError as err:  # pydantic's ValidationError: which parameter, and what it must be
             first = err.errors()[0] if hasattr(err, "errors") else {}  # type: ignore[union-attr]
             where = ".".join(str(p) for p in first.get("loc", ())) or "dp"

@@ -329,3 +329,13 @@ def test_tls_is_required_unless_allowed_for_loopback(fresh_server: StartFresh, d
         assert conn.execute("SELECT current_database()").fetchall() == [("demo",)]
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
         psycopg.connect(live.dsn(key="wrong").replace("sslmode=disable", "sslmode=require"))
+
+
+def test_tables_qualified_with_the_listed_schema_are_the_policys(wire: Wire) -> None:
+    notices: list[str] = []
+    with connect(wire, notices) as conn:  # as BI tools write them: under the schema the catalog lists
+        qualified = conn.execute('SELECT "region", COUNT(*) AS n FROM "public"."visits" WHERE age > 70 '
+                                 'GROUP BY "region"').fetchall()
+        plain = conn.execute("SELECT region, COUNT(*) AS n FROM visits WHERE age > 70 GROUP BY region").fetchall()
+    assert qualified == plain and len(plain) == 5
+    assert "nothing charged" in notices[1]  # one request, however it is qualified
