@@ -146,8 +146,9 @@ class Session:
             if value.lower() == "default":
                 self.dp.pop(key, None)
             else:
-                self.dp[key] = dp_value(key, value)
-                self.request("SELECT 1", {})  # checked now as a request would be (e.g. epsilon > 0)
+                chosen = dp_value(key, value)
+                self.request("SELECT 1", {key: chosen})  # checked now as a request would be (e.g. epsilon > 0)
+                self.dp[key] = chosen
             return Command("SET")
         self.settings[name] = value
         return Command("SET")

@@ -291,7 +291,8 @@ def test_exceeding_the_budget_is_an_error_with_the_stable_code(fresh_server: Sta
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")  # Debian's libpostgresql-jdbc-java
 
 
-@pytest.mark.skipif(not JDBC_JAR.exists() or shutil.which("java") is None, reason="pgjdbc or Java is not installed")
+@pytest.mark.skipif(not JDBC_JAR.exists() or shutil.which("javac") is None,
+                    reason="pgjdbc or a JDK (java runs the probe from its source) is not installed")
 def test_jdbc_lists_tables_and_columns_and_gets_answers(wire: Wire) -> None:
     before = wire.charges()
     probe = Path(__file__).parent / "fixtures" / "WireProbe.java"
@@ -329,6 +330,17 @@ def test_tls_is_required_unless_allowed_for_loopback(fresh_server: StartFresh, d
         assert conn.execute("SELECT current_database()").fetchall() == [("demo",)]
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
         psycopg.connect(live.dsn(key="wrong").replace("sslmode=disable", "sslmode=require"))
+
+    async def over_tls() -> list[tuple[Any, ...]]:
+        import asyncpg
+
+        conn = await asyncpg.connect(live.dsn().split("?")[0], ssl="require")
+        try:
+            return [tuple(r) for r in await conn.fetch("SELECT current_schema()")]
+        finally:
+            await conn.close()
+
+    assert asyncio.run(over_tls()) == [("public",)]
 
 
 def test_tables_qualified_with_the_listed_schema_are_the_policys(wire: Wire) -> None:
