@@ -351,3 +351,117 @@ def test_tables_qualified_with_the_listed_schema_are_the_policys(wire: Wire) -> 
         plain = conn.execute("SELECT region, COUNT(*) AS n FROM visits WHERE age > 70 GROUP BY region").fetchall()
     assert qualified == plain and len(plain) == 5
     assert "nothing charged" in notices[1]  # one request, however it is qualified
+
+
+# audit and metrics ------------------------------------------------------------------------------------------
+
+
+def test_wire_queries_are_audited_and_counted(wire: Wire) -> None:
+    sql = "SELECT region, COUNT(*) AS n FROM visits WHERE duration_s > 60 GROUP BY region"
+    with connect(wire) as conn:
+        conn.execute(sql)
+        conn.execute(sql)  # a repeat
+        with pytest.raises(psycopg.Error):
+            conn.execute("SELECT * FROM users")
+    with wire.server.client(wire.admin_key) as admin:
+        entries = admin.get("/v1/audit", params={"analyst": "analyst", "limit": 3}).json()["entries"]
+        verified = admin.get("/v1/audit/verify").json()
+        metrics = admin.get("/metrics").text
+    assert [e["decision"] for e in entries] == ["rejected", "repeat", "answered"]  # newest first
+    assert entries[0]["error_code"] == "unsupported" and entries[0]["epsilon"] == 0
+    assert entries[1]["charge_id"] == entries[2]["charge_id"] and entries[1]["epsilon"] == 0
+    assert "duration_s > 60" in entries[2]["sql"]
+    assert verified["ok"] and verified["unaudited_charges"] == []
+    assert 'dpproxy_requests_total{code="ok",method="QUERY",route="pg"}' in metrics
+    assert 'dpproxy_requests_total{code="unsupported",method="QUERY",route="pg"}' in metrics
+
+
+# the protocol itself, message by message ----------------------------------------------------------------------
+
+
+class Raw:
+    """A bare protocol-3.0 client on a socket: frames out, (tag, body) frames in."""
+
+    def __init__(self, wire: Wire) -> None:
+        import socket
+        import struct
+
+        self.struct = struct
+        self.sock = socket.create_connection(("127.0.0.1", wire.port), timeout=20)
+        params = b"user\x00analyst\x00database\x00demo\x00\x00"
+        self.sock.sendall(struct.pack("!ii", 8 + len(params), 196608) + params)
+        assert self.read()[0] == b"R"  # cleartext password, please
+        self.send(b"p", wire.key.encode() + b"\x00")
+        self.until(b"Z")
+
+    def send(self, tag: bytes, body: bytes = b"") -> None:
+        self.sock.sendall(tag + self.struct.pack("!i", len(body) + 4) + body)
+
+    def read(self) -> tuple[bytes, bytes]:
+        header = self._exactly(5)
+        return header[:1], self._exactly(self.struct.unpack("!i", header[1:])[0] - 4)
+
+    def _exactly(self, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = self.sock.recv(size - len(data))
+            if not chunk:
+                raise ConnectionError("closed")
+            data += chunk
+        return data
+
+    def until(self, tag: bytes) -> list[tuple[bytes, bytes]]:
+        """Frames up to and including the first with `tag`."""
+        frames = []
+        while True:
+            frames.append(self.read())
+            if frames[-1][0] == tag:
+                return frames
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _sqlstate(body: bytes) -> str:
+    fields = dict((f[:1], f[1:]) for f in body.split(b"\x00") if f)
+    return fields[b"C"].decode()
+
+
+def test_extended_protocol_message_by_message(wire: Wire) -> None:
+    raw = Raw(wire)
+    try:
+        sql = b"SELECT region, COUNT(*) AS n FROM visits WHERE age > $1 GROUP BY region"
+        raw.send(b"P", b"s\x00" + sql + b"\x00" + raw.struct.pack("!h", 0))
+        raw.send(b"D", b"Ss\x00")
+        raw.send(b"H")  # Flush: what is pending now, before any Sync
+        assert [raw.read()[0] for _ in range(3)] == [b"1", b"t", b"T"]  # ParseComplete, ParameterDescription, Row…
+        raw.send(b"B", b"p\x00s\x00" + raw.struct.pack("!hh", 0, 1) + raw.struct.pack("!i", 2) + b"44"
+                 + raw.struct.pack("!h", 0))
+        raw.send(b"E", b"p\x00" + raw.struct.pack("!i", 2))  # at most 2 rows
+        raw.send(b"E", b"p\x00" + raw.struct.pack("!i", 0))  # the rest
+        raw.send(b"C", b"Pp\x00")
+        raw.send(b"S")
+        tags = [t for t, _ in raw.until(b"Z")]
+        assert tags == [b"2", b"N", b"D", b"D", b"s", b"D", b"D", b"D", b"C", b"3", b"Z"]
+        raw.send(b"Q", b"\x00")  # an empty query
+        assert [t for t, _ in raw.until(b"Z")] == [b"I", b"Z"]
+        for statement, refused_at in ((b"DELETE FROM visits", 0), (b"SELECT * FROM visits", 2)):
+            raw.send(b"P", b"\x00" + statement + b"\x00\x00\x00")  # a write is refused at Parse, raw rows
+            raw.send(b"B", b"\x00\x00\x00\x00\x00\x00\x00\x00")  # when planned (Execute); then skip to Sync
+            raw.send(b"E", b"\x00\x00\x00\x00\x00")
+            raw.send(b"S")
+            frames = raw.until(b"Z")
+            assert [t for t, _ in frames] == [*[b"1", b"2"][:refused_at], b"E", b"Z"]
+            assert _sqlstate(frames[refused_at][1]) == ("25006" if refused_at == 0 else "0A000")
+        raw.send(b"F", b"\x00\x00\x00\x01")  # FunctionCall: refused, the connection kept
+        frames = raw.until(b"Z")
+        assert _sqlstate(frames[0][1]) == "0A000"
+        raw.send(b"Q", b"SELECT 1\x00")
+        assert [t for t, _ in raw.until(b"Z")] == [b"T", b"D", b"C", b"Z"]
+        raw.send(b"y", b"")  # no such message: FATAL 08P01 and the connection closed, as PostgreSQL does
+        tag, body = raw.read()
+        assert tag == b"E" and _sqlstate(body) == "08P01" and b"SFATAL" in body
+        with pytest.raises(ConnectionError):
+            raw.read()
+    finally:
+        raw.close()
