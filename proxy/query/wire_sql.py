@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 
@@ -35,8 +36,9 @@ EMULATED_FUNCTIONS = frozenset({
     "pg_get_function_identity_arguments", "quote_ident", "inet_server_addr", "inet_server_port",
     "pg_get_statisticsobjdef_columns", "pg_relation_is_publishable", "pg_get_partkeydef", "array_upper",
     "pg_get_triggerdef", "pg_get_ruledef", "pg_get_serial_sequence", "to_regtype", "to_regclass",
-    "pg_collation_is_visible",
+    "pg_collation_is_visible", "has_any_column_privilege", "has_column_privilege", "array_lower", "parse_ident",
 })
+_SCALAR_IN_FROM = {"string_to_array", "split", "string_split", "current_schemas", "regexp_split_to_array"}  # not tables
 _DUCKDB_NAMES = {"json_build_object": "json_object"}  # PostgreSQL's functions DuckDB has under another name
 _SESSION_FUNCTIONS: dict[type[exp.Expr], str] = {
     exp.CurrentVersion: "version", exp.CurrentSchema: "current_schema", exp.CurrentUser: "current_user",
@@ -67,10 +69,18 @@ def statement_count(sql: str) -> int:
     return count + pending
 
 
-def _parse(sql: str) -> exp.Expr:
+_KEYWORD_ALIAS = re.compile(r"\bAS\s+(SELECT|INSERT|UPDATE|DELETE|TABLE|FROM|WHERE|ORDER|GROUP|USER)\b", re.I)
+
+
+def _parse(sql: str, lenient: bool = False) -> exp.Expr:
+    """One statement's tree; `lenient` (catalog queries) retries with keywords used as column aliases quoted
+    (`AS select`: PostgreSQL takes any keyword there, sqlglot does not)."""
     try:
         tree = sqlglot.parse_one(sql, read=DIALECT)
     except SqlglotError as err:
+        quoted = _KEYWORD_ALIAS.sub(lambda m: f'AS "{m.group(1).lower()}"', sql) if lenient else sql
+        if quoted != sql:
+            return _parse(quoted)
         raise SqlSyntaxError(f"could not parse the statement: {str(err).splitlines()[0][:200]}") from err
     if tree is None:
         raise SqlSyntaxError("an empty statement")
@@ -208,7 +218,7 @@ def catalog_sql(sql: str, relations: frozenset[str]) -> str | None:
         >>> catalog_sql("SELECT COUNT(*) FROM visits", frozenset()) is None
         True
     """
-    tree = _parse(sql)
+    tree = _parse(sql, lenient=True)
     if not isinstance(tree, exp.Query):
         return None
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
@@ -271,6 +281,10 @@ def _to_duckdb(node: exp.Expr, ctes: set[str]) -> exp.Expr:
         return node
     if isinstance(node, exp.Table) and isinstance(node.this, exp.Func):  # pg_catalog.unnest(...): DuckDB's own
         node.set("db", None)
+        name = node.this.sql_name().lower() if not isinstance(node.this, exp.Anonymous) else node.this.name.lower()
+        alias = node.alias
+        if name in _SCALAR_IN_FROM and alias:  # FROM string_to_array(...) s: one row, its value as column s
+            return exp.select(exp.alias_(node.this, alias)).subquery(alias)
         return node
     if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier) and not (
             not node.db and node.name.lower() in ctes):

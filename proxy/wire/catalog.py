@@ -75,7 +75,9 @@ PG_TABLES: dict[str, str] = {
     "pg_settings": "name VARCHAR, setting VARCHAR, unit VARCHAR, category VARCHAR, short_desc VARCHAR, "
                    "context VARCHAR, vartype VARCHAR, source VARCHAR",
     "pg_index": "indexrelid BIGINT, indrelid BIGINT, indnatts SMALLINT, indisunique BOOLEAN, indisprimary BOOLEAN, "
-                "indisclustered BOOLEAN, indisvalid BOOLEAN, indkey VARCHAR, indexprs VARCHAR, indpred VARCHAR",
+                "indisclustered BOOLEAN, indisvalid BOOLEAN, indkey SMALLINT[], indexprs VARCHAR, indpred VARCHAR, "
+                "indnkeyatts SMALLINT, indoption SMALLINT[], indnullsnotdistinct BOOLEAN, indisexclusion BOOLEAN, "
+                "indimmediate BOOLEAN, indisreplident BOOLEAN, indcollation BIGINT[], indclass BIGINT[]",
     "pg_constraint": "oid BIGINT, conname VARCHAR, connamespace BIGINT, contype VARCHAR, conrelid BIGINT, "
                      "confrelid BIGINT, conkey SMALLINT[], confkey SMALLINT[], conindid BIGINT, "
                      "condeferrable BOOLEAN, condeferred BOOLEAN, convalidated BOOLEAN, conparentid BIGINT",
@@ -83,6 +85,8 @@ PG_TABLES: dict[str, str] = {
     "pg_description": "objoid BIGINT, classoid BIGINT, objsubid INTEGER, description VARCHAR",
     "pg_inherits": "inhrelid BIGINT, inhparent BIGINT, inhseqno INTEGER, inhdetachpending BOOLEAN",
     "pg_am": "oid BIGINT, amname VARCHAR, amhandler VARCHAR, amtype VARCHAR",
+    "pg_opclass": "oid BIGINT, opcmethod BIGINT, opcname VARCHAR, opcnamespace BIGINT, opcdefault BOOLEAN, "
+                  "opcintype BIGINT",
     "pg_proc": "oid BIGINT, proname VARCHAR, pronamespace BIGINT, prorettype BIGINT, prokind VARCHAR",
     "pg_enum": "oid BIGINT, enumtypid BIGINT, enumsortorder DOUBLE, enumlabel VARCHAR",
     "pg_range": "rngtypid BIGINT, rngsubtype BIGINT",
@@ -104,6 +108,8 @@ PG_TABLES: dict[str, str] = {
                  "refobjsubid INTEGER, deptype VARCHAR",
     "pg_sequence": "seqrelid BIGINT, seqtypid BIGINT, seqstart BIGINT, seqincrement BIGINT, seqmax BIGINT, "
                    "seqmin BIGINT, seqcache BIGINT, seqcycle BOOLEAN",
+    "pg_stat_user_tables": "relid BIGINT, schemaname VARCHAR, relname VARCHAR, n_live_tup BIGINT, "
+                           "n_dead_tup BIGINT, seq_scan BIGINT",
     "pg_stat_activity": "datid BIGINT, datname VARCHAR, pid INTEGER, usename VARCHAR, application_name VARCHAR, "
                         "state VARCHAR, query VARCHAR",
 }
@@ -138,8 +144,10 @@ def _macros(dataset: str, user: str) -> tuple[str, ...]:
         f"CREATE MACRO wire_current_user() AS {quoted_user}",
         f"CREATE MACRO wire_current_schemas(implicit) AS CASE WHEN implicit THEN ['pg_catalog', {_quote(SCHEMA)}] "
         f"ELSE [{_quote(SCHEMA)}] END",
-        "CREATE MACRO wire_current_setting(setting_name, missing_ok := false) AS "
-        "(SELECT wire_s.setting FROM wire_pg.pg_settings wire_s WHERE wire_s.name = lower(setting_name))",
+        # CASE, not a subquery of pg_settings: a table function's arguments cannot hold one (Grafana passes
+        # current_setting('search_path') to generate_series)
+        "CREATE MACRO wire_current_setting(setting_name, missing_ok := false) AS CASE lower(setting_name) "
+        + " ".join(f"WHEN {_quote(n)} THEN {_quote(v)}" for n, v in SETTINGS_SHOWN.items()) + " END",
         "CREATE MACRO wire_pg_backend_pid() AS 0",
         # CASE, not a subquery: an argument naming a column (`oid`) would be bound inside a subquery's scope
         "CREATE MACRO wire_format_type(type_oid, typmod) AS CASE type_oid "
@@ -167,7 +175,8 @@ def _macros(dataset: str, user: str) -> tuple[str, ...]:
         "CREATE MACRO wire_pg_total_relation_size(a) AS 0",
         "CREATE MACRO wire_pg_is_in_recovery() AS false",
         "CREATE MACRO wire_txid_current() AS 1",
-        "CREATE MACRO wire_quote_ident(x) AS '\"' || replace(x, '\"', '\"\"') || '\"'",
+        "CREATE MACRO wire_quote_ident(x) AS CASE WHEN regexp_full_match(x, '[a-z_][a-z0-9_$]*') THEN x "
+        "ELSE '\"' || replace(x, '\"', '\"\"') || '\"' END",
         "CREATE MACRO wire_inet_server_addr() AS NULL::VARCHAR",
         "CREATE MACRO wire_inet_server_port() AS NULL::INTEGER",
         "CREATE MACRO wire_pg_get_statisticsobjdef_columns(a) AS NULL::VARCHAR",
@@ -178,6 +187,10 @@ def _macros(dataset: str, user: str) -> tuple[str, ...]:
         "CREATE MACRO wire_pg_get_ruledef(a, b := false) AS NULL::VARCHAR",
         "CREATE MACRO wire_pg_get_serial_sequence(a, b) AS NULL::VARCHAR",
         "CREATE MACRO wire_array_upper(a, d) AS len(a)",
+        "CREATE MACRO wire_array_lower(a, d) AS CASE WHEN len(a) > 0 THEN 1 END",
+        "CREATE MACRO wire_parse_ident(name, strict := true) AS string_split(replace(name, '\"', ''), '.')",
+        "CREATE MACRO wire_has_any_column_privilege(a, b := NULL, c := NULL) AS true",
+        "CREATE MACRO wire_has_column_privilege(a, b := NULL, c := NULL, d := NULL) AS true",
         "CREATE MACRO wire_to_regclass(rel_name) AS (SELECT wire_c.oid FROM wire_pg.pg_class wire_c WHERE "
         "wire_c.relname = split_part(rel_name, '.', -1))",
     )

@@ -334,7 +334,7 @@ class Connection:
 
     async def _catalog(self, sql: str) -> answers.Result:
         assert self.session is not None
-        log.debug("catalog query", extra={"sql": sql[:2000]})
+        log.debug("catalog query", extra={"sql": sql[:8000]})
         names, oids, rows = await asyncio.to_thread(self.session.catalog.run, sql)
         columns = tuple(Column(n, o, pgtypes.size_of(o)) for n, o in zip(names, oids, strict=True))
         return answers.Result(columns, rows, f"SELECT {len(rows)}")

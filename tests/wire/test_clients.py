@@ -121,6 +121,10 @@ def test_connecting_listing_and_describing_charge_nothing(wire: Wire) -> None:
         assert sorted(inspector.get_table_names()) == ["users", "visits"]
         assert [c["name"] for c in inspector.get_columns("users")] == ["user_id", "region", "age", "plan"]
         assert inspector.has_table("visits") and not inspector.has_table("nope")
+        reflected = sa.MetaData()
+        reflected.reflect(engine)  # as Superset does: columns, keys, indexes, comments
+        assert sorted(reflected.tables) == ["users", "visits"]
+        assert [c.name for c in reflected.tables["visits"].columns][:2] == ["user_id", "region"]
     finally:
         engine.dispose()
     assert wire.charges() == before
@@ -465,3 +469,45 @@ def test_extended_protocol_message_by_message(wire: Wire) -> None:
             raw.read()
     finally:
         raw.close()
+
+
+# the probe sequences of BI tools, replayed ---------------------------------------------------------------------
+
+
+def _bi_probes() -> dict[str, list[str]]:
+    tools: dict[str, list[str]] = {}
+    current = None
+    for chunk in (Path(__file__).parent / "fixtures" / "bi_probes.sql").read_text().split("\n;;\n"):
+        lines = []
+        for line in chunk.splitlines():
+            if line.startswith("-- tool: "):
+                current = line.removeprefix("-- tool: ").strip()
+            elif not line.startswith("--"):
+                lines.append(line)
+        if current is not None and "\n".join(lines).strip():
+            tools.setdefault(current, []).append("\n".join(lines).strip())
+    return tools
+
+
+BI_PROBES = _bi_probes()
+
+
+@pytest.mark.parametrize("tool", sorted(BI_PROBES))
+def test_bi_tool_probe_sequences_are_answered_free(wire: Wire, tool: str) -> None:
+    before = wire.charges()
+    field = psycopg.pq.DiagnosticField
+    answers = []
+    with connect(wire) as conn:
+        for sql in BI_PROBES[tool]:
+            result = conn.pgconn.exec_(sql.encode())
+            assert result.status in (psycopg.pq.ExecStatus.TUPLES_OK, psycopg.pq.ExecStatus.COMMAND_OK), (
+                sql, result.error_field(field.MESSAGE_PRIMARY))
+            answers.append([tuple(result.get_value(r, c) for c in range(result.nfields))
+                            for r in range(result.ntuples)])
+    assert wire.charges() == before
+    listed = {row for rows in answers for row in rows}
+    if tool == "grafana":  # the table picker, then the column picker of visits
+        assert [(b"users",), (b"visits",)] in answers
+        assert (b"amount", b"double precision") in listed
+    if tool == "metabase":  # the sync's table list
+        assert (b"public", b"visits", b"TABLE", None, None) in listed
