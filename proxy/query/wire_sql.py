@@ -39,6 +39,8 @@ EMULATED_FUNCTIONS = frozenset({
     "pg_collation_is_visible", "has_any_column_privilege", "has_column_privilege", "array_lower", "parse_ident",
 })
 _SCALAR_IN_FROM = {"string_to_array", "split", "string_split", "current_schemas", "regexp_split_to_array"}  # not tables
+# the table functions a catalog query may call (PostgreSQL's; DuckDB's own, such as duckdb_settings(), are not)
+_TABLE_FUNCTIONS = {"unnest", "explode", "generate_series", "exploding_generate_series", "generate_subscripts", "range"}
 _DUCKDB_NAMES = {"json_build_object": "json_object"}  # PostgreSQL's functions DuckDB has under another name
 _SESSION_FUNCTIONS: dict[type[exp.Expr], str] = {
     exp.CurrentVersion: "version", exp.CurrentSchema: "current_schema", exp.CurrentUser: "current_user",
@@ -223,7 +225,9 @@ def catalog_sql(sql: str, relations: frozenset[str]) -> str | None:
         return None
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     for table in tree.find_all(exp.Table):
-        if isinstance(table.this, exp.Func):  # unnest, generate_series: no data here (no file can be read)
+        if isinstance(table.this, exp.Func):  # unnest, generate_series: no data there; nothing else
+            if _function_name(table.this) not in _TABLE_FUNCTIONS | _SCALAR_IN_FROM:
+                return None
             continue
         if not isinstance(table.this, exp.Identifier):  # a string (a file name): never the catalog's
             return None
@@ -281,9 +285,8 @@ def _to_duckdb(node: exp.Expr, ctes: set[str]) -> exp.Expr:
         return node
     if isinstance(node, exp.Table) and isinstance(node.this, exp.Func):  # pg_catalog.unnest(...): DuckDB's own
         node.set("db", None)
-        name = node.this.sql_name().lower() if not isinstance(node.this, exp.Anonymous) else node.this.name.lower()
         alias = node.alias
-        if name in _SCALAR_IN_FROM and alias:  # FROM string_to_array(...) s: one row, its value as column s
+        if _function_name(node.this) in _SCALAR_IN_FROM and alias:  # FROM string_to_array(...) s: one row
             return exp.select(exp.alias_(node.this, alias)).subquery(alias)
         return node
     if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier) and not (
@@ -313,6 +316,10 @@ def _to_duckdb(node: exp.Expr, ctes: set[str]) -> exp.Expr:
                 return _binary(operator, left, right)
         return node
     return node
+
+
+def _function_name(node: exp.Func) -> str:
+    return node.name.lower() if isinstance(node, exp.Anonymous) else node.sql_name().lower()
 
 
 def _function(node: exp.Func) -> exp.Expr:

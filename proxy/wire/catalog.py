@@ -5,7 +5,8 @@ Each dataset gets an in-memory DuckDB holding tables shaped like PostgreSQL's ca
 `wire_is`), filled from its policy, and `wire_*` macros for the functions clients call (`version()`,
 `format_type`, `pg_table_is_visible`, ...). A catalog query (proxy/query/wire_sql.py `catalog_sql`: it reads
 only these relations, or no table) runs there. That database has no file, reads no file (external access
-off, configuration locked), and holds no data: the worst a query can do there is read the policy's names.
+off, configuration locked), and holds no data; a catalog query may call only PostgreSQL's table functions
+(unnest, generate_series, ...), not DuckDB's own: the worst a query can do there is read the policy's names.
 
 Example:
     >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
