@@ -53,6 +53,8 @@ HINTS = {
     "ledger_uncertain": "the charge may or may not be committed: repeat the query, a repeat is never charged twice",
 }
 _PROCESS_IDS = itertools.count(1)
+STARTUP_TIMEOUT_S = 30.0  # from connecting to ReadyForQuery: TLS, the startup packet, the password
+STARTUP_MAX_BYTES = 10_000  # the startup packet's largest size (PostgreSQL's limit)
 
 
 class WireMisconfigured(ValueError):
@@ -157,8 +159,12 @@ class Connection:
 
     async def run(self) -> None:
         try:
-            if await self._start():
+            started = await asyncio.wait_for(self._start(), STARTUP_TIMEOUT_S)  # no half-open connection lingers
+            if started:
                 await self._serve()
+        except TimeoutError:
+            with contextlib.suppress(Exception):
+                await self._fatal("08006", "unauthenticated", "the connection did not authenticate in time")
         except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             pass  # the client went away
         except ProtocolViolation as err:
@@ -176,6 +182,8 @@ class Connection:
 
     async def _read_startup(self) -> messages.Message:
         length = messages.frame_length(await self.reader.readexactly(4))
+        if length > STARTUP_MAX_BYTES:
+            raise ProtocolViolation(f"a startup packet of {length} bytes")
         return messages.decode_startup(await self.reader.readexactly(length))
 
     async def _read(self) -> messages.Message:

@@ -511,3 +511,13 @@ def test_bi_tool_probe_sequences_are_answered_free(wire: Wire, tool: str) -> Non
         assert (b"amount", b"double precision") in listed
     if tool == "metabase":  # the sync's table list
         assert (b"public", b"visits", b"TABLE", None, None) in listed
+
+
+def test_an_oversized_startup_packet_is_refused(wire: Wire) -> None:
+    import socket
+    import struct
+
+    with socket.create_connection(("127.0.0.1", wire.port), timeout=20) as sock:
+        sock.sendall(struct.pack("!ii", 50_000, 196608))
+        data = sock.recv(4096)
+    assert data[:1] == b"E" and b"C08P01\x00" in data and b"SFATAL" in data
