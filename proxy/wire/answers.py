@@ -41,13 +41,17 @@ class Result:
 
 
 def columns_of(names: list[str] | tuple[str, ...], declared: tuple[str | None, ...],
-               rows: list[tuple[object, ...]]) -> tuple[Column, ...]:
-    """Columns typed by their declared type, or by their first non-NULL value where only values say."""
+               rows: list[tuple[object, ...]], released: bool = False) -> tuple[Column, ...]:
+    """Columns typed by their declared type, or by their first non-NULL value where only values say. In a
+    `released` answer such a column (arithmetic, a number: what SELECT allows besides keys and aggregates) is
+    `float8`, as `describe` says before there are values."""
     out = []
     for i, name in enumerate(names):
         kind = declared[i] if i < len(declared) else None
         if kind is not None:
             oid = pgtypes.oid_of(kind)
+        elif released:
+            oid = pgtypes.FLOAT8
         else:
             oid = pgtypes.oid_of_value(next((row[i] for row in rows if row[i] is not None), None))
         out.append(Column(name, oid, pgtypes.size_of(oid)))
@@ -56,9 +60,8 @@ def columns_of(names: list[str] | tuple[str, ...], declared: tuple[str | None, .
 
 def describe(req: QueryRequest, analyst: AnalystPolicy, env: Env) -> tuple[Column, ...]:
     """The columns a data query would answer with, from its plan: free, no data read (raises QueryError)."""
-    prepared = prepare(req, analyst, env.policy, env.sampler.salt())
-    names = [o.name for o in prepared.plan.analysis.outputs]
-    return columns_of(names, column_types(prepared.plan.analysis), [])
+    analysis = prepare(req, analyst, env.policy, env.sampler.salt()).plan.analysis
+    return columns_of([o.name for o in analysis.outputs], column_types(analysis), [], released=True)
 
 
 async def answer(app_state: Any, req: QueryRequest, analyst: AnalystPolicy) -> Result:
@@ -85,7 +88,8 @@ async def answer(app_state: Any, req: QueryRequest, analyst: AnalystPolicy) -> R
                                         result.charge_id))
     body = json.loads(result.body)
     rows = [tuple(row) for row in body["rows"]]
-    return Result(columns_of(body["columns"], tuple(state.column_types), rows), rows, f"SELECT {len(rows)}",
+    return Result(columns_of(body["columns"], tuple(state.column_types), rows, released=True), rows,
+                  f"SELECT {len(rows)}",
                   (notice(body, result.repeat, result.charge_id),), body)
 
 

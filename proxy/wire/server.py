@@ -347,12 +347,15 @@ class Connection:
         columns = tuple(Column(n, o, pgtypes.size_of(o)) for n, o in zip(names, oids, strict=True))
         return answers.Result(columns, rows, f"SELECT {len(rows)}")
 
-    def _rows(self, result: answers.Result, formats: tuple[int, ...], start: int, limit: int) -> int:
-        """DataRows from `start` (at most `limit`, 0: all), then CommandComplete or PortalSuspended."""
+    def _rows(self, result: answers.Result, formats: tuple[int, ...], start: int, limit: int,
+              columns: tuple[Column, ...] | None = None) -> int:
+        """DataRows from `start` (at most `limit`, 0: all), each value as `columns` (default: the result's)
+        say, then CommandComplete or PortalSuspended."""
         end = len(result.rows) if limit <= 0 else min(len(result.rows), start + limit)
+        shown = columns if columns is not None and len(columns) == len(result.columns) else result.columns
         for row in result.rows[start:end]:
             self.send(messages.data_row([pgtypes.encode(v, c.type_oid, messages.result_format(formats, i))
-                                         for i, (v, c) in enumerate(zip(row, result.columns, strict=True))]))
+                                         for i, (v, c) in enumerate(zip(row, shown, strict=True))]))
         if end < len(result.rows):
             self.send(messages.portal_suspended())
         else:
@@ -402,7 +405,8 @@ class Connection:
                 if portal.sent == 0:
                     for text in result.notices:
                         self.send(messages.notice_response(text))
-                portal.sent = self._rows(result, portal.result_formats, portal.sent, limit)
+                # sent as described (a column typed by its values is described before there are any: as text)
+                portal.sent = self._rows(result, portal.result_formats, portal.sent, limit, portal.columns)
             case messages.Close(kind=kind, name=name):
                 (self.statements if kind == "S" else self.portals).pop(name, None)
                 self.send(messages.close_complete())

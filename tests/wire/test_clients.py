@@ -521,3 +521,19 @@ def test_an_oversized_startup_packet_is_refused(wire: Wire) -> None:
         sock.sendall(struct.pack("!ii", 50_000, 196608))
         data = sock.recv(4096)
     assert data[:1] == b"E" and b"C08P01\x00" in data and b"SFATAL" in data
+
+
+def test_binary_results_follow_the_description(wire: Wire) -> None:
+    sql = "SELECT plan, COUNT(*) AS n, AVG(age) AS a, COUNT(*) / 2 AS half, 7 AS k FROM users GROUP BY plan"
+    with connect(wire) as conn:
+        text = conn.execute(sql).fetchall()
+        binary = conn.cursor(binary=True).execute(sql).fetchall()
+        described = conn.cursor().execute(sql).description
+    assert binary == text and len(text) == 4
+    assert [(d.name, d.type_code) for d in described or ()] == [("plan", 25), ("n", 20), ("a", 701), ("half", 701),
+                                                                 ("k", 701)]
+    assert all(isinstance(n, int) and isinstance(a, float | None) and isinstance(h, float) and k == 7
+               for _, n, a, h, k in text), text  # AVG of a public group with no row released: NULL
+    with connect(wire) as conn:  # the simple protocol (no Describe) types the columns alike
+        simple = conn.pgconn.exec_(sql.encode())
+        assert [simple.ftype(i) for i in range(simple.nfields)] == [25, 20, 701, 701, 701]
