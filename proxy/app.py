@@ -35,6 +35,7 @@ from proxy.runner import QueryRunner
 from proxy.settings import Settings
 from proxy.store import StoreEngine
 from proxy.throttle import Throttle
+from proxy.wire.server import WireServer
 
 if TYPE_CHECKING:
     from proxy.engines.spark_store import SparkStoreEngine
@@ -105,8 +106,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         sigterm.arm()
         try:
             if settings.pg_port is not None:  # the PostgreSQL protocol, on this loop, through the same pipeline
-                from proxy.wire.server import WireServer
-
                 app.state.wire = WireServer(app.state, settings)
                 await app.state.wire.start()
             yield
