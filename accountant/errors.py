@@ -6,7 +6,7 @@ from typing import ClassVar
 
 
 class AccountantError(Exception):
-    """Base of the accountant's errors (STYLE.md B5)."""
+    """Base of the accountant's errors (docs/errors.md)."""
 
     code: ClassVar[str] = "accountant_error"
 

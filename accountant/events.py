@@ -115,7 +115,7 @@ class ComposedEvent:
 
 @dataclass(frozen=True, slots=True)
 class ParallelEvent:
-    """Mechanisms run on pairwise disjoint sets of privacy units: the loss is the maximum (DESIGN.md §3).
+    """Mechanisms run on pairwise disjoint sets of privacy units: the loss is the maximum (docs/privacy.md §4).
 
     Event name: ``parallel``.
     """
@@ -125,7 +125,7 @@ class ParallelEvent:
 
 @dataclass(frozen=True, slots=True)
 class AutoBoundsEvent:
-    """A release whose contribution bound was chosen from the data first (proxy/query/auto_bounds.py): the
+    """A release whose contribution bound was chosen from the data first (proxy/query/auto/bounds.py): the
     exponential mechanism `selection` picks the bound k (a DP quantile of rows per unit and group), then the
     query runs at k with the noise of `query`'s Laplace events rescaled to k. Both ran on the same data, so
     they compose sequentially and this accounts exactly as ``ComposedEvent((selection, query))``.
@@ -134,7 +134,7 @@ class AutoBoundsEvent:
     Laplace noise whose scale is calibrated to its ε (b(k) = Δ(k)/ε rounded up, ε = Δ(limit)/b(limit)), so
     the pure ε of each part at k is at most the recorded one, and pure ε is all any rule reads of it.
 
-    Several bounds chosen for one query (max_rows, max_groups, a column's clamp: proxy/query/auto_bounds.py)
+    Several bounds chosen for one query (max_rows, max_groups, a column's clamp: proxy/query/auto/bounds.py)
     each ran one exponential mechanism on the same data: `selection` is the first, `more` the others in the
     order they ran; all compose sequentially with the query, as ``ComposedEvent((selection, *more, query))``.
     An event with no `more` has the wire form it had before the field existed.

@@ -1,7 +1,7 @@
 """One in-process lock per SQLite file, taken by every writer of that file in this process before SQLite's own.
 
-The ledger and the audit log keep separate connections to one file (accountant/sqlite_ledger.py,
-accountant/audit.py). When two of them want SQLite's write lock at once, the loser does not queue: SQLite's
+The ledger and the audit log keep separate connections to one file (accountant/ledger/sqlite.py,
+accountant/audit/log.py). When two of them want SQLite's write lock at once, the loser does not queue: SQLite's
 busy handler polls, sleeping 1, 2, 5, 10, … up to 100 ms between tries, so under load a request can sleep
 far longer than the write it waits for. Writers in one process therefore queue on this lock first (a
 plain FIFO handover, no sleeping); SQLite's lock and busy timeout still order writers in other processes.

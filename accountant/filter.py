@@ -19,15 +19,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Literal, get_args
 
 from accountant import loss
+from accountant.cell_scope import CellScope
 from accountant.events import Event
-from mechanisms import gaussian, gdp
+from mechanisms import gdp
+from mechanisms.gaussian import zcdp
 from mechanisms.rounding import down as _down
-
-if TYPE_CHECKING:
-    from accountant.cells import CellScope
 
 Rule = Literal["basic", "zcdp", "gdp"]
 RULES: tuple[Rule, ...] = get_args(Rule)
@@ -109,7 +108,7 @@ def admits(spent: Spend, epsilon: float, delta: float, budget: Budget) -> bool:
     Basic composition is a valid privacy filter under fully adaptive composition, where each query and
     its (ε, δ) are chosen after seeing earlier answers (Rogers, Roth, Ullman, Vadhan 2016, "Privacy
     Odometers and Filters: Pay-as-you-Go Composition", the basic composition filter), so this rule may
-    stop an analyst at any point (DESIGN.md §4).
+    stop an analyst at any point (docs/privacy.md §5).
 
     Example:
         >>> budget = Budget(1.0, 1e-6)
@@ -225,7 +224,7 @@ def capacity(budget: Budget, accounting: Accounting) -> Capacity:
     if conversion <= 0:
         raise ValueError(f"accounting = {accounting.rule!r} needs a budget delta > 0, got {budget.delta!r}")
     if accounting.rule == "zcdp":
-        amount = gaussian.rho_for(budget.epsilon, conversion)
+        amount = zcdp.rho_for(budget.epsilon, conversion)
     else:
         amount = gdp.mu_for(budget.epsilon, conversion)
     return Capacity(accounting.rule, amount, selection, conversion)

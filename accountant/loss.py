@@ -24,7 +24,8 @@ from accountant.events import (
     ParallelEvent,
     ThresholdEvent,
 )
-from mechanisms import discrete_gaussian, gaussian, gdp, laplace, threshold
+from mechanisms import gdp, laplace, threshold
+from mechanisms.gaussian import gdp_bound, zcdp
 from mechanisms.rounding import sqrt_up
 from mechanisms.rounding import up as _up
 
@@ -77,10 +78,10 @@ def _sequential(event: Event, gaussian_delta: float, conversion: Conversion) -> 
             return _sequential(as_composed(event), gaussian_delta, conversion)
         case GaussianEvent(sensitivity, sigma) if conversion == "gdp":
             # discrete Gaussian: μ_Z-GDP (docs/privacy.md §8); μ-GDP composes as √Σμᵢ² (DRS19 Cor. 3.3)
-            return (Fraction(discrete_gaussian.mu(sensitivity, sigma)) ** 2,), ()
+            return (Fraction(gdp_bound.mu(sensitivity, sigma)) ** 2,), ()
         case GaussianEvent(sensitivity, sigma):
             # discrete Gaussian: Δ2²/(2σ²)-zCDP (CKS20), kept in zCDP to compose exactly
-            return (Fraction(gaussian.rho(sensitivity, sigma)),), ()
+            return (Fraction(zcdp.rho(sensitivity, sigma)),), ()
         case LaplaceEvent(sensitivity, scale):
             return (), ((laplace.epsilon(sensitivity, scale), 0.0),)  # pure ε = Δ1/b (CKS20 §5.2)
         case ThresholdEvent(epsilon, delta):
@@ -103,7 +104,7 @@ def _sequential(event: Event, gaussian_delta: float, conversion: Conversion) -> 
 
 
 def _parallel(events: tuple[Event, ...], gaussian_delta: float, conversion: Conversion) -> tuple[float, float]:
-    # disjoint sets of privacy units: (max εᵢ, max δᵢ) under add/remove adjacency (DESIGN.md §3)
+    # disjoint sets of privacy units: (max εᵢ, max δᵢ) under add/remove adjacency (docs/privacy.md §4)
     costs = [epsilon_delta(child, gaussian_delta, conversion) for child in events]
     return max((e for e, _ in costs), default=0.0), max((d for _, d in costs), default=0.0)
 
@@ -140,9 +141,9 @@ def epsilon_delta(event: Event, gaussian_delta: float, conversion: Conversion = 
         if gaussian_delta == 0:  # neither zCDP nor GDP implies a pure ε: a Gaussian always needs some δ
             raise ValueError("an event with Gaussian noise needs gaussian_delta > 0")
         if conversion == "gdp":
-            epsilon = gaussian.epsilon_of(_sqrt_up(total), gaussian_delta)
+            epsilon = zcdp.epsilon_of(_sqrt_up(total), gaussian_delta)
         else:
-            epsilon = gaussian.epsilon_from_rho(_up(total), gaussian_delta)
+            epsilon = zcdp.epsilon_from_rho(_up(total), gaussian_delta)
         charges += ((epsilon, gaussian_delta),)
     return _sum_up(e for e, _ in charges), _sum_up(d for _, d in charges)
 
@@ -165,7 +166,7 @@ def rho(event: Event) -> float:
         case AutoBoundsEvent():
             return rho(as_composed(event))
         case GaussianEvent(sensitivity, sigma):
-            return gaussian.rho(sensitivity, sigma)
+            return zcdp.rho(sensitivity, sigma)
         case LaplaceEvent(sensitivity, scale):
             epsilon = laplace.epsilon(sensitivity, scale)
             exact = Fraction(epsilon) ** 2 / 2
@@ -227,14 +228,14 @@ def approximate_rho(event: Event) -> tuple[float, float]:
         case AutoBoundsEvent():
             return approximate_rho(as_composed(event))
         case GaussianEvent(sensitivity, sigma):
-            return gaussian.rho(sensitivity, sigma), 0.0
+            return zcdp.rho(sensitivity, sigma), 0.0
         case LaplaceEvent(sensitivity, scale):
             return _pure_rho(laplace.epsilon(sensitivity, scale)), 0.0
         case ThresholdEvent(epsilon, delta):
             return _pure_rho(epsilon), delta
         case GaussianThresholdEvent():
             counts, delta = _selection_parts(event)
-            return gaussian.rho(counts.sensitivity, counts.sigma), delta
+            return zcdp.rho(counts.sensitivity, counts.sigma), delta
         case ComposedEvent(events):
             parts = [approximate_rho(child) for child in events]
             return _sum_up(r for r, _ in parts), _sum_up(d for _, d in parts)
@@ -273,7 +274,7 @@ def approximate_mu(event: Event) -> tuple[float, float]:
             return 0.0, 0.0  # no sensitivity: the output does not depend on the data
         case GaussianEvent(sensitivity, sigma):
             try:
-                return discrete_gaussian.mu(sensitivity, sigma), 0.0
+                return gdp_bound.mu(sensitivity, sigma), 0.0
             except ValueError as err:
                 raise UnsupportedEvent(
                     f'{err}; account for it with accounting = "zcdp"', event="GaussianEvent", sigma=sigma

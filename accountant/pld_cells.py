@@ -7,10 +7,10 @@ history is, in each space, the history of its cell, and its privacy loss is at m
 is therefore min over spaces of max over that space's cells of the cell's PLD figure (`report.pld_report`),
 and never more than the whole history's. Cells with the same set of covering charges share one history,
 so only distinct sets are composed, and a set inside another is skipped (the larger one bounds it).
-Like `report.pld_report`, a report of the fixed history, never an admit rule (DESIGN.md §4).
+Like `report.pld_report`, a report of the fixed history, never an admit rule (docs/privacy.md §5).
 
 Example:
-    >>> from accountant.cells import CellScope
+    >>> from accountant.cell_scope import CellScope
     >>> from accountant.events import GaussianEvent
     >>> north = CellScope.of("visits", "f00d", 4, [0])
     >>> south = CellScope.of("visits", "f00d", 4, [1])

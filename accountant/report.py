@@ -41,7 +41,8 @@ from accountant.filter import (
     fits,
     remaining,
 )
-from mechanisms import gaussian, laplace
+from mechanisms import laplace
+from mechanisms.gaussian import zcdp
 from mechanisms.rounding import down
 from mechanisms.rounding import up as _up
 
@@ -90,7 +91,7 @@ def _epsilon_at(rule: Rule, amount: float, delta: float) -> float:
     """The ε that ρ-zCDP (CKS20 Prop. 12) or μ-GDP (DRS19 Cor. 2.13) amounts to at δ."""
     if amount <= 0:
         return 0.0
-    return gaussian.epsilon_from_rho(amount, delta) if rule == "zcdp" else gaussian.epsilon_of(amount, delta)
+    return zcdp.epsilon_from_rho(amount, delta) if rule == "zcdp" else zcdp.epsilon_of(amount, delta)
 
 
 def account(used: Usage, budget: Budget, accounting: Accounting) -> Account:
@@ -214,7 +215,7 @@ def tightest(history: Sequence[Entry] | Callable[[Rule], Usage], delta: float) -
 
     The minimum over basic composition (if Σδ <= `delta`), zCDP and GDP (if Σδ_sel < `delta`, converting
     at the rest of `delta`). Each is a valid (ε, δ) bound for a fixed sequence of mechanisms; an analyst
-    who chose queries adaptively is held to the rule in force, never to this number (DESIGN.md §4).
+    who chose queries adaptively is held to the rule in force, never to this number (docs/privacy.md §5).
     Never more than the basic-composition ε when that applies, by construction. `history` is the charges,
     or what they use under each rule (`rule -> cells.bound`, e.g. from the ledger's memo).
 
@@ -274,7 +275,7 @@ def how_many(entry: Entry, budget: Budget, accounting: Accounting, *, at_most: i
 @dataclass(frozen=True, slots=True)
 class HistoryReport:
     """(ε, δ) of a fixed history by a privacy-loss-distribution accountant (dp-accounting): a report of the
-    charges as they happened, never a budget rule (DESIGN.md §4: PLD bounds hold for a fixed sequence)."""
+    charges as they happened, never a budget rule (docs/privacy.md §5: PLD bounds hold for a fixed sequence)."""
 
     epsilon: float
     delta: float

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from accountant.filter import Accounting, Budget, Usage, capacity
-from mechanisms import gaussian
+from mechanisms.gaussian import zcdp
 
 _NORMAL = NormalDist()
 ALPHAS: tuple[float, ...] = tuple(sorted({*(10.0 ** (-k / 4) for k in range(4, 33)), *(i / 40 for i in range(41))}))
@@ -65,10 +65,10 @@ def _state(rule: str, amount: float, selection: float, conversion: float) -> Cur
     deltas = [10.0 ** (-k / 2) for k in range(2, 40)]
     if rule == "zcdp":
         def epsilon_at(d: float) -> float:
-            return gaussian.epsilon_from_rho(amount, d) if amount > 0 else 0.0
+            return zcdp.epsilon_from_rho(amount, d) if amount > 0 else 0.0
     else:
         def epsilon_at(d: float) -> float:
-            return gaussian.epsilon_of(amount, d) if amount > 0 else 0.0
+            return zcdp.epsilon_of(amount, d) if amount > 0 else 0.0
     exact = rule == "gdp" and selection == 0
     beta = _gaussian_curve(amount) if exact else _envelope([(epsilon_at(d), d + selection) for d in deltas])
     pairs = tuple(

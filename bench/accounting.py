@@ -4,7 +4,7 @@ Table 1: an analyst with (ε, δ) = (1, 1e-6) runs one fixed query (or a fixed c
 again, each a distinct query so never a free repeat, until the dataset's rule refuses one: how many
 answers, and the noise of each (standard deviation and 95% half-width of the noise, from its distribution
 alone). Workloads: Laplace-only, Gaussian-only, mixed (alternating), and private-partition GROUP BYs.
-Every query is priced by the real planner (`proxy.query.plan`) and admitted by the real filter
+Every query is priced by the real planner (`proxy.query.planner.plan`) and admitted by the real filter
 (`accountant.filter`), exactly as the ledger does.
 
 Table 2: the other way round. To answer k COUNT queries within the same budget, the smallest noise each rule
@@ -39,11 +39,12 @@ from accountant.errors import UnsupportedEvent
 from accountant.events import GaussianEvent, LaplaceEvent
 from accountant.filter import RULES, Accounting, Budget, Entry, Usage, capacity, fits, usage
 from accountant.loss import epsilon_delta
-from mechanisms import discrete_gaussian, gaussian, gdp, laplace
+from mechanisms import gdp, laplace
+from mechanisms.gaussian import gdp_bound, zcdp
 from mechanisms.rounding import down
-from proxy.query import plan
 from proxy.query.catalog import Catalog, ColumnSpec, Mechanism, TableSchema
 from proxy.query.errors import QueryError
+from proxy.query.planner import plan
 
 TABLE = TableSchema(
     "t", "uid",
@@ -169,19 +170,19 @@ def table2(budget: Budget, ks: tuple[int, ...] = (10, 100, 1000)) -> list[dict[s
                         event = LaplaceEvent(1, laplace.scale_for(1, epsilon))
                     else:
                         delta = float(np.nextafter(budget.delta / k, 0.0))
-                        event = GaussianEvent(1, gaussian.sigma_for(1, gaussian.rho_for(epsilon, delta)))
+                        event = GaussianEvent(1, zcdp.sigma_for(1, zcdp.rho_for(epsilon, delta)))
                 elif rule == "zcdp":
                     rho = float(np.nextafter(limit.amount / k, 0.0))
                     if mechanism == "laplace":  # ρ = ε²/2 ⇒ ε = √(2ρ), rounded down
                         epsilon = float(np.nextafter(math.sqrt(2 * rho), 0.0))
                         event = LaplaceEvent(1, laplace.scale_for(1, epsilon))
                     else:
-                        event = GaussianEvent(1, gaussian.sigma_for(1, rho))
+                        event = GaussianEvent(1, zcdp.sigma_for(1, rho))
                 else:
                     mu = float(np.nextafter(limit.amount / math.sqrt(k), 0.0))
                     if mechanism == "gaussian":  # σ inverts the proven μ_Z (docs/privacy.md §8)
                         try:
-                            event = GaussianEvent(1, discrete_gaussian.sigma_for(1, mu))
+                            event = GaussianEvent(1, gdp_bound.sigma_for(1, mu))
                         except ValueError:
                             row[rule] = None  # σ beyond the proven range
                             continue

@@ -60,7 +60,7 @@ VARIANTS = ("fixed", "rows", "auto")
 
 
 def demo_fixed(text: str) -> str:
-    """The generated demo policy (visits on "auto" since the demo went auto, proxy/demo.py) with the fixed bounds
+    """The generated demo policy (visits on "auto" since the demo went auto, proxy/cli/demo.py) with the fixed bounds
     it had before: the `fixed` variant, and what the others edit (tests/conftest.py `fixed_bounds` does the same)."""
     for pattern, line in ((r'^max_groups = "auto"\nmax_groups_limit = \d+$', "max_groups = 4"),
                           (r'^max_rows = "auto"\nmax_rows_limit = \d+$', "max_rows = 20"),

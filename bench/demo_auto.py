@@ -1,4 +1,4 @@
-"""The demo on automatic bounds (proxy/demo.py) beside its former fixed bounds, for the shapes that used to be
+"""The demo on automatic bounds (proxy/cli/demo.py) beside its former fixed bounds, for the shapes that used to be
 refused on auto tables: median relative error per group over the answers, through proxy.pipeline in process.
 
     python bench/demo_auto.py [--rows 1000000] [--users 50000] [--answers 20] [--epsilon 1] [--dir bench/data-1m]

@@ -6,7 +6,7 @@
 1. Queries that fit. The drill-down workload is one query per region × age band on `visits` of the demo
    policy: 5 regions × 8 bands, ε each. It is repeated in rounds until nothing more is admitted. Then a
    mixed workload interleaves region-only, band-only and row-level-only queries. Each query is planned
-   exactly as the proxy plans it (`proxy.query.plan`) and admitted by a SQLite ledger, with cell
+   exactly as the proxy plans it (`proxy.query.planner.plan`) and admitted by a SQLite ledger, with cell
    accounting on (per cell) and off (sequential: every charge covers every unit).
 2. Admit latency with 1k and 10k charges already recorded, for one analyst. The charges are scoped like
    the drill-down, over two tables: `visits`, 2 axes and 532 cells; `users`, 3 axes and 3 192 cells. Both
@@ -38,18 +38,20 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from accountant.cells import CellScope
+from accountant.cell_scope import CellScope
 from accountant.errors import BudgetExceeded
 from accountant.events import LaplaceEvent
 from accountant.filter import Budget
-from accountant.ledger import Charge, SqliteLedger, _Admitting
-from accountant.postgres import PostgresLedger
-from proxy.demo import REGIONS, build_demo
-from proxy.engine import Engine
-from proxy.policy import load_policy
-from proxy.query import QueryPlan, plan
+from accountant.ledger.admit import _Admitting
+from accountant.ledger.charges import Charge
+from accountant.ledger.postgres import PostgresLedger
+from accountant.ledger.sqlite import SqliteLedger
+from proxy.cli.demo import REGIONS, build_demo
+from proxy.engines.duckdb_engine import Engine
+from proxy.policy.load import load_policy
+from proxy.query.analyse.cell_space import cell_space
 from proxy.query.catalog import Catalog
-from proxy.query.scope import cell_space
+from proxy.query.planner import QueryPlan, plan
 
 BANDS = ((18, 24), (25, 34), (35, 44), (45, 54), (55, 64), (65, 74), (75, 84), (85, 90))
 

@@ -14,7 +14,7 @@ Phases, one after the other, each `--seconds` long, against one server (127.0.0.
 
 It prints, per phase, p50/p95/max latency (ms) and the count and statuses of each kind of request, and the
 heavy clients' outcomes (answered, 429, other). Latencies are wall-clock on a machine that may be shared:
-compare phases of one run, not runs. The dataset is proxy.demo.build_demo in --dir (reused when its
+compare phases of one run, not runs. The dataset is proxy.cli.demo.build_demo in --dir (reused when its
 dataset.json records the same size), with a budget no run exhausts and a fresh ledger per run.
 """
 
@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:
 
 import httpx  # noqa: E402
 
-from proxy.demo import build_demo  # noqa: E402
+from proxy.cli.demo import build_demo  # noqa: E402
 
 HEAVY = ("SELECT day, age, category, region, COUNT(*) AS n{tag}, SUM(amount) AS s FROM visits "
          "GROUP BY day, age, category, region")

@@ -12,7 +12,7 @@ of this process's CPU time (`time.thread_time`) and of wall time, in ms. Postgre
 CPU column (it is in the wall one). PostgreSQL runs in a fresh schema, dropped afterwards.
 
 Before (main at c728f09: the memo's check counted the history) and after (branch ledgerflat: the check reads
-the history's tally, accountant/tallies.py), run back to back on one machine, `--calls 100`, p50 ms cpu/wall:
+the history's tally, accountant/ledger/tallies.py), run back to back on one machine, `--calls 100`, p50 ms cpu/wall:
 
     store       charges   admit+dataset before -> after   tallied(all) before -> after   tallied(a0)
     sqlite        1,000    0.45 / 0.67 -> 0.46 / 0.73     0.09 / 0.09 -> 0.06 / 0.06     0.05 -> 0.04
@@ -42,9 +42,11 @@ from ledger_latency import pg_schema
 
 from accountant.events import LaplaceEvent
 from accountant.filter import Budget
-from accountant.ledger import Charge, SqliteLedger, _Admitting
-from accountant.postgres import PostgresLedger
-from accountant.sql_rows import charge_row
+from accountant.ledger.admit import _Admitting
+from accountant.ledger.charges import Charge
+from accountant.ledger.postgres import PostgresLedger
+from accountant.ledger.sql_rows import charge_row
+from accountant.ledger.sqlite import SqliteLedger
 
 BUDGET = Budget(1e9, 0.5)
 EPSILON = 0.001

@@ -31,8 +31,10 @@ import psycopg
 
 from accountant.events import LaplaceEvent
 from accountant.filter import Budget, total
-from accountant.ledger import Charge, SqliteLedger, _Admitting
-from accountant.postgres import PostgresLedger
+from accountant.ledger.admit import _Admitting
+from accountant.ledger.charges import Charge
+from accountant.ledger.postgres import PostgresLedger
+from accountant.ledger.sqlite import SqliteLedger
 
 BUDGET = Budget(1e9, 0.5)
 EPSILON = 0.001

@@ -38,11 +38,12 @@ import numpy as np  # noqa: E402
 from auto_utility import demo_fixed  # noqa: E402
 
 from mechanisms.sampling import SecureSampler  # noqa: E402
-from proxy.demo import build_demo  # noqa: E402
-from proxy.policy import load_policy  # noqa: E402
-from proxy.query import plan, quantile_noise  # noqa: E402
-from proxy.query.error_bars import error_bar  # noqa: E402
-from proxy.query.release import release  # noqa: E402
+from proxy.cli.demo import build_demo  # noqa: E402
+from proxy.policy.load import load_policy  # noqa: E402
+from proxy.query.planner import plan  # noqa: E402
+from proxy.query.price import quantiles  # noqa: E402
+from proxy.query.release.error_bars import error_bar  # noqa: E402
+from proxy.query.release.publish import release  # noqa: E402
 
 WORKLOAD = {
     "median": ("SELECT region, MEDIAN(amount) FROM visits GROUP BY region",
@@ -95,8 +96,8 @@ def measure_joint(con: duckdb.DuckDBPyConnection, catalog: object, answers: int,
     """Per quantile of JOINT: within 5 %, median and p95 relative error, the 95 % rank error bar."""
     truth = {r: tuple(float(v) for v in vs) for r, *vs in con.execute(JOINT).fetchall()}
     sampler = SecureSampler()
-    saved = quantile_noise.JOINT_AT_LEAST
-    quantile_noise.JOINT_AT_LEAST = 3 if joint else 10**9  # the split: one mechanism per quantile
+    saved = quantiles.JOINT_AT_LEAST
+    quantiles.JOINT_AT_LEAST = 3 if joint else 10**9  # the split: one mechanism per quantile
     try:
         errors: list[list[float]] = [[], [], []]
         bars: list[float] = []
@@ -115,7 +116,7 @@ def measure_joint(con: duckdb.DuckDBPyConnection, catalog: object, answers: int,
                 for k, v in enumerate(values):
                     errors[k].append(abs(float(v) - truth[region][k]) / abs(truth[region][k]))
     finally:
-        quantile_noise.JOINT_AT_LEAST = saved
+        quantiles.JOINT_AT_LEAST = saved
     dp, plain = np.asarray(dp_times) * 1e3, np.asarray(plain_times) * 1e3
     timing = {"dp_p50": float(np.median(dp)), "dp_p90": float(np.quantile(dp, 0.9)),
               "plain_p50": float(np.median(plain)), "ratio": float(np.median(dp) / np.median(plain))}

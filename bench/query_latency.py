@@ -1,4 +1,4 @@
-"""Query latency of the DP proxy against plain DuckDB on the demo dataset (DESIGN.md §7).
+"""Query latency of the DP proxy against plain DuckDB on the demo dataset (docs/privacy.md §11).
 
     python bench/query_latency.py [--rows 10000000] [--users 200000] [--repeat 30] [--dir bench/data]
 
@@ -6,7 +6,7 @@ For each workload query it measures, with time.perf_counter, one untimed warm-up
 
     (a) plain     plain DuckDB running the analyst's SQL as is (non-private) on a read-only connection
                   with the engine's threads and memory limit
-    engine        the rewritten (bounded, clamped) SQL alone, through proxy.engine.Engine.run
+    engine        the rewritten (bounded, clamped) SQL alone, through proxy.engines.duckdb_engine.Engine.run
     no-bound      diagnostic: the rewritten SQL with its QUALIFY clauses (the L∞ and L0 contribution
                   bounding) removed, same engine; engine − no-bound is the cost of bounding
     (b) pipeline  proxy.pipeline.answer in process: plan, real SQLite ledger admit, engine, release with the
@@ -20,7 +20,7 @@ comes first; the number of runs is reported. Phases run one after the other (nev
 plain, then the in-process proxy, then the HTTP server. A measurement whose warm-up fails (engine timeout,
 out of memory) is reported as failed; the later measurements of that query are then skipped.
 
-The dataset is proxy.demo.build_demo at the requested size in --dir, reused when dataset.json there
+The dataset is proxy.cli.demo.build_demo at the requested size in --dir, reused when dataset.json there
 records the same size. The generated policy's budgets lines are rewritten to a budget large enough for
 the run; every run uses a fresh ledger file (bench-ledger.sqlite in --dir).
 """
@@ -62,9 +62,9 @@ from utility import request_epsilon, utility  # noqa: E402
 
 from proxy import pipeline  # noqa: E402
 from proxy.app import build_env  # noqa: E402
-from proxy.demo import build_demo  # noqa: E402
-from proxy.policy import AnalystPolicy, load_policy  # noqa: E402
-from proxy.query.release import release  # noqa: E402
+from proxy.cli.demo import build_demo  # noqa: E402
+from proxy.policy.load import AnalystPolicy, load_policy  # noqa: E402
+from proxy.query.release.publish import release  # noqa: E402
 from proxy.schemas import QueryRequest  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
 
@@ -217,7 +217,7 @@ def ensure_dataset(directory: Path, *, rows: int, users: int) -> tuple[dict[str,
         print(f"building the demo dataset: {rows:,} visits of {users:,} users in {directory}/ ...", flush=True)
         t0 = time.perf_counter()
         build_demo(directory, users=users, rows=rows)
-        meta = {"rows": rows, "users": users, "generator": "proxy.demo.build_demo",
+        meta = {"rows": rows, "users": users, "generator": "proxy.cli.demo.build_demo",
                 "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "build_seconds": round(time.perf_counter() - t0, 2)}
         meta_path.write_text(json.dumps(meta, indent=2) + "\n")
@@ -278,7 +278,7 @@ def set_bounding(policy: Path, bounding: str) -> None:
 def build_bounding_store(settings: Settings) -> float:
     """Build the demo's bounding store from scratch (as `dpproxy prepare` does); its wall time in seconds."""
     from proxy.app import store_dir
-    from proxy.store import build_store, deployment_key
+    from proxy.store.duckdb_store import build_store, deployment_key
 
     policy = load_policy(settings.policy)
     dataset = policy.dataset(DATASET)

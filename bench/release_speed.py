@@ -14,9 +14,9 @@ import statistics
 import time
 
 from mechanisms.sampling import SecureSampler
-from proxy.query import plan
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-from proxy.query.release import release
+from proxy.query.planner import plan
+from proxy.query.release.publish import release
 
 
 def _median_s(fn: object, runs: int = 3) -> float:

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from proxy.demo import build_demo  # noqa: E402
+from proxy.cli.demo import build_demo  # noqa: E402
 
 
 def _port() -> int:

@@ -43,12 +43,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 import duckdb  # noqa: E402
 from query_latency import build_bounding_store, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
 
-from accountant.ledger import StoredRelease  # noqa: E402
-from proxy import pipeline, routes  # noqa: E402
+from accountant.ledger.charges import StoredRelease  # noqa: E402
+from proxy import pipeline  # noqa: E402
 from proxy.app import build_env  # noqa: E402
-from proxy.audit_trail import answered  # noqa: E402
-from proxy.budget_view import budget_now  # noqa: E402
-from proxy.query.release import release  # noqa: E402
+from proxy.http import routes  # noqa: E402
+from proxy.http.middleware.audit_trail import answered  # noqa: E402
+from proxy.http.views.budget import budget_now  # noqa: E402
+from proxy.query.release.publish import release  # noqa: E402
 from proxy.schemas import QueryRequest  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
 

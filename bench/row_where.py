@@ -5,9 +5,9 @@ missing, as `serve` does), this runs the exact bounded answer (no noise) three w
 time (all threads, p50) beside plain DuckDB on the source, and the bias: the median relative error per
 group of the bounded answer against the plain, unbounded one.
 
-* windows: the per-query windows of rewrite.py over the store (bound after the WHERE; the old store path)
+* windows: the per-query windows of rewrite/per_query.py over the store (bound after the WHERE; the old store path)
 * rank filter: the stored ranks filtered after the WHERE (`rewrite_ranked(..., row_where="filter")`)
-* cells: one aggregation per (unit, group) cell after the WHERE (rewrite_cells.py; what runs now)
+* cells: one aggregation per (unit, group) cell after the WHERE (rewrite/cells.py; what runs now)
 
     python bench/row_where.py --dir bench/data        # a directory written by bench/query_latency.py
 
@@ -33,11 +33,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from proxy.app import open_bounding_store, store_dir  # noqa: E402
-from proxy.policy import load_policy  # noqa: E402
-from proxy.query import plan  # noqa: E402
-from proxy.query.rewrite import rewrite  # noqa: E402
-from proxy.query.rewrite_cells import rewrite_cells  # noqa: E402
-from proxy.query.rewrite_ranked import rewrite_ranked  # noqa: E402
+from proxy.policy.load import load_policy  # noqa: E402
+from proxy.query.planner import plan  # noqa: E402
+from proxy.query.rewrite.cells import rewrite_cells  # noqa: E402
+from proxy.query.rewrite.on_store import rewrite_ranked  # noqa: E402
+from proxy.query.rewrite.per_query import rewrite  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
 
 QUERIES = (

@@ -8,7 +8,7 @@ and for every workload query (bench/query_latency.py WORKLOAD), one warm-up then
     spark plain    the analyst's SQL as is (non-private) on Spark over the Parquet views
     spark engine   the rewritten (bounded, clamped) SQL rendered for Spark, through SparkEngine.run
     spark store    the store's SQL (bounding = "store": rank filters, no window per query) on the bounding store
-                   Spark built (proxy/engines/spark_store.py), through SparkStoreEngine.run
+                   Spark built (proxy/store/spark_store.py), through SparkStoreEngine.run
     spark proxy    proxy.pipeline.answer in process on the Spark dataset: plan, admit (SQLite), Spark, release
                    (bounded by its store, or per query with --proxy-bounding per_query)
     duckdb plain   the analyst's SQL on DuckDB (the demo file, same threads)
@@ -19,7 +19,8 @@ It reports p50/p95 latency per cell and the median CPU time per run of this proc
 store/plain and proxy/plain, whether both engines returned identical rows before noise (same salt; the store
 path against DuckDB's store built with the same keyed hash), and the median relative error of the Spark
 release against the true answer (plain), over every released numeric cell. Once per run it times the one-off
-store builds: Spark's, DuckDB's with the explicit keyed hash, and DuckDB's with its HASH (proxy/store.py's).
+store builds: Spark's, DuckDB's with the explicit keyed hash, and DuckDB's with its HASH
+(proxy/store/duckdb_store.py's).
 """
 
 from __future__ import annotations
@@ -49,13 +50,14 @@ from proxy import pipeline  # noqa: E402
 from proxy.app import build_env  # noqa: E402
 from proxy.engines.duckdb_engine import Engine  # noqa: E402
 from proxy.engines.spark_engine import SparkEngine, session  # noqa: E402
-from proxy.engines.spark_store import SparkStoreEngine, _remove  # noqa: E402
-from proxy.policy import load_policy  # noqa: E402
-from proxy.query import plan, ranked  # noqa: E402
-from proxy.query.render import render, render_text  # noqa: E402
+from proxy.policy.load import load_policy  # noqa: E402
+from proxy.query.planner import plan  # noqa: E402
+from proxy.query.rewrite import store_layout  # noqa: E402
+from proxy.query.rewrite.render import render, render_text  # noqa: E402
 from proxy.schemas import QueryRequest  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
-from tests.spark_data import export_parquet, spark_policy  # noqa: E402
+from proxy.store.spark_store import SparkStoreEngine, _remove  # noqa: E402
+from tests.support.spark_data import export_parquet, spark_policy  # noqa: E402
 
 _UNIQUE = itertools.count(1)
 
@@ -103,7 +105,7 @@ def duckdb_store_builds(database: Path, catalog: Any, key: str) -> dict[str, flo
         t0 = time.perf_counter()
         for table in catalog.tables:
             con.execute(f'CREATE TABLE "{table.name}" AS '
-                        f'{ranked.select_sql(table, key, f"src.{table.name}", hash_name)}')  # type: ignore[arg-type]
+                        f'{store_layout.select_sql(table, key, f"src.{table.name}", hash_name)}')  # type: ignore[arg-type]
         out[hash_name] = round(time.perf_counter() - t0, 1)
         con.close()
     return out
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     keyed_store.execute(f"ATTACH '{directory / 'demo.duckdb'}' AS src (READ_ONLY)")
     for table in dataset.catalog.tables:
         keyed_store.execute(f'CREATE TABLE "{table.name}" AS '
-                            f'{ranked.select_sql(table, key, f"src.{table.name}", "keyed")}')
+                            f'{store_layout.select_sql(table, key, f"src.{table.name}", "keyed")}')
     all_errors: list[float] = []
     chosen = None if args.queries is None else set(args.queries.split(","))
     for w in (w for w in WORKLOAD if chosen is None or w.name in chosen):

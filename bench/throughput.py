@@ -10,7 +10,7 @@ moves far less than latency, so it is the figure to compare between runs; and of
 main thread: HTTP parsing, middlewares, routing, the access log), the HTTP layer's share. With `--workers N`
 the server is N processes (`dpproxy serve --workers N`): CPU is summed over them and their supervisor.
 Every request differs from all earlier ones (the output alias `n<i>`), so none is answered from a stored
-release; a non-200 answer fails the run. The bench analyst's per-analyst limits (proxy/limits.py: 600 queries
+release; a non-200 answer fails the run. The bench analyst's per-analyst limits (proxy/policy/limits.py: 600 queries
 per minute by default) are raised in the bench's policy, so the rate measured is the server's, not the
 throttle's. The machine load before and after is printed: on a shared machine
 wall times are inflated, so compare with the plain figure of the same run.

@@ -5,7 +5,7 @@
 
 Serves the demo dataset with a real `python -m proxy serve` (uvicorn, HTTP on 127.0.0.1) twice, one after
 the other: as generated (`answer_time = "immediate"`: an answer leaves when ready) and with
-`answer_time = "padded"` (proxy/answer_timing.py: every outcome after admission leaves `padded_ms` after
+`answer_time = "padded"` (proxy/run/padding.py: every outcome after admission leaves `padded_ms` after
 it). Against each it sends interleaved pairs of queries that differ only in the data they touch:
 
     sampler   MEDIAN(amount) of every visit (a scan of every row, and the exponential mechanism's sampler on a

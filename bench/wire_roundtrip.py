@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
 import httpx  # noqa: E402
 import psycopg  # noqa: E402
 
-from proxy.demo import build_demo  # noqa: E402
+from proxy.cli.demo import build_demo  # noqa: E402
 
 SQL = "SELECT region, COUNT(*) AS n FROM visits GROUP BY region"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from statistics import NormalDist
 
-from mechanisms import gaussian
+from mechanisms.gaussian import zcdp
 
 _STANDARD = NormalDist()
 _INV_SQRT_2PI = 1.0 / math.sqrt(2 * math.pi)
@@ -102,12 +102,12 @@ def mu_for(epsilon: float, delta: float) -> float:
 
     μ-GDP implies (ε, δ(ε))-DP for every ε (DRS19 Cor. 2.13), and δ(ε) rises with μ, so a history that is
     μ-GDP with μ <= `mu_for(ε, δ)` is (ε, δ)-DP. The target is shrunk by a relative 1e-6, far above the
-    evaluation error of `delta_of` for ε >= 1e-3 (checked against mpmath in tests/test_gdp.py); smaller
+    evaluation error of `delta_of` for ε >= 1e-3 (checked against mpmath in tests/mechanisms/test_gdp.py); smaller
     budgets are refused.
 
     Example:
         >>> m = mu_for(1.0, 1e-6)
-        >>> round(m, 6), gaussian.delta_of(1.0, m) <= 1e-6
+        >>> round(m, 6), zcdp.delta_of(1.0, m) <= 1e-6
         (0.236704, True)
     """
     _check("epsilon", epsilon)
@@ -118,7 +118,7 @@ def mu_for(epsilon: float, delta: float) -> float:
     target = delta * (1 - _DELTA_MARGIN)
 
     def ok(mu: float) -> bool:
-        return gaussian.delta_of(epsilon, mu) <= target
+        return zcdp.delta_of(epsilon, mu) <= target
 
     lo, hi = 0.0, 1.0
     while ok(hi):

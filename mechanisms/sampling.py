@@ -1,8 +1,8 @@
-"""Noise sampling: the only module of the project that draws randomness (STYLE.md B6).
+"""Noise sampling: the only module of the project that draws randomness (docs/architecture.md).
 
 `SecureSampler` draws the exact discrete Laplace and discrete Gaussian of CKS20 (arXiv:2004.00010) through
 OpenDP, which samples from the OS CSPRNG: no floating-point noise (Mironov 2012), no seed, and nothing
-derived from the query (DESIGN.md §5). Values live on the integer grid and stay below 2**62 in magnitude,
+derived from the query (docs/privacy.md §2). Values live on the integer grid and stay below 2**62 in magnitude,
 so adding noise cannot reach OpenDP's saturating i64 arithmetic in practice.
 `SecureSampler.exponential_index` draws an index i with probability ∝ exp(−xᵢ) for rational xᵢ exactly
 (Bernoulli(exp(−x)) of CKS20 §5.1 under a uniform proposal; no floating point), for the DP quantile.

@@ -87,14 +87,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         case "recommend":
             return _recommend(args)
         case "audit-verify":
-            from proxy.audit_cli import audit_verify
+            from proxy.cli.audit import audit_verify
 
             return audit_verify(args.ledger)
     return 2
 
 
 def _demo(directory: Path, *, users: int, rows: int) -> Path:
-    from proxy.demo import build_demo
+    from proxy.cli.demo import build_demo
 
     print(f"building the demo dataset in {directory}/ ({rows:,} visits of {users:,} users) ...", file=sys.stderr)
     files = build_demo(directory, users=users, rows=rows)
@@ -138,7 +138,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     http, loop = protocol_stack(args.http, args.loop)
     if http == "httptools":  # h11 for a method httptools does not know: the app's JSON 405, as before
-        from proxy.http_protocol import HttpToolsWithH11Methods
+        from proxy.http.protocol import HttpToolsWithH11Methods
 
         http = HttpToolsWithH11Methods  # type: ignore[assignment]
     options: dict[str, object] = {
@@ -165,10 +165,11 @@ def _before_workers(settings: object) -> str | None:
     """Before `serve --workers N` starts its processes: the policy loads, no dataset runs on Spark (a Spark
     session per process would each claim the cluster's cores), and every bounding store and the bounding key
     exist (built once here, not raced by N processes at start-up). The problem, or None."""
-    from proxy.app import open_bounding_store, store_dir
-    from proxy.engine import EngineError
-    from proxy.policy import PolicyFileError, load_policy
+    from proxy.app import store_dir
+    from proxy.engines.base import EngineError
+    from proxy.policy.load import PolicyFileError, load_policy
     from proxy.settings import Settings
+    from proxy.store.open import open_bounding_store
 
     assert isinstance(settings, Settings)
     try:
@@ -212,10 +213,11 @@ def _prepare(path: Path, only: str | None) -> int:
     import logging
     import time
 
-    from proxy.app import open_bounding_store, store_dir
-    from proxy.engine import EngineError
-    from proxy.policy import load_policy
+    from proxy.app import store_dir
+    from proxy.engines.base import EngineError
+    from proxy.policy.load import load_policy
     from proxy.settings import Settings
+    from proxy.store.open import open_bounding_store
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     policy = load_policy(path)
@@ -239,7 +241,7 @@ def _prepare(path: Path, only: str | None) -> int:
 
 
 def _check(path: Path) -> int:
-    from proxy.policy import policy_problems
+    from proxy.policy.load import policy_problems
 
     problems = policy_problems(path)
     for problem in problems:
@@ -250,9 +252,9 @@ def _check(path: Path) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from proxy.policy import load_policy
-    from proxy.query import plan
+    from proxy.policy.load import load_policy
     from proxy.query.errors import QueryError
+    from proxy.query.planner import plan
 
     policy = load_policy(args.policy)
     dataset = policy.dataset(args.dataset)
@@ -272,7 +274,7 @@ def _explain(args: argparse.Namespace) -> int:
         return 1
     price = planned.price
     if dataset.spark is not None and planned.tree is not None:  # the SQL Spark would run for this dataset
-        from proxy.query.render import render
+        from proxy.query.rewrite.render import render
 
         print(render(planned.tree, dataset.spark.target(dataset.name)))
     else:
@@ -291,9 +293,9 @@ def _recommend(args: argparse.Namespace) -> int:
     from accountant.errors import UnsupportedEvent
     from accountant.filter import RULES, Accounting, Budget, Entry, capacity, cost
     from accountant.report import how_many
-    from proxy.policy import load_policy
-    from proxy.query import plan
+    from proxy.policy.load import load_policy
     from proxy.query.errors import QueryError
+    from proxy.query.planner import plan
 
     policy = load_policy(args.policy)
     dataset = policy.dataset(args.dataset)

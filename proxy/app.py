@@ -1,7 +1,7 @@
 """create_app(settings) -> FastAPI: the lifespan builds the Env (policy, engines, ledger, sampler).
 
 Around the routes: `Observe` (request ids, metrics, access log, recent rejections) and the operator routes
-of `proxy.ops` (/readyz, /metrics) and `proxy.dashboard` (/dashboard). See docs/operations.md.
+of `proxy.http.ops` (/readyz, /metrics) and `proxy.http.dashboard` (/dashboard). See docs/operations.md.
 """
 
 from __future__ import annotations
@@ -17,28 +17,30 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
-from accountant.audit import open_audit
-from accountant.stores import open_ledger
+from accountant.audit.log import open_audit
+from accountant.ledger.stores import open_ledger
 from mechanisms.sampling import SecureSampler
-from proxy import apidocs, audit_routes, dashboard, errors, logs, ops, routes
-from proxy.audit_trail import AuditTrail
-from proxy.engine import EngineMisconfigured, QueryEngine
+from proxy import logs
+from proxy.engines.base import EngineMisconfigured, QueryEngine
 from proxy.engines.open import open_engine
-from proxy.hygiene import Hygiene
-from proxy.intake import Intake
-from proxy.metrics import Metrics
-from proxy.observe import Observe, Rejections
+from proxy.http import apidocs, audit_routes, dashboard, errors, ops, routes
+from proxy.http.metrics import Metrics
+from proxy.http.middleware.access_log import Observe, Rejections
+from proxy.http.middleware.audit_trail import AuditTrail
+from proxy.http.middleware.body_gate import Intake
+from proxy.http.middleware.path_rules import Hygiene
 from proxy.pipeline import Env, StageTimer, untimed
-from proxy.policy import DatasetPolicy, Policy, load_policy
-from proxy.policy_public import public_table_problems
-from proxy.runner import QueryRunner
+from proxy.policy.load import Policy, load_policy
+from proxy.policy.public_tables import public_table_problems
+from proxy.run.query_pool import QueryRunner
+from proxy.run.throttle import Throttle
 from proxy.settings import Settings
-from proxy.store import StoreEngine
-from proxy.throttle import Throttle
+from proxy.store.duckdb_store import StoreEngine
+from proxy.store.open import open_bounding_store
 from proxy.wire.server import WireServer
 
 if TYPE_CHECKING:
-    from proxy.engines.spark_store import SparkStoreEngine
+    from proxy.store.spark_store import SparkStoreEngine
 
 log = logging.getLogger(__name__)
 
@@ -73,17 +75,6 @@ def build_env(settings: Settings, *, timed: StageTimer = untimed) -> Env:
 def store_dir(settings: Settings, policy: Policy) -> Path:
     """Where bounding stores and the deployment key live: DPPROXY_STORE_DIR, else beside the ledger file."""
     return settings.store_dir or policy.ledger.parent
-
-
-def open_bounding_store(dataset: DatasetPolicy, directory: Path, settings: Settings) -> StoreEngine | SparkStoreEngine:
-    """The dataset's bounding store beside the ledger, built (or rebuilt) first when missing or stale."""
-    if dataset.engine == "spark" and dataset.spark is not None:  # built by Spark as Parquet
-        from proxy.engines.spark_store import SparkStoreEngine
-
-        return SparkStoreEngine(dataset.name, dataset.spark, dataset.catalog, directory,
-                                timeout_s=settings.query_timeout_s)
-    return StoreEngine(dataset.name, dataset.path, dataset.catalog, directory, threads=settings.threads,
-                       memory_limit=settings.memory_limit, timeout_s=settings.query_timeout_s)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -124,7 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Differentially private SQL over HTTP: GROUP BY answers with noise, charged to a budget.",
         version="0.1.0",
         lifespan=lifespan,
-        docs_url=None, redoc_url=None,  # opt-in: proxy/apidocs.py
+        docs_url=None, redoc_url=None,  # opt-in: proxy/http/apidocs.py
         redirect_slashes=False,  # `/v1/budget/` is a 404, not a redirect built from the Host header
     )
     metrics = Metrics(lambda: getattr(app.state, "env", None))

@@ -6,7 +6,7 @@
 
 The access line is built from a fixed set of fields (`ACCESS_FIELDS`): route templates, never paths or
 query strings, and never SQL text, literals or result values. Other loggers keep their own messages (the
-engine's text, which may quote data, goes only here, by design: DESIGN.md §6).
+engine's text, which may quote data, goes only here, by design: docs/architecture.md, the security boundary).
 """
 
 from __future__ import annotations
@@ -148,8 +148,8 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
 def configure(fmt: LogFormat = "json", level: str = "info") -> Callable[[], None]:
     """Send every log record (uvicorn's included) to stderr as `fmt`, and return the undo.
 
-    uvicorn's own access log is turned off: the access line of `proxy.observe` replaces it (it has the
-    request id, the outcome code and the analyst, and never a query string). Idempotent.
+    uvicorn's own access log is turned off: the access line of `proxy.http.middleware.access_log` replaces it (it has
+    the request id, the outcome code and the analyst, and never a query string). Idempotent.
     """
     root = logging.getLogger()
     if any(getattr(h, "dpproxy", False) for h in root.handlers):

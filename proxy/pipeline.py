@@ -1,12 +1,12 @@
-"""The request path (DESIGN.md §1): plan (pure, free to reject) → admit (atomic charge) → run → release.
+"""The request path (docs/architecture.md): plan (pure, free to reject) → admit (atomic charge) → run → release.
 
 A charge is committed before any result exists and is never refunded: if the engine fails afterwards, the
 charge stays and the error says so (`charged: true`). The post-admit work (execute, release, render) has
-one time limit, `query_timeout_s` from admission (proxy/deadline.py): an answer not ready by then is a
+one time limit, `query_timeout_s` from admission (proxy/run/deadline.py): an answer not ready by then is a
 charged `timeout` and is never released. An identical request (same analyst, dataset and
 effective parameters, and a query whose answer is the same function of the data: `repeat_identity`, whatever
 its dialect or spelling) gets the stored release back, byte for byte, at no charge, so repeating a query can
-never average its noise away (DESIGN.md §5).
+never average its noise away (docs/privacy.md §2).
 
 An idempotency key (`reply(..., idempotency_key=…)`: the `Idempotency-Key` header) makes a retry after a
 crash free: the key is bound to its charge in the admit that commits it, and a retry with it gets the stored
@@ -25,25 +25,27 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from accountant.chain import AuditRecord
+from accountant.audit.chain import AuditRecord
 from accountant.errors import ChargeUncertain, IdempotencyKeySpent
 from accountant.filter import Budget
-from accountant.ledger import ANSWERED, Charge, Claim, Idempotency, Ledger, StoredRelease, check_claim, is_key
+from accountant.ledger.admit import check_claim
+from accountant.ledger.charges import ANSWERED, Charge, Claim, Idempotency, Ledger, StoredRelease, is_key
 from mechanisms.sampling import Sampler
-from proxy import answer_timing, auto_run, faults
-from proxy.auth import dataset_for
-from proxy.deadline import Deadline
-from proxy.engine import QueryEngine
-from proxy.policy import AnalystPolicy, DatasetPolicy, Policy, check_accountable
-from proxy.query import QueryPlan, plan, repeat_identity
-from proxy.query.analyse import public_cells
-from proxy.query.auto_bounds import ChosenBounds
+from proxy.engines.base import QueryEngine
+from proxy.policy.access import dataset_for
+from proxy.policy.load import AnalystPolicy, DatasetPolicy, Policy, check_accountable
+from proxy.query import auto_release
+from proxy.query.analyse.analysis import public_cells
+from proxy.query.auto.bounds import ChosenBounds
 from proxy.query.errors import InvalidParameter, PolicyError
-from proxy.query.release import Release, release
-from proxy.query.render import DUCKDB, render, render_text
+from proxy.query.planner import QueryPlan, plan, repeat_identity
+from proxy.query.release.publish import Release, release
+from proxy.query.rewrite.render import DUCKDB, render, render_text
+from proxy.run import faults, padding
+from proxy.run.deadline import Deadline
 from proxy.schemas import QueryRequest
 from proxy.settings import Settings
-from proxy.store import StoreEngine
+from proxy.store.duckdb_store import StoreEngine
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +103,7 @@ class Answer:
 
 
 def engine_sql(planned: QueryPlan, engine: QueryEngine | StoreEngine) -> str:
-    """The plan's query as `engine` reads it: its tree through the engine's dialect (proxy/query/render.py);
+    """The plan's query as `engine` reads it: its tree through the engine's dialect (proxy/query/rewrite/render.py);
     a bounding store's SQL, which has no tree, as it is for DuckDB and through `render_text` for Spark's store."""
     target = getattr(engine, "target", DUCKDB)
     if planned.tree is None:  # a bounding store's SQL: DuckDB's text, rendered for Spark's store (render_text)
@@ -160,19 +162,19 @@ def reply(
     idempotency_key: str | None = None,
 ) -> Reply:
     """The answer to `req`: the stored release of an identical earlier request (its error bars by `rebar` at
-    this request's confidence, proxy/repeat_bars.py), else a new charged one, delivered within `deadline`
-    (default: `query_timeout_s` from admission). `on_planned` sees the plan before anything else happens (the
+    this request's confidence, proxy/http/views/repeat_error_bars.py), else a new charged one, delivered within
+    `deadline` (default: `query_timeout_s` from admission). `on_planned` sees the plan before anything else happens (the
     audit trail records its normalised SQL instead of parsing it again). `audited(answer)` is the answer's
-    `answered` audit entry, committed with its stored release in one durable transaction (proxy/audit_trail.py
-    then has nothing left to write before the answer leaves).
+    `answered` audit entry, committed with its stored release in one durable transaction
+    (proxy/http/middleware/audit_trail.py then has nothing left to write before the answer leaves).
 
-    With `idempotency_key` (checked: `accountant.charges.is_key`, else `invalid_parameter`), a key already
+    With `idempotency_key` (checked: `accountant.ledger.charges.is_key`, else `invalid_parameter`), a key already
     bound to another request is refused free (`idempotency_key_reused`), one whose charge ended in a charged
     error too (`idempotency_key_spent`), and otherwise the request runs under the key's charge, or a new one
     that binds the key. The first outcome of a keyed charge is its only one: a run's answer leaves only if
     storing it also made it the key's outcome; a charged error of a keyed request must be made the key's
     outcome with `settle_keyed` before it is sent (the caller does it, since a time limit can pass outside
-    this call: proxy/runner.py)."""
+    this call: proxy/run/query_pool.py)."""
     if idempotency_key is not None and not is_key(idempotency_key):
         raise InvalidParameter("an Idempotency-Key is 1 to 128 characters of A-Z a-z 0-9 _ . : - (a UUID fits)",
                                parameter="Idempotency-Key")
@@ -185,7 +187,7 @@ def reply(
     if claim is not None:  # bound to another request: refused before anything else, free
         check_claim(dataclasses.replace(claim, outcome=None), prepared.dataset.name, prepared.request_sha256)
     stored = env.ledger.stored_release(analyst.name, prepared.dataset.name, prepared.request_sha256)
-    answer_timing.pace(prepared.dataset.answer_time, prepared.dataset.padded_ms, deadline, stored is not None)
+    padding.pace(prepared.dataset.answer_time, prepared.dataset.padded_ms, deadline, stored is not None)
     if stored is not None:
         return Reply(stored.body if rebar is None else rebar(stored.body, prepared), stored.charge_id, repeat=True)
     if claim is not None:  # paid, nothing released: run under the charge, unless an error was its outcome
@@ -262,7 +264,8 @@ def answer(
     price = prepared.plan.price
     engine = env.engine(prepared.dataset.name)
     sql = engine_sql(prepared.plan, engine)  # a refusal here is before the charge: free
-    picking = auto_run.selection_text(prepared.plan, engine) if prepared.plan.auto is not None else None
+    target = getattr(engine, "target", DUCKDB)
+    picking = auto_release.selection_text(prepared.plan, target) if prepared.plan.auto is not None else None
     engine.refresh()  # a changed source is rebuilt into its store before the charge, not on the query's clock
     with env.timed("admit"):
         try:
@@ -284,7 +287,7 @@ def answer(
     bounds = None
     with env.timed("execute"):
         deadline.check()
-        if picking is not None:  # choose the bound first (proxy/auto_run.py): charged above already
+        if picking is not None:  # choose the bound first (proxy/query/auto_release.py): charged above already
             prepared, bounds = at_chosen_bound(prepared, engine, picking, env.sampler, deadline)
             sql, price = engine_sql(prepared.plan, engine), prepared.plan.price
         rows = engine.run(sql, deadline.remaining())
@@ -298,6 +301,14 @@ def answer(
 def at_chosen_bound(
     prepared: Prepared, engine: QueryEngine | StoreEngine, picking: str, sampler: Sampler, deadline: Deadline
 ) -> tuple[Prepared, ChosenBounds]:
-    """The prepared query at the max_rows its selection chooses from the data (proxy/query/auto_bounds.py)."""
-    chosen = auto_run.choose(prepared.plan, engine, picking, sampler, deadline.remaining())
-    return dataclasses.replace(prepared, plan=auto_run.plan_at(prepared.plan, chosen)), chosen
+    """The prepared query at the bounds its selection (`picking`, auto_release.selection_text) draws from the data:
+    the engine reads every histogram in one query, proxy/query/auto_release.py draws and re-plans."""
+    planned = prepared.plan
+    assert planned.auto is not None
+    if not planned.auto.parts:  # at the declared limits: nothing to read or draw
+        chosen = auto_release.preview(planned.auto, planned.analysis)
+    else:
+        # a bounding store reads each histogram once per store (store/duckdb_store.py: run_remembered)
+        run = getattr(engine, "run_remembered", engine.run) if planned.bounding == "store" else engine.run
+        chosen = auto_release.draw(planned.analysis, planned.auto, run(picking, deadline.remaining()).rows, sampler)
+    return dataclasses.replace(prepared, plan=auto_release.plan_at(planned, chosen)), chosen

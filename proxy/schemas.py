@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from mechanisms.rounding import down, up
-from proxy.query.guard import MAX_LENGTH
+from proxy.query.parse.lexical_gate import MAX_LENGTH
 
 MAX_DIGITS = 40  # significant digits of a privacy parameter
 EXPONENTS = (-400, 300)  # decimal exponents accepted: beyond, no float carries the number (or it rounds to 0)
@@ -17,7 +17,7 @@ _DELTA_LIMIT = Fraction(1, 1000)  # price._check refuses δ >= 0.001: such a δ 
 
 
 def _exact(value: object) -> Fraction:
-    """A JSON number (an exact Decimal, proxy/decimal_json.py; a float or int from Python callers) as a
+    """A JSON number (an exact Decimal, proxy/http/decimal_json.py; a float or int from Python callers) as a
     Fraction, or a ValueError naming what is wrong. Strings and booleans are not numbers."""
     if isinstance(value, bool) or not isinstance(value, Decimal | int | float):
         raise ValueError(f"must be a JSON number, got {type(value).__name__}")
@@ -60,7 +60,7 @@ class QueryRequest(BaseModel):
 
     sql: str = Field(min_length=1, max_length=MAX_LENGTH, description="one SELECT statement")
     dataset: str | None = Field(None, max_length=64, description="defaults to your only dataset")
-    # JSON numbers arrive as exact Decimals (proxy/decimal_json.py); JSON true or "0.1" never become a privacy
+    # JSON numbers arrive as exact Decimals (proxy/http/decimal_json.py); JSON true or "0.1" never become a privacy
     # parameter (strict, and `_exact` refuses them); NaN, ±Infinity, > 40 digits are refused with a message
     epsilon: ChargeNumber = Field(None, gt=0, strict=True, description="ε for this query; defaults to the dataset's")
     delta: DeltaNumber = Field(

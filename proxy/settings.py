@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from accountant.charges import Waits
+from accountant.ledger.charges import Waits
 
 
 class Settings(BaseSettings):
@@ -33,9 +33,9 @@ class Settings(BaseSettings):
     ledger_lock_timeout_s: float = Field(5.0, gt=0, le=600)  # for a lock (or a pooled connection)
     ledger_statement_timeout_s: float = Field(10.0, gt=0, le=600)  # for one statement of an admit (PostgreSQL)
     ledger_idle_timeout_s: float = Field(5.0, gt=0, le=600)  # a session idle in a transaction is ended (PostgreSQL)
-    # the largest request body read (proxy/intake.py); larger ones get 413 without being read
+    # the largest request body read (proxy/http/middleware/body_gate.py); larger ones get 413 without being read
     max_body_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
-    query_workers: int = Field(2, ge=1, le=64)  # threads that run queries and previews (proxy/runner.py)
+    query_workers: int = Field(2, ge=1, le=64)  # threads that run queries and previews (proxy/run/query_pool.py)
     # server processes of `dpproxy serve` (--workers): replicas on one port, sharing the ledger and the stores
     workers: int = Field(1, ge=1, le=64)
     # the PostgreSQL protocol (docs/wire.md): off unless a port is set; TLS unless plaintext is allowed for loopback

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from proxy.errors import STATUS
+from proxy.http.errors import STATUS
 from proxy.settings import Settings
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -24,10 +24,11 @@ def test_every_process_setting_is_documented() -> None:
 
 
 def test_every_policy_key_is_documented() -> None:
-    from proxy import policy, policy_dataset, policy_tables
+    from proxy.policy import dataset, load
+    from proxy.policy import tables as policy_tables
 
     text = (DOCS / "policy.md").read_text()
-    source = "".join(Path(m.__file__).read_text() for m in (policy, policy_dataset, policy_tables))
+    source = "".join(Path(m.__file__).read_text() for m in (load, dataset, policy_tables))
     keys = re.findall(r'"([a-z_0-9]+)"', source)
     documented = {k for k in keys if f"`{k}`" in text}
     for key in ("ledger", "path", "mechanism", "epsilon", "delta", "max_epsilon", "privacy_unit", "max_groups",
@@ -188,7 +189,7 @@ def _catalog() -> object:
     import dataclasses
 
     from proxy.query.catalog import ColumnSpec
-    from tests.demo_catalog import DEMO, VISITS
+    from tests.support.demo_catalog import DEMO, VISITS
 
     columns = tuple(dataclasses.replace(c, date_bounds=("2026-01-01", "2026-12-31")) if c.name == "day" else c
                     for c in VISITS.columns)
@@ -243,7 +244,7 @@ def _words(row: str) -> set[str]:
 
 
 def _answered(sql: str, catalog: object, con: object) -> None:
-    from proxy.query import plan
+    from proxy.query.planner import plan
 
     dialect, _, text = sql.partition(": ") if sql.split(":")[0] in ("duckdb", "postgres", "mysql", "bigquery",
                                                                    "snowflake", "tsql") else ("duckdb", "", sql)
@@ -252,8 +253,8 @@ def _answered(sql: str, catalog: object, con: object) -> None:
 
 
 def _refused(sql: str, catalog: object, codes: tuple[str, ...] = ("unsupported", "policy")) -> None:
-    from proxy.query import plan
     from proxy.query.errors import QueryError
+    from proxy.query.planner import plan
 
     try:
         plan(sql, catalog, epsilon=0.5, delta=1e-6, mechanism="laplace")  # type: ignore[arg-type]
@@ -266,8 +267,8 @@ def _refused(sql: str, catalog: object, codes: tuple[str, ...] = ("unsupported",
 def test_every_supported_sql_row_of_the_readme_is_answered(tmp_path: Path) -> None:
     import duckdb
 
-    from proxy.demo import build_demo
-    from tests import departments
+    from proxy.cli.demo import build_demo
+    from tests.support import departments
 
     rows = _readme_rows()
     assert set(rows) == set(SUPPORTED), "a README row without examples here, or examples of a row it lost"
@@ -295,7 +296,7 @@ def test_everything_the_readme_says_is_rejected_is_refused_before_any_charge() -
 
 
 def test_what_the_readme_says_is_not_yet_supported_is_refused(tmp_path: Path) -> None:
-    from proxy.policy import policy_problems
+    from proxy.policy.load import policy_problems
 
     text = README.read_text()
     assert text.lower().count("not yet") == 1, "a new 'not yet' claim: parse and check it here"
@@ -316,9 +317,9 @@ def test_what_the_readme_says_is_not_yet_supported_is_refused(tmp_path: Path) ->
 def test_the_errors_md_example_is_the_products_own_answer() -> None:
     import json
 
-    from proxy.errors import error_body
-    from proxy.query import plan
+    from proxy.http.errors import error_body
     from proxy.query.errors import QueryError
+    from proxy.query.planner import plan
 
     text = (DOCS / "errors.md").read_text()
     example = json.loads(text.split("```json\n", 1)[1].split("```", 1)[0])

@@ -2,7 +2,7 @@
 
 An engine runs the SQL the query layer generated, nothing else, under a time limit, and reports failures
 with a fixed message per class: after admission the engine's own text can depend on the data, so that text
-goes to the server log and never to the analyst (DESIGN.md §6).
+goes to the server log and never to the analyst (docs/architecture.md, the security boundary).
 
 Example:
     >>> ExecutionTimeout().code, str(ExecutionTimeout()), str(ExecutionFailed())
@@ -17,7 +17,7 @@ from typing import ClassVar, Protocol
 
 from proxy.query import types
 from proxy.query.catalog import Catalog
-from proxy.query.render import Target
+from proxy.query.rewrite.render import Target
 
 
 class EngineError(Exception):
@@ -58,7 +58,7 @@ class Rows:
 
 class QueryEngine(Protocol):
     """The engine of one dataset. `target` says how the query layer renders a generated query for it
-    (proxy/query/render.py); `run` takes that text (or a constant probe such as `SELECT 1`)."""
+    (proxy/query/rewrite/render.py); `run` takes that text (or a constant probe such as `SELECT 1`)."""
 
     @property
     def target(self) -> Target: ...
@@ -98,7 +98,7 @@ def type_problem(declared: str, found: str) -> str | None:
 
     Integers of any width compare exactly with integer literals, so only their family must match. FLOAT and
     DOUBLE round literals differently and DECIMAL(p, s) holds its own grid, so those must match exactly: the
-    scope of a query (scope.py) evaluates comparisons as the declared type does.
+    scope of a query (analyse/cell_space.py) evaluates comparisons as the declared type does.
 
     Example:
         >>> type_problem("DOUBLE", "FLOAT")

@@ -1,5 +1,5 @@
 """DuckDB, opened read-only and hardened: the default engine, and the only module that imports duckdb outside
-the bounding store (DESIGN.md §6).
+the bounding store (docs/architecture.md, the security boundary).
 
 Promises: the database file is never written; no file, network or extension access; the configuration is
 locked and verified at start-up; every query has a time limit; errors after admit carry fixed messages only,
@@ -21,7 +21,7 @@ import duckdb
 from proxy.engines.base import EngineMisconfigured, ExecutionFailed, ExecutionTimeout, Rows, catalog_problems
 from proxy.engines.watchdog import WATCHDOG
 from proxy.query.catalog import Catalog
-from proxy.query.render import DUCKDB
+from proxy.query.rewrite.render import DUCKDB
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class Engine:
         return self._fetch(sql, (), self.timeout_s if timeout_s is None else timeout_s)
 
     def refresh(self) -> None:
-        """Nothing to do: the source is read as it is (a bounding store refreshes, proxy/store.py)."""
+        """Nothing to do: the source is read as it is (a bounding store refreshes, proxy/store/duckdb_store.py)."""
 
     def columns(self, table: str) -> dict[str, str]:
         """Column name -> DuckDB type of `table` in the default schema; {} when there is no such table."""

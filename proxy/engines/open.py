@@ -13,6 +13,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from proxy.engines.base import EngineMisconfigured, QueryEngine
@@ -20,20 +22,40 @@ from proxy.engines.duckdb_engine import Engine
 from proxy.engines.spark_config import EngineName, SparkSource
 
 
+@dataclass(frozen=True, slots=True)
+class EngineSource:
+    """Where one dataset's data is, and the limits its engine runs under."""
+
+    name: str
+    path: Path
+    spark: SparkSource | None
+    threads: int
+    memory_limit: str
+    timeout_s: float
+
+
+def _duckdb(source: EngineSource) -> QueryEngine:
+    return Engine(source.path, threads=source.threads, memory_limit=source.memory_limit, timeout_s=source.timeout_s)
+
+
+def _spark(source: EngineSource) -> QueryEngine:
+    if source.spark is None:
+        raise EngineMisconfigured(f"dataset {source.name}: engine = \"spark\" needs a [spark] table")
+    from proxy.engines.spark_engine import SparkEngine  # imports pyspark: only when a dataset uses it
+
+    return SparkEngine(source.name, source.spark, timeout_s=source.timeout_s)
+
+
+ENGINES: dict[EngineName, Callable[[EngineSource], QueryEngine]] = {"duckdb": _duckdb, "spark": _spark}
+
+
 def open_engine(
     name: str, engine: EngineName, path: Path, spark: SparkSource | None, *, threads: int, memory_limit: str,
     timeout_s: float,
 ) -> QueryEngine:
-    """The engine of dataset `name`; its catalog is checked by the caller.
+    """The engine of dataset `name` (`ENGINES[engine]`); its catalog is checked by the caller.
 
     Raises:
         EngineMisconfigured: the data cannot be opened or the engine's hardening did not take.
     """
-    if engine == "duckdb":
-        return Engine(path, threads=threads, memory_limit=memory_limit, timeout_s=timeout_s)
-    if spark is None:
-        raise EngineMisconfigured(f"dataset {name}: engine = \"spark\" needs a [spark] table")
-    from proxy.engines.spark_engine import SparkEngine  # imports pyspark: only when a dataset uses it
-
-    return SparkEngine(name, spark, timeout_s=timeout_s)
-
+    return ENGINES[engine](EngineSource(name, path, spark, threads, memory_limit, timeout_s))

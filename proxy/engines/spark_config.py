@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from proxy.query.catalog import TableSchema
-from proxy.query.render import Target
+from proxy.query.rewrite.render import Target
 
 EngineName = Literal["duckdb", "spark"]
 
@@ -119,7 +119,7 @@ def spark_problems(loc: str, source: SparkSource, tables: tuple[TableSchema, ...
         add(f"{loc}.spark.tables", f"declared table {missing} has no source")
     for extra in sorted(sources - declared):
         add(f"{loc}.spark.tables.{extra}", "is not a declared table")
-    if bounding == "store":  # a rebuild is detected by the source files' stats (proxy/engines/spark_store.py)
+    if bounding == "store":  # a rebuild is detected by the source files' stats (proxy/store/spark_store.py)
         for table in source.tables:
             if table.kind != "parquet" or "://" in table.location:
                 add(f"{loc}.spark.tables.{table.name}", 'the bounding store on Spark needs a local Parquet source '

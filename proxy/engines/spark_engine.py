@@ -1,11 +1,11 @@
 """Apache Spark as a dataset's engine: the only module that imports pyspark (the optional `[spark]` extra).
 
-Promises, as the DuckDB engine's (DESIGN.md §6): it runs only SQL the query layer generated and rendered for
-it (proxy/query/render.py checks every node and table first), over one temporary view per declared table;
-files are never read by name in SQL (`spark.sql.runSQLOnFiles` is off) and no function can be registered
-(generated SQL has no CREATE); the session's settings are checked at start-up; every query runs under a job
-tag of its own that a timer cancels at the time limit, which is then reported as a
-timeout; errors carry fixed messages, the engine's text goes to the log.
+Promises, as the DuckDB engine's (docs/architecture.md, the security boundary): it runs only SQL the query
+layer generated and rendered for it (proxy/query/rewrite/render.py checks every node and table first), over
+one temporary view per declared table; files are never read by name in SQL (`spark.sql.runSQLOnFiles` is off)
+and no function can be registered (generated SQL has no CREATE); the session's settings are checked at
+start-up; every query runs under a job tag of its own that a timer cancels at the time limit, which is then
+reported as a timeout; errors carry fixed messages, the engine's text goes to the log.
 
 One Spark session serves every Spark dataset of the process (a JVM holds one SparkContext): the policy
 gives them one master. Closing an engine drops its views; `stop_session` ends the session.

@@ -34,10 +34,10 @@ class ColumnSpec:
     public_domain: tuple[Literal_, ...] | None = None  # every value released, no δ spent on keys
     groupable: bool = False  # may appear in GROUP BY
     date_bounds: tuple[str, str] | None = None  # a DATE column's declared first and last day (ISO): a public domain
-    auto_bounds: bool = False  # bounds = "auto": each query chooses its clamp within `bounds` (auto_clamp.py)
-    total_cap: int = 0  # a query's chosen per-unit L1 cap of its SUM/AVG (grid units, auto_total.py); 0: none
+    auto_bounds: bool = False  # bounds = "auto": each query chooses its clamp within `bounds` (auto/clamp.py)
+    total_cap: int = 0  # a query's chosen per-unit L1 cap of its SUM/AVG (grid units, auto/total.py); 0: none
     # the declared limits a capped SUM/AVG keeps when the query chose a tighter clamp (`bounds`) for the column's
-    # quantiles or spreads: the cap's sensitivity min(C, g·k·M) reads M of these (auto_bounds.at_bound)
+    # quantiles or spreads: the cap's sensitivity min(C, g·k·M) reads M of these (bounds.at_bound)
     cap_bounds: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
@@ -109,8 +109,8 @@ class TableSchema:
     max_groups: int = 1  # L0: groups one unit may touch in one query
     max_rows: int = 1  # L∞: rows one unit may contribute to one group
     one_row_per_unit: bool = False  # declared; checked against the data when the bounding store is built
-    auto_max_rows: bool = False  # max_rows = "auto": each query chooses its bound <= max_rows (auto_bounds.py)
-    auto_max_groups: bool = False  # max_groups = "auto": each query chooses its bound <= max_groups (auto_groups.py)
+    auto_max_rows: bool = False  # max_rows = "auto": each query chooses its bound <= max_rows (auto/bounds.py)
+    auto_max_groups: bool = False  # max_groups = "auto": each query chooses its bound <= max_groups (auto/groups.py)
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.columns]

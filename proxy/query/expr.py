@@ -1,6 +1,7 @@
 """A tiny expression language for what happens after noise: output arithmetic, HAVING and ORDER BY.
 
-These run in Python on released (noisy) values only, so they can never act before noise (DESIGN.md §6).
+These run in Python on released (noisy) values only, so they can never act before noise
+(docs/architecture.md, the security boundary).
 SQL semantics where it matters: NULL propagates, division by zero gives NULL, a NULL condition is false.
 """
 

@@ -1,6 +1,6 @@
 """Declared column types, and values and comparisons exactly as DuckDB holds and evaluates them.
 
-The per-cell ledger proves two queries disjoint by evaluating their WHERE clauses in Python (scope.py)
+The per-cell ledger proves two queries disjoint by evaluating their WHERE clauses in Python (analyse/cell_space.py)
 while DuckDB evaluates the same clauses on the data. The two agree only if both compare the same values in
 the same way, so every comparison the rewrite emits is exact by construction:
 - an integer or DECIMAL(p, s) column is compared with a literal on its own grid and in its own range; a

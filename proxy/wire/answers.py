@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from accountant.audit import AuditRecord, Decision, sql_sha256
-from proxy.errors import STATUS
-from proxy.output_formats import column_types
+from accountant.audit.chain import AuditRecord, Decision, sql_sha256
+from proxy.http.errors import STATUS
+from proxy.http.formats import column_types
+from proxy.http.routes import query_work
 from proxy.pipeline import Env, prepare
-from proxy.policy import AnalystPolicy
+from proxy.policy.load import AnalystPolicy
 from proxy.query.errors import QueryError
-from proxy.query.parse import normalised, parse
-from proxy.routes import query_work
+from proxy.query.parse.statement import normalised, parse
 from proxy.schemas import QueryRequest
 from proxy.wire import pgtypes
 from proxy.wire.messages import Column

@@ -23,9 +23,9 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy import auth
-from proxy.errors import STATUS
-from proxy.policy import AnalystPolicy
+from proxy.http.errors import STATUS
+from proxy.policy import access as auth
+from proxy.policy.load import AnalystPolicy
 from proxy.query.errors import QueryError
 from proxy.query.wire_sql import bind, parameter_columns, parameter_count
 from proxy.settings import Settings

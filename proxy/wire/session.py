@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from proxy.budget_view import budget_now
+from proxy.http.views.budget import budget_now
 from proxy.pipeline import Env
-from proxy.policy import AnalystPolicy
+from proxy.policy.load import AnalystPolicy
 from proxy.query.wire_sql import statement_count, without_schema
 from proxy.schemas import QueryRequest
 from proxy.wire import answers, pgtypes

@@ -18,8 +18,8 @@ import httpx
 import psycopg
 import pytest
 
-from proxy.demo import DemoFiles
-from tests.conftest import Server, StartFresh, free_port, policy_copy, spend
+from proxy.cli.demo import DemoFiles
+from tests.support.live import Server, StartFresh, free_port, policy_copy, spend
 
 REGIONS = "SELECT region, COUNT(*) AS n FROM visits GROUP BY region"
 TIMEOUT_S = 60

@@ -1,0 +1,1 @@
+"""The audit log: hash-chained entries of every query request, and the chain's tables."""

@@ -1,0 +1,467 @@
+"""The ledger in PostgreSQL, shared by any number of proxy processes; the one place psycopg is used.
+
+`PostgresLedger` implements the same `Ledger` protocol as `SqliteLedger` and admits through the same
+`_Admitting.admit`: only the storage hooks differ. The check-and-charge is atomic *in the database*, so
+replicas sharing one database can never overspend. Schema changes are versioned migrations applied at
+start-up under an advisory lock (`migrate`), which the audit log reuses for its own table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg import pq
+
+from accountant.audit.chain import AuditRecord
+from accountant.audit.chain_tables import POSTGRES_MIGRATIONS, append
+from accountant.errors import ChargeUncertain, LedgerBusy
+from accountant.filter import Entry, Spend, total
+from accountant.ledger import tallies
+from accountant.ledger.admit import Since, _Admitting, _check_window, _Memos
+from accountant.ledger.charges import ANSWERED, Charge, Claim, Clock, StoredRelease, Waits, _utcnow
+from accountant.ledger.sql_rows import COLUMNS, charge_of, charge_row, since_of, since_sql, where
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+# One key for every migration of every component: start-ups of many processes apply them one at a time.
+_MIGRATION_LOCK = int.from_bytes(hashlib.sha256(b"dp-proxy schema migrations").digest()[:8], "big", signed=True)
+
+
+def lock_key(*parts: str) -> int:
+    """A signed 64-bit advisory-lock key for `parts` (sha256, so unambiguous and stable across versions).
+
+    Example:
+        >>> key = lock_key("ledger", "ana", "sales")
+        >>> key == lock_key("ledger", "ana", "sales") != lock_key("ledger", "an", "asales"), -(2**63) <= key < 2**63
+        (True, True)
+    """
+    digest = hashlib.sha256(json.dumps(["dp-proxy", *parts]).encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+# --- connections ------------------------------------------------------------------------------------
+
+
+class Pool:
+    """At most `size` autocommit connections to one database, opened lazily and reused; thread-safe.
+
+    A connection that broke, or came back inside a transaction, is closed instead of reused. Each session
+    runs in UTC, gives up waiting for a lock after `waits.lock_s` (lock_timeout), and is ended by the server
+    if it idles inside a transaction for `waits.idle_s` (idle_in_transaction_session_timeout: a frozen
+    process's locks last no longer; the product's own transactions never idle, they run statement after
+    statement). Waiting for a free connection is bounded by `waits.lock_s` too; connecting, by `timeout_s`.
+    """
+
+    def __init__(self, conninfo: str, *, size: int = 8, timeout_s: float = 30.0, waits: Waits | None = None) -> None:
+        if size < 1:
+            raise ValueError(f"pool size must be >= 1, got {size!r}")
+        self._conninfo = conninfo
+        self.timeout_s = timeout_s
+        self.waits = waits or Waits()
+        self._slots = threading.BoundedSemaphore(size)
+        self._idle: queue.LifoQueue[Connection] = queue.LifoQueue()
+        self._closed = False
+
+    def _connect(self) -> Connection:
+        conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=max(1, int(self.timeout_s)))
+        try:
+            conn.execute(
+                "SELECT set_config('TimeZone', 'UTC', false), set_config('lock_timeout', %s, false),"
+                " set_config('idle_in_transaction_session_timeout', %s, false)",
+                (_ms(self.waits.lock_s), _ms(self.waits.idle_s)),
+            )
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """A connection for this thread until the block ends."""
+        if self._closed:
+            raise RuntimeError("the PostgreSQL pool is closed")
+        if not self._slots.acquire(timeout=self.waits.lock_s):
+            raise LedgerBusy(f"no PostgreSQL connection free within {self.waits.lock_s:g} s; retry shortly",
+                             retry_after_s=self.waits.retry_after_s)
+        try:
+            try:
+                conn = self._idle.get_nowait()
+            except queue.Empty:
+                conn = self._connect()
+            try:
+                yield conn
+            finally:
+                reusable = (
+                    not self._closed
+                    and not conn.closed
+                    and not conn.broken
+                    and conn.info.transaction_status == pq.TransactionStatus.IDLE
+                )
+                if reusable:
+                    self._idle.put(conn)
+                else:
+                    conn.close()
+        finally:
+            self._slots.release()
+
+    def close(self) -> None:
+        """Close the idle connections now, and each busy one when it is given back."""
+        self._closed = True
+        while True:
+            try:
+                self._idle.get_nowait().close()
+            except queue.Empty:
+                return
+
+
+def _ms(seconds: float) -> str:
+    """A PostgreSQL duration setting in whole milliseconds, at least 1 (0 would mean no limit).
+
+    Example:
+        >>> _ms(5.0), _ms(0.0001)
+        ('5000', '1')
+    """
+    return str(max(1, int(seconds * 1000)))
+
+
+def migrate(pool: Pool, component: str, migrations: Sequence[str]) -> int:
+    """Bring `component`'s tables up to `len(migrations)`; returns that version. Idempotent.
+
+    `schema_migrations` records one row per (component, version) applied. Every migration runs in one
+    transaction holding one advisory lock, so processes starting together apply each migration once, and
+    a failed migration leaves nothing behind. A database newer than this code is refused, not altered.
+    """
+    with pool.connection() as conn, conn.transaction():
+        # start-up waits for another process's migration as long as connecting may take, not an admit's bound
+        conn.execute("SELECT set_config('lock_timeout', %s, true)", (_ms(pool.timeout_s),))
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " component text NOT NULL, version integer NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (component, version))"
+        )
+        applied = [
+            version
+            for (version,) in conn.execute(
+                "SELECT version FROM schema_migrations WHERE component = %s ORDER BY version", (component,)
+            )
+        ]
+        if applied != list(range(1, len(applied) + 1)) or len(applied) > len(migrations):
+            found = ", ".join(map(str, applied))
+            raise RuntimeError(
+                f"{component} schema versions {found} do not match the {len(migrations)} this dp-proxy knows;"
+                " upgrade dp-proxy"
+            )
+        for version in range(len(applied) + 1, len(migrations) + 1):
+            conn.execute(migrations[version - 1])  # no parameters, so it may hold several statements
+            conn.execute(
+                "INSERT INTO schema_migrations (component, version) VALUES (%s, %s)", (component, version)
+            )
+    return len(migrations)
+
+
+# --- the ledger -------------------------------------------------------------------------------------
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: charges and stored releases, as in SqliteLedger (event as its exact JSON text, ε/δ as float8)
+    """
+    CREATE TABLE charges (
+        seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id text NOT NULL UNIQUE,
+        analyst text NOT NULL,
+        dataset text NOT NULL,
+        at timestamptz NOT NULL,
+        sql_sha256 text NOT NULL,
+        event text NOT NULL,
+        epsilon double precision NOT NULL,
+        delta double precision NOT NULL,
+        composition text NOT NULL
+    );
+    CREATE INDEX charges_by_owner ON charges (analyst, dataset);
+    CREATE INDEX charges_by_time ON charges (at, seq);
+    CREATE INDEX charges_by_dataset ON charges (dataset);
+    CREATE TABLE releases (
+        analyst text NOT NULL,
+        dataset text NOT NULL,
+        request_sha256 text NOT NULL,
+        charge_id text NOT NULL REFERENCES charges (id),
+        body bytea NOT NULL,
+        PRIMARY KEY (analyst, dataset, request_sha256)
+    );
+    """,
+    # 2: the cells a charge could touch (accountant/cells.py), as JSON; NULL for every privacy unit
+    "ALTER TABLE charges ADD COLUMN scope text",
+    # 3: the charges of each history counted by triggers, filled from the existing ones (accountant/ledger/tallies.py)
+    tallies.POSTGRES,
+    # 4: an analyst's idempotency key and the charge it paid, committed with that charge (kept as long as it)
+    """
+    CREATE TABLE idempotency_keys (
+        analyst text NOT NULL,
+        key text NOT NULL,
+        dataset text NOT NULL,
+        request_sha256 text NOT NULL,
+        charge_id text NOT NULL UNIQUE REFERENCES charges (id),
+        outcome text,
+        PRIMARY KEY (analyst, key)
+    );
+    """,
+)
+_CLAIM = "SELECT analyst, key, dataset, request_sha256, charge_id, outcome FROM idempotency_keys"
+_COLUMNS = COLUMNS.format(at="at")
+
+
+def _where(
+    analyst: str | None, dataset: str | None, since: datetime | None, until: datetime | None
+) -> tuple[str, tuple[object, ...]]:
+    return where(analyst, dataset, since, until, mark="%s", at_column="at", moment=lambda moment: moment)
+
+
+def _since(conn: Connection, analyst: str | None, dataset: str, seq: int) -> Since:
+    clause, params = _where(analyst, dataset, None, None)
+    sql = since_sql(clause, "%s")
+    return since_of(conn.execute(sql, (*params, *params, seq)).fetchall(), seq)
+
+
+class PostgresLedger(_Admitting):
+    """A durable ledger in PostgreSQL; safe across threads, processes and hosts sharing the database.
+
+    Concurrency design. `admit` is one transaction on one pooled connection: `_write` opens it, and each storage
+    hook takes a transaction-scoped advisory lock before it reads. `_since(analyst, dataset, …)` locks the pair
+    (analyst, dataset); `_since(None, dataset, …)`, which only an admit checking the dataset's shared budget
+    calls, also locks the dataset. `_insert` adds the charge and COMMIT releases the locks. So every admit on
+    one pair, from any process, queues on that pair's lock, and every admit checking a dataset budget also
+    queues on the dataset's lock, taken second (always in that order, so they cannot deadlock). Under READ
+    COMMITTED each statement takes a fresh snapshot, so the read after a lock sees every charge committed by
+    earlier holders (PostgreSQL makes a commit visible before it releases the transaction's locks). Admits on
+    other pairs do not wait (the insert's trigger locks only the pair's own count, accountant/ledger/tallies.py).
+
+    Why advisory locks: a `SELECT … FOR UPDATE` needs a row per (analyst, dataset) to exist first (an
+    extra upsert per admit and a table of lock rows), and SERIALIZABLE needs a retry loop whose
+    predicate-lock false positives grow with load. An advisory lock is held exactly for the transaction,
+    vanishes with a crashed session, and costs one round trip. Its one duty: every writer of `charges`
+    must take it, and only this class writes `charges`.
+    """
+
+    def __init__(self, url: str, *, clock: Clock = _utcnow, timeout_s: float = 30.0, pool_size: int = 8,
+                 waits: Waits | None = None) -> None:
+        self._clock = clock
+        self._memos = _Memos()
+        self._waits = waits or Waits()
+        self._pool = Pool(url, size=pool_size, timeout_s=timeout_s, waits=self._waits)
+        self._local = threading.local()  # the connection of this thread's open admit, if any
+        try:
+            migrate(self._pool, "ledger", MIGRATIONS)
+            migrate(self._pool, "audit", POSTGRES_MIGRATIONS)  # the audit chain: admit appends to it
+        except BaseException:
+            self._pool.close()
+            raise
+
+    @contextmanager
+    def _bounded(self) -> Iterator[None]:
+        """A lock wait or a statement past its bound is `LedgerBusy`: PostgreSQL cancelled the statement, so
+        the transaction is rolled back and nothing of it was written."""
+        try:
+            yield
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as err:
+            raise LedgerBusy(
+                f"the ledger could not take its locks within {self._waits.lock_s:g} s (another process holds "
+                "them, or is stalled holding them); its transaction was rolled back: retry after Retry-After",
+                retry_after_s=self._waits.retry_after_s) from err
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """The admit's transaction. Its statements are bounded (lock_timeout, and statement_timeout from its
+        first lock on, `_locked`). An error of the COMMIT itself leaves its outcome unknown (the connection
+        may have dropped after the server committed): that is `ChargeUncertain`, never a free refusal."""
+        done = False
+        with self._bounded(), self._pool.connection() as conn:
+            try:
+                with conn.transaction():
+                    self._local.conn, self._local.locked, self._local.locking = conn, set(), True
+                    try:
+                        yield
+                    finally:
+                        self._local.conn = None
+                    done = True
+            except Exception as err:
+                if not done:
+                    raise
+                raise ChargeUncertain("the ledger did not confirm the charge's commit: it counts as charged",
+                                      charge=None, retry_after_s=self._waits.retry_after_s) from err
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A report's read: no advisory lock, so it never waits behind an admit (a frozen one included). It
+        reads committed charges only, and `_tallied`'s watermark count makes a memo brought up to date this
+        way sound: a charge that commits later below the watermark changes that count, and the next reader
+        starts over."""
+        with self._bounded(), self._pool.connection() as conn, conn.transaction():
+            self._local.conn, self._local.locked, self._local.locking = conn, set(), False
+            try:
+                yield
+            finally:
+                self._local.conn = None
+
+    def _locked(self, *key: str) -> Connection:
+        """The open admit's connection, holding the advisory lock on `key` (taken once per transaction; the
+        first one also sets the transaction's statement_timeout). In a report's read, the connection only."""
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            raise RuntimeError("PostgresLedger storage hooks run only inside _write()")
+        if self._local.locking and key not in self._local.locked:
+            if self._local.locked:
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("ledger", *key),))
+            else:
+                conn.execute("SELECT set_config('statement_timeout', %s, true), pg_advisory_xact_lock(%s)",
+                             (_ms(self._waits.statement_s), lock_key("ledger", *key)))
+            self._local.locked.add(key)
+        return conn
+
+    def _since(self, analyst: str | None, dataset: str, seq: int) -> Since:
+        conn = self._locked("pair", analyst, dataset) if analyst is not None else self._locked("dataset", dataset)
+        return _since(conn, analyst, dataset, seq)
+
+    def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
+        with self._pool.connection() as conn:
+            found = _since(conn, analyst, dataset, 0).after
+        return tuple(entry for entry, count in found for entry in [entry] * count)
+
+    def _insert(self, charge: Charge) -> None:
+        conn = self._locked("pair", charge.analyst, charge.dataset)
+        conn.execute(f"INSERT INTO charges ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                     charge_row(charge, charge.at))
+
+    def _record(self, record: AuditRecord, at: datetime) -> None:
+        conn = self._locked("pair", record.analyst or "", record.dataset or "")  # the admit's connection
+        append(conn, record, at, postgres=True)  # locks the chain's head row until the admit commits
+
+    def _claimed(self, analyst: str, key: str) -> Claim | None:
+        # the key's own lock, taken first: admits binding one key serialise whatever their datasets (the
+        # order is key, pair, dataset, chain head in every admit, so they cannot deadlock)
+        conn = self._locked("key", analyst, key)
+        row = conn.execute(f"{_CLAIM} WHERE analyst = %s AND key = %s", (analyst, key)).fetchone()
+        return None if row is None else Claim(*row)
+
+    def _bind(self, claim: Claim) -> None:
+        conn = self._locked("key", claim.analyst, claim.key)
+        conn.execute("INSERT INTO idempotency_keys (analyst, key, dataset, request_sha256, charge_id)"
+                     " VALUES (%s, %s, %s, %s, %s)",
+                     (claim.analyst, claim.key, claim.dataset, claim.request_sha256, claim.charge_id))
+
+    def _charge(self, charge_id: str) -> Charge:
+        conn: Connection = self._local.conn
+        row = conn.execute(f"SELECT {_COLUMNS} FROM charges WHERE id = %s", (charge_id,)).fetchone()
+        assert row is not None  # a claim's charge: REFERENCES charges (id)
+        return charge_of(row, row[3].astimezone(UTC))
+
+    def claim(self, analyst: str, key: str) -> Claim | None:
+        with self._bounded(), self._pool.connection() as conn:
+            row = conn.execute(f"{_CLAIM} WHERE analyst = %s AND key = %s", (analyst, key)).fetchone()
+        return None if row is None else Claim(*row)
+
+    def end_claim(self, analyst: str, key: str, code: str) -> Claim | None:
+        with self._bounded(), self._pool.connection() as conn:
+            row = conn.execute(
+                "UPDATE idempotency_keys SET outcome = coalesce(outcome, %s) WHERE analyst = %s AND key = %s"
+                " RETURNING analyst, key, dataset, request_sha256, charge_id, outcome", (code, analyst, key),
+            ).fetchone()  # one statement: the row lock orders it with a release storing the key's outcome
+        return None if row is None else Claim(*row)
+
+    def probe(self, datasets: Sequence[str], timeout_s: float) -> None:
+        """Take each dataset's advisory lock and the audit chain's head row, as admits do (in their order),
+        waiting at most `timeout_s` for each, and let go: a stalled holder makes this `LedgerBusy`."""
+        with self._bounded(), self._pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT set_config('lock_timeout', %s, true)", (_ms(timeout_s),))
+            for dataset in sorted(set(datasets)):
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("ledger", "dataset", dataset),))
+            conn.execute("SELECT 1 FROM audit_head WHERE id = 1 FOR UPDATE")
+
+    def spent(self, analyst: str, dataset: str) -> Spend:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT epsilon, delta FROM charges WHERE analyst = %s AND dataset = %s", (analyst, dataset)
+            ).fetchall()
+        return total(rows)  # summed exactly in Python: SQL SUM() rounds arbitrarily
+
+    def charges(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[Charge, ...]:
+        _check_window(since, until, limit, offset)
+        clause, params = _where(analyst, dataset, since, until)
+        sql = f"SELECT {_COLUMNS} FROM charges WHERE {clause} ORDER BY at DESC, seq DESC LIMIT %s OFFSET %s"
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql, (*params, limit, offset)).fetchall()
+        return tuple(charge_of(row, row[3].astimezone(UTC)) for row in rows)
+
+    def count(
+        self,
+        *,
+        analyst: str | None = None,
+        dataset: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> int:
+        _check_window(since, until, 0, 0)
+        clause, params = _where(analyst, dataset, since, until)
+        with self._pool.connection() as conn:
+            row = conn.execute(tallies.count_sql(clause, timed=since is not None or until is not None),
+                               params).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def stored_release(self, analyst: str, dataset: str, request_sha256: str) -> StoredRelease | None:
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT charge_id, body FROM releases WHERE analyst = %s AND dataset = %s AND request_sha256 = %s",
+                (analyst, dataset, request_sha256),
+            ).fetchone()
+        return None if row is None else StoredRelease(analyst, dataset, request_sha256, row[0], bytes(row[1]))
+
+    def store_release(
+        self, release: StoredRelease, audit: AuditRecord | None = None, *, idempotency_key: str | None = None
+    ) -> bool:
+        """Keep `release` for repeats unless a release of the same request is stored (then False, nothing
+        written); with `audit`, append that entry to the chain in the same transaction (a refused entry is
+        raised after the release commits, as SqliteLedger.store_release); with `idempotency_key`, set the
+        key's outcome in the same transaction, and keep the release only if it had none."""
+        refused: Exception | None = None
+        with self._bounded(), self._pool.connection() as conn, conn.transaction():
+            if idempotency_key is not None and not conn.execute(
+                "UPDATE idempotency_keys SET outcome = %s WHERE analyst = %s AND key = %s AND charge_id = %s"
+                " AND outcome IS NULL", (ANSWERED, release.analyst, idempotency_key, release.charge_id),
+            ).rowcount:
+                return False  # the key's charge has its outcome already: this run is not released
+            inserted = conn.execute(
+                "INSERT INTO releases (analyst, dataset, request_sha256, charge_id, body)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (release.analyst, release.dataset, release.request_sha256, release.charge_id, release.body),
+            ).rowcount
+            if not inserted:
+                return False  # another release of this request was first: this one is not released
+            if audit is not None:
+                try:
+                    with conn.transaction():  # a savepoint: a refused entry leaves the release to commit
+                        append(conn, audit, self._clock().astimezone(UTC), postgres=True)  # last: brief head lock
+                except Exception as err:
+                    refused = err
+        if refused is not None:
+            raise refused  # after the release committed: the answer is withheld, a repeat returns it
+        return True
+
+    def close(self) -> None:
+        self._pool.close()

@@ -1,0 +1,1 @@
+"""The discrete Gaussian: zCDP maps and error bars, and its proven μ-GDP bound."""

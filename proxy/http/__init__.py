@@ -1,0 +1,1 @@
+"""The HTTP surface: routes, the error handler, metrics, answer formats, the dashboard."""

@@ -1,0 +1,1 @@
+"""What responses show, computed from released values and the ledger: answers, budgets."""

@@ -1,0 +1,106 @@
+"""The parts of a query answer and a preview besides the rows and the budget: the charge (with its cost
+under every accounting), the noise and error bars per column, and the partitions.
+
+Split from proxy/http/routes.py; the routes assemble these into `QueryResponse` and `PreviewResponse`.
+
+Example (does an output expression use an aggregate):
+    >>> uses_aggregate(Agg(0)), uses_aggregate(3)
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from accountant import loss
+from accountant.cell_scope import CellScope
+from accountant.errors import UnsupportedEvent
+from accountant.events import Event, to_json
+from proxy.http.views.budget import scope_out
+from proxy.pipeline import Prepared
+from proxy.policy.load import DatasetPolicy
+from proxy.query.analyse.analysis import Analysis
+from proxy.query.analyse.measures import measures_of
+from proxy.query.expr import Agg
+from proxy.query.price.charge import Price
+from proxy.query.price.hidden_groups import hidden_groups
+from proxy.query.release.error_bars import error_bar
+from proxy.schemas import ChargeOut, CostOut, NoiseOut, PartitionsOut
+
+
+def charge_out(price: Price, charge_id: str | None, dataset: DatasetPolicy, scope: CellScope | None) -> ChargeOut:
+    return ChargeOut(
+        id=charge_id, epsilon=price.epsilon, delta=price.delta, mechanism=price.mechanism,
+        composition=price.composition, events=to_json(price.event), accounting=dataset.accounting.rule,
+        costs=costs(price), scope=None if scope is None else scope_out(scope, dataset),
+    )
+
+
+
+def costs(price: Price) -> list[CostOut]:
+    """The charge under basic composition, zCDP and (without Gaussian noise) GDP."""
+    try:
+        return list(_costs_of(price.event, price.epsilon, price.delta))
+    except TypeError:  # an event built with a list somewhere is not hashable: computed as it is
+        return list(_costs_of.__wrapped__(price.event, price.epsilon, price.delta))
+
+
+@functools.lru_cache(maxsize=1024)  # a pure function of an immutable event: most answers repeat a few shapes
+def _costs_of(event: Event, epsilon: float, delta: float) -> tuple[CostOut, ...]:
+    basic = CostOut(accounting="basic", epsilon=epsilon, delta=delta)
+    rho, selection = loss.approximate_rho(event)
+    zcdp = CostOut(accounting="zcdp", rho=rho, delta=selection)
+    try:
+        mu, selection = loss.approximate_mu(event)
+    except UnsupportedEvent:  # the discrete Gaussian has no proven μ-GDP bound
+        return basic, zcdp
+    return basic, zcdp, CostOut(accounting="gdp", mu=mu, delta=selection)
+
+
+
+
+def noise(analysis: Analysis, price: Price, confidence: float | None = None) -> list[NoiseOut]:
+    """Noise per released aggregate column, in the column's own units, with its error bar at `confidence`
+    (proxy/query/release/error_bars.py). Derived columns (AVG, VAR, arithmetic) have no single scale: their scale and
+    ci95 are null."""
+    out = []
+    level = 0.95 if confidence is None else float(confidence)
+    for output in analysis.outputs:
+        if isinstance(output.expr, Agg):
+            aggregate = analysis.aggregates[output.expr.index]
+            bar = error_bar(analysis, price, output.expr.index, level)
+            bars = {"confidence": level, "ci": bar.ci, "ci_times_count": bar.ci_times_count,
+                    "rank_error": bar.rank_error}
+            if aggregate.kind == "quantile":
+                out.append(NoiseOut(column=output.name, mechanism="exponential", scale=None, ci95=None, **bars))
+                continue
+            if aggregate.kind not in ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp"):
+                measure = analysis.measures.index(first_measure(analysis, output.expr.index))
+                spec = next(n for n in price.noise if n.measure == measure)
+                out.append(NoiseOut(column=output.name, mechanism=spec.mechanism,
+                                    scale=spec.scale / spec.grid, ci95=spec.ci95 / spec.grid, **bars))
+                continue
+            out.append(NoiseOut(column=output.name, mechanism=price.mechanism, scale=None, ci95=None, **bars))
+            continue
+        if uses_aggregate(output.expr):
+            out.append(NoiseOut(column=output.name, mechanism=price.mechanism, scale=None, ci95=None))
+    return out
+
+
+def first_measure(analysis: Analysis, index: int) -> Any:
+    return measures_of(analysis.aggregates[index], analysis.table)[0]
+
+
+def uses_aggregate(expr: Any) -> bool:
+    if isinstance(expr, Agg):
+        return True
+    return any(uses_aggregate(a) for a in getattr(expr, "args", ()))
+
+
+def partitions_out(prepared: Prepared) -> PartitionsOut:
+    selection = prepared.plan.price.selection
+    threshold = None if selection is None else selection.threshold
+    return PartitionsOut(kind=prepared.plan.analysis.partitions, threshold=threshold,
+                         note=hidden_groups(prepared.plan.analysis, threshold))
+

@@ -1,0 +1,68 @@
+"""A repeat's error bars at the confidence it asks for (issue #15): the stored answer, its numbers untouched.
+
+An identical request is answered from the ledger's stored release (proxy/pipeline.py): the same rows, the same
+noise, nothing charged. `confidence` is not part of that identity, and the error bars are recomputed at the
+repeat's confidence: they are functions of the release's public noise parameters only (the plan's scales, and
+on an auto table the bound the stored answer released), so this reveals nothing and costs nothing, while the
+rows stay byte for byte the first answer's. Including confidence in the identity instead would charge again
+and draw fresh noise for a request that only wants wider or narrower error bars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from proxy.pipeline import Prepared
+from proxy.query import auto_release
+from proxy.query.analyse.analysis import Analysis
+from proxy.query.analyse.measures import fixed_point
+from proxy.query.auto.bounds import ChosenBound, ChosenBounds
+from proxy.query.price.charge import Price
+from proxy.schemas import BoundsOut, NoiseOut, QueryResponse
+
+NoiseOf = Callable[[Analysis, Price, float | None], list[NoiseOut]]
+
+
+def _has_bar(noise: NoiseOut) -> bool:
+    return noise.ci is not None or noise.ci_times_count is not None or noise.rank_error is not None
+
+
+def at_confidence(body: bytes, prepared: Prepared, noise_of: NoiseOf) -> bytes:
+    """The stored answer `body` with every error bar at the repeat's confidence; `body` itself, byte for byte,
+    when its bars are already at that confidence (or it has none)."""
+    level = 0.95 if prepared.confidence is None else float(prepared.confidence)
+    stored = QueryResponse.model_validate_json(body)
+    if all(n.confidence == level for n in stored.noise if _has_bar(n)):
+        return body
+    planned = prepared.plan
+    if stored.bounds is not None and stored.bounds.chosen and stored.bounds.max_rows is not None:
+        planned = auto_release.plan_at(planned, chosen(stored.bounds, planned.analysis))  # what the answer ran at
+    again = stored.model_copy(update={"noise": noise_of(planned.analysis, planned.price, level)})
+    return again.model_dump_json(exclude=None if stored.bounds is not None else {"bounds"}).encode()
+
+
+def chosen(bounds: BoundsOut, analysis: Analysis) -> ChosenBounds:
+    """Every bound a stored answer reports it ran at (rows, groups, clamps, caps), as the selection chose them.
+
+    A clamp keeps the declared end it did not choose; a cap is reported in the column's units, C / grid, exact
+    in binary for the power-of-two grids of proxy/query/analyse/measures.py, so C comes back exactly.
+    """
+    table = analysis.table
+    clamps: dict[str, list[float]] = {}
+    caps: list[tuple[str, int]] = []
+    for part in bounds.parts:
+        spec = table.column(part.column or "")
+        if part.value is None or spec is None or spec.bounds is None:
+            continue
+        if part.bound == "total":
+            caps.append((spec.name, round(part.value * fixed_point(spec)[0])))
+        elif part.bound in ("lower", "upper"):
+            clamps.setdefault(spec.name, [spec.bounds[0], spec.bounds[1]])[part.bound == "upper"] = part.value
+    groups = next((p.value for p in bounds.parts if p.bound == "max_groups"), None)
+    return ChosenBounds(
+        tuple(ChosenBound(p.bound, p.column, p.value, p.limit, p.epsilon, p.q) for p in bounds.parts),
+        int(bounds.max_rows if bounds.max_rows is not None else table.max_rows),
+        analysis.max_groups if groups is None else int(groups),
+        tuple((name, min(lo, hi), max(lo, hi)) for name, (lo, hi) in clamps.items()),
+        tuple(caps),
+    )

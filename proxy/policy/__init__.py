@@ -1,0 +1,1 @@
+"""The policy file: datasets, their catalogs, analysts, keys, limits, and how each reads SQL."""

@@ -1,0 +1,1 @@
+"""Computed values: per-row functions over declared columns, as keys, filters, and their domains."""

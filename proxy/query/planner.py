@@ -1,0 +1,231 @@
+"""The SQL layer: plan(sql) = parse → analyse → price → rewrite, all pure. Rejections cost nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+from dataclasses import dataclass
+from typing import Literal
+
+from sqlglot import exp
+
+from accountant.cell_scope import CellScope
+from accountant.loss import Conversion
+from proxy.query.analyse.analysis import Analysis, analyse
+from proxy.query.auto import bounds as auto
+from proxy.query.auto.quantile import serves as quantiles_serve
+from proxy.query.catalog import Catalog, Mechanism
+from proxy.query.errors import EmptyScope, UnsupportedQuery
+from proxy.query.parse.flatten import flatten
+from proxy.query.parse.statement import normalised, parse
+from proxy.query.price.charge import Price, price, price_for_noise
+from proxy.query.rewrite.on_store import rewrite_ranked
+from proxy.query.rewrite.per_query import rewrite_tree, store_canonical
+from proxy.query.rewrite.store_layout import ranked_columns
+
+Bounding = Literal["per_query", "store"]
+MAX_TREE_DEPTH = 100  # every later step recurses over the tree: bound it once, here
+
+
+def _depth(root: exp.Expr) -> int:
+    """The depth of the syntax tree, computed without recursion (1 + 1 + … nests without parentheses)."""
+    deepest, stack = 0, [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in node.iter_expressions())
+    return deepest
+
+
+@dataclass(frozen=True, slots=True)
+class QueryPlan:
+    source_sql: str
+    normalized_sql: str  # the analyst's query as sqlglot prints it in its dialect (parse.normalised): audited
+    analysis: Analysis
+    sql: str  # what DuckDB runs
+    price: Price
+    scope: CellScope | None = None  # the cells the charge is for (None: every privacy unit)
+    tree: exp.Select | None = None  # `sql` as one syntax tree, rendered per engine (render.py); None: store SQL
+    auto: auto.AutoBounds | None = None  # max_rows chosen per query (auto/bounds.py); `sql` is then at the limit
+    salt: int = 0
+    bounding: Bounding = "per_query"
+
+    @property
+    def sql_sha256(self) -> str:
+        return hashlib.sha256(self.normalized_sql.encode()).hexdigest()
+
+
+def repeat_identity(planned: QueryPlan, catalog: Catalog) -> str:
+    """The sha256 of what a plan's answer is a function of, apart from the data and the randomness drawn for it:
+    two plans with the same identity release answers of one distribution, so the second may be answered with the
+    first's stored release (proxy/pipeline.py), and two plans whose answers can differ never share one.
+
+    The answer is `release(rows, analysis, price)` of the rows of the generated SQL, and that SQL is
+    `bounded_sql(analysis, salt, bounding, catalog)`; with `max_rows = "auto"`, the bound is chosen by `auto` first.
+    So the identity is the dataset's declarations, the analysis (the query as resolved against them: the WHERE,
+    computed keys and join rebuilt from declared columns, e.g. PostgreSQL's `age / 10` as `age // 10`; keys,
+    aggregates and their measures; the released columns, HAVING, ORDER BY and LIMIT), the price (the noise and
+    the charge), the automatic bounds and the bounding, all frozen records of tuples, numbers, text and sqlglot
+    trees, whose repr is their whole content. The salt is left out: it is drawn fresh for every answer, like the
+    noise. The text as sent and its dialect are left out too: they reach the answer only through the analysis,
+    so texts that resolve to the same analysis are one repeat whatever their dialect or spelling (a wrapping
+    subquery, `//` or PostgreSQL's integer `/`), and the same text meaning other things in two dialects is two.
+    The generated SQL alone would not do: `COUNT(*) AS a` and `COUNT(*) AS b` generate the same SQL and release
+    differently named columns.
+
+    Example:
+        >>> from proxy.query.catalog import ColumnSpec, TableSchema
+        >>> c = Catalog((TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("a", "INTEGER", bounds=(0, 99),
+        ...     unit_level=True))),))
+        >>> def key(sql, dialect="duckdb"):
+        ...     p = plan(sql, c, epsilon=1.0, delta=0.0, mechanism="laplace", salt=7, dialect=dialect)
+        ...     return repeat_identity(p, c)[:12]
+        >>> key("SELECT COUNT(*) FROM t WHERE a / 10 = 3") == key("SELECT COUNT(*) FROM t WHERE a / 10 = 3", "tsql")
+        False
+        >>> key("SELECT COUNT(*) FROM t WHERE a // 10 = 3") == key("select count(*) from t where a / 10 = 3", "tsql")
+        True
+    """
+    parts = (_declarations(catalog), planned.analysis, planned.price, planned.auto, planned.bounding)
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=16)
+def _declarations(catalog: Catalog) -> str:
+    """A dataset's declarations as text, once per catalog (it is the same object for every request)."""
+    return hashlib.sha256(repr(catalog).encode()).hexdigest()
+
+
+def ranks_serve(analysis: Analysis, catalog: Catalog | None = None) -> bool:
+    """Whether the store's rank-filter SQL (rewrite/on_store.py) can answer `analysis`: counts, sums and averages of
+    plain columns, over one protected table or a join whose rows are its base table's rows (`catalog` needed),
+    keyed by columns or by computed keys (docs/privacy.md §8, *Computed keys and joins*).
+
+    Example:
+        >>> from proxy.query.catalog import ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("x", "DOUBLE", bounds=(0, 9))))
+        >>> [ranks_serve(analyse(parse(q), Catalog((t,)))) for q in ("SELECT SUM(x) FROM t", "SELECT MEDIAN(x) FROM t")]
+        [True, False]
+    """
+    plain = all(m.kind not in ("histogram", "centred_squares") and not m.where and not m.expr
+                for m in analysis.measures)
+    return plain and (analysis.source is None or _base_rows(analysis, catalog))
+
+
+def _base_rows(analysis: Analysis, catalog: Catalog | None) -> bool:
+    """A join serves from the base table's ranks when each base row meets at most one row of the other table:
+    the other is protected, declared one row per unit (checked when the store is built) and joined on the unit
+    (joins.py allows nothing else between protected tables). Its keys must then be unit-level or base columns
+    with stored ranks: the other table's row-level columns have none.
+
+    Example:
+        >>> from proxy.query.catalog import ColumnSpec, TableSchema
+        >>> v = TableSchema("v", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True)))
+        >>> w = TableSchema("w", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("p", "VARCHAR", unit_level=True,
+        ...     groupable=True)), one_row_per_unit=True)
+        >>> c = Catalog((v, w))
+        >>> queries = ("SELECT p, COUNT(*) FROM v JOIN w USING (u) GROUP BY p",
+        ...     "SELECT g, COUNT(*) FROM v LEFT JOIN w USING (u) GROUP BY g", "SELECT COUNT(*) FROM w JOIN v USING (u)")
+        >>> [ranks_serve(analyse(parse(q), c), c) for q in queries]
+        [True, True, False]
+    """
+    if catalog is None or analysis.source is None:
+        return False
+    join = analysis.source.find(exp.Join)
+    base, other = catalog.table(analysis.table.name), catalog.table(join.this.name) if join is not None else None
+    if base is None or other is None or not other.one_row_per_unit:
+        return False
+    ranked_names = {c.name for c in ranked_columns(base)}
+    row_keys = [k for k in analysis.keys if not (spec := analysis.table.column(k)) or not spec.unit_level]
+    return all(k in ranked_names for k in row_keys) and (analysis.table.max_rows, analysis.table.max_groups) == (
+        base.max_rows, base.max_groups)
+
+
+def plan(
+    sql: str,
+    catalog: Catalog,
+    *,
+    epsilon: float,
+    delta: float,
+    mechanism: Mechanism,
+    salt: int = 0,
+    noise_multiplier: float | None = None,
+    cells: bool = True,
+    dialect: str = "duckdb",
+    conversion: Conversion = "zcdp",
+    bounding: Bounding = "per_query",
+    auto_share: float = auto.DEFAULT_AUTO_SHARE,
+    auto_quantile: float = auto.DEFAULT_AUTO_QUANTILE,
+) -> QueryPlan:
+    """Check, price and rewrite one query without touching data or budget.
+
+    `salt` keys the per-unit choice of rows and groups; the pipeline draws a fresh one per query. With
+    `noise_multiplier`, the noise is given (scale = multiplier · sensitivity) and `epsilon` is ignored: the
+    plan reports what that noise costs. With `cells` (per-cell accounting, accountant/cells.py), a query
+    whose WHERE provably leaves out some cells of its table is charged only for the cells it keeps, and
+    reads the cell-space columns as each unit's canonical value, so that every unit is in one cell. `dialect`
+    is the SQL dialect of `sql` (parse.DIALECTS); the normalised SQL is printed in it (parse.normalised).
+    `conversion` is how Gaussian noise is calibrated and converted to (ε, δ): "gdp" on a dataset under the
+    gdp rule (the proven μ-GDP bound of the discrete Gaussian), "zcdp" otherwise (`price.price`).
+    With `bounding = "store"` the SQL reads the dataset's bounding store (proxy/query/rewrite/on_store.py).
+    On a table with `max_rows = "auto"`, `auto_share` of ε chooses the bound (the `auto_quantile` of rows per
+    unit and group) and the rest runs the query at it (auto/bounds.py); the plan's SQL is then at the limit.
+
+    Example:
+        >>> from proxy.query.catalog import ColumnSpec, TableSchema
+        >>> t = TableSchema("orders", "cid", (ColumnSpec("cid", "BIGINT"),))
+        >>> p = plan("select count(*) from orders", Catalog((t,)), epsilon=0.5, delta=0.0, mechanism="laplace")
+        >>> p.normalized_sql, p.price.epsilon
+        ('SELECT COUNT(*) FROM orders', 0.5)
+    """
+    parsed = parse(sql, dialect)
+    select = flatten(parsed)  # a BI tool's wrapping subquery or CTE becomes one SELECT
+    if _depth(select) > MAX_TREE_DEPTH:
+        raise UnsupportedQuery(
+            f"the query's expressions nest deeper than {MAX_TREE_DEPTH} levels", construct="nesting",
+            limit=MAX_TREE_DEPTH,
+        )
+    analysis = analyse(select, catalog, canonical_units=cells)
+    if analysis.scope.cells is not None and not analysis.scope.cells:
+        # no unit can pass this WHERE: nothing to answer, and a charge on no cell must never be made (issue #10)
+        raise EmptyScope(
+            "the WHERE clause holds for no privacy unit under the policy (its conditions on unit-level columns "
+            "contradict each other); remove the contradiction", construct="WHERE",
+        )
+    scope = analysis.scope.charged() if cells else None
+    chooser = None
+    if auto.uses_auto(analysis):
+        # the selection reads the query's own table, join or computed keys (auto/histograms.py); an expression inside an
+        # aggregate, joint quantiles or a given noise run at the declared limits (valid bounds), with no selection
+        limits = auto.limits_reason(analysis, noise_multiplier, quantiles_serve(analysis))
+        if limits is None:
+            selection_epsilon, epsilon = auto.split_epsilon(epsilon, auto_share)
+            chooser = auto.auto_bounds(analysis, selection_epsilon, auto_quantile)
+        else:
+            chooser = auto.AutoBounds((), limits)
+    if noise_multiplier is None:
+        priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism, conversion=conversion)
+        if chooser is not None:
+            chooser = auto.with_targets(chooser, analysis, priced)  # an L1 cap's target reads its sum's ε
+            priced = auto.auto_price(priced, chooser, conversion)
+    else:
+        priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,
+                                 conversion=conversion)
+    tree, sql_text = bounded_sql(analysis, salt, bounding, catalog)
+    return QueryPlan(sql, normalised(parsed, dialect), analysis, sql_text, priced, scope, tree, chooser, salt,
+                     bounding)
+
+
+def bounded_sql(analysis: Analysis, salt: int, bounding: Bounding, catalog: Catalog | None = None
+                ) -> tuple[exp.Select | None, str]:
+    """The bounded query's tree (None for the store's rank-filter SQL) and its DuckDB text."""
+    if bounding == "store" and not ranks_serve(analysis, catalog):
+        # The store's rank filters serve plain measures (ranks_serve). Joins that fan out, quantiles, spreads,
+        # FILTER and expressions inside aggregates run the per-query windows over the store's tables instead:
+        # the store is a per-unit transformation of the source (each unit's rows depend only on its own rows),
+        # so bounding it per query is as private as bounding the source, and its unit-level columns already hold
+        # each unit's canonical value (a joined public table's columns excepted: rewrite.store_canonical).
+        tree = rewrite_tree(dataclasses.replace(analysis, canonical=store_canonical(analysis)), salt)
+    else:
+        tree = None if bounding == "store" else rewrite_tree(analysis, salt)
+    return tree, rewrite_ranked(analysis, salt) if tree is None else tree.sql(dialect="duckdb")

@@ -1,0 +1,1 @@
+"""From exact per-group measures to a release: partition selection, noise, post-processing."""

@@ -1,0 +1,1 @@
+"""Tests of accountant/: events, privacy maps, filters, per-cell accounting, ledgers and the audit log."""

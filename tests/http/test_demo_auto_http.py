@@ -1,0 +1,149 @@
+"""The demo as shipped (proxy/cli/demo.py: visits with every bound "auto") over HTTP: the README's example, a
+Gaussian count, a median, a join, a spread, and an expression that runs at the declared limits; each one
+charge, nothing refused."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from accountant import loss
+from accountant.events import from_json
+from mechanisms import laplace
+from proxy.cli.demo import CATEGORIES, DemoFiles
+from tests.support.live import Server, policy_copy, spend
+
+README = "SELECT region, COUNT(*) AS visits, AVG(amount) AS avg_amount FROM visits GROUP BY region"
+
+
+@pytest.fixture(scope="module")
+def client(demo: DemoFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    directory = tmp_path_factory.mktemp("demo-auto")
+    live = Server(directory / "server.log").start(policy_copy(demo, directory, epsilon=20.0, delta=1e-5, auto=True))
+    try:
+        with live.client(demo.analyst_key) as c:
+            yield c
+    finally:
+        live.stop()
+
+
+def _ask(client: httpx.Client, path: str, **body: object) -> dict[str, object]:
+    response = client.post(path, json={"dataset": "demo", **body})
+    assert response.status_code == 200, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+def test_the_readme_example_chooses_rows_and_the_amount_cap_from_a_tenth_of_epsilon(client: httpx.Client) -> None:
+    planned = _ask(client, "/v1/query/preview", sql=README, epsilon=0.5)
+    assert planned["bounds"] == {
+        "max_rows": None, "chosen": True, "note": None, "max_rows_limit": 1000,
+        "epsilon": pytest.approx(0.05, rel=1e-12), "quantile": 0.99,
+        "parts": [{"bound": "max_rows", "column": None, "value": None, "limit": 1000,
+                   "epsilon": pytest.approx(0.025, rel=1e-12), "q": 0.99},
+                  # AVG caps each user's total amount at a chosen C <= 1000 rows · 100000 (auto/total.py), aiming
+                  # at t = √2·G/ε_sum users above it: 5 regions, ε_sum = 0.45 / 3 measures
+                  {"bound": "total", "column": "amount", "value": None, "limit": 1000 * 100000,
+                   "epsilon": pytest.approx(0.025, rel=1e-12),
+                   "q": pytest.approx(math.sqrt(2) * 5 / 0.15, rel=1e-9)}]}  # region is unit-level: no max_groups
+    before = float(spend(client)["epsilon_spent"])
+    answer = _ask(client, "/v1/query", sql=README, epsilon=0.5)
+    bounds, charge = answer["bounds"], answer["charge"]
+    assert isinstance(bounds, dict) and isinstance(charge, dict)
+    k, cap = (p["value"] for p in bounds["parts"])
+    assert bounds["max_rows"] == k and 1 <= k <= 1000 and 0 < cap <= 1000 * 100000 and bounds["chosen"] is True
+    assert charge["events"] == planned["charge"]["events"] and charge["events"]["kind"] == "auto_bounds"
+    assert loss.epsilon_delta(from_json(charge["events"]), 0.0)[0] == charge["epsilon"]
+    assert charge["epsilon"] == pytest.approx(0.5, rel=1e-12) and charge["epsilon"] <= 0.5
+    assert math.isclose(float(spend(client)["epsilon_spent"]), before + charge["epsilon"], rel_tol=1e-12)
+    # the count's noise is calibrated to k: the limit's scale times k / 1000
+    (count, _), (count_at_limit, _) = answer["noise"], planned["noise"]  # type: ignore[misc]
+    assert count["scale"] == pytest.approx(count_at_limit["scale"] * k / 1000, rel=1e-9)
+
+
+def test_a_gaussian_grouped_count_chooses_its_bounds(client: httpx.Client) -> None:
+    sql = "SELECT category, COUNT(*) FROM visits GROUP BY category"
+    answer = _ask(client, "/v1/query", sql=sql, epsilon=0.5, mechanism="gaussian", delta=1e-7)
+    bounds = answer["bounds"]
+    assert isinstance(bounds, dict) and [p["bound"] for p in bounds["parts"]] == ["max_rows", "max_groups"]
+    g = bounds["parts"][1]["value"]
+    assert 1 <= g <= len(CATEGORIES) and bounds["parts"][1]["limit"] == len(CATEGORIES)
+    (noise,) = answer["noise"]  # type: ignore[misc]
+    assert noise["mechanism"] == "gaussian"
+    charge = answer["charge"]
+    assert isinstance(charge, dict) and charge["epsilon"] <= 0.5 and charge["delta"] <= 1e-7
+
+
+def test_a_median_chooses_rows_groups_and_its_grid(client: httpx.Client) -> None:
+    answer = _ask(client, "/v1/query", sql="SELECT category, MEDIAN(amount) FROM visits GROUP BY category",
+                  epsilon=0.5)
+    bounds = answer["bounds"]
+    assert isinstance(bounds, dict)
+    assert [(p["bound"], p["column"]) for p in bounds["parts"]] == [("max_rows", None), ("max_groups", None),
+                                                                    ("upper", "amount")]
+    upper = bounds["parts"][2]["value"]
+    assert all(0 <= row[1] <= upper for row in answer["rows"] if row[1] is not None)  # type: ignore[index, union-attr]
+
+
+def test_a_sum_and_a_median_of_one_column_choose_its_cap_and_its_clamp(client: httpx.Client) -> None:
+    answer = _ask(client, "/v1/query", sql="SELECT category, SUM(amount), MEDIAN(amount) FROM visits "
+                  "GROUP BY category", epsilon=0.5)
+    bounds = answer["bounds"]
+    assert isinstance(bounds, dict)
+    assert [(p["bound"], p["column"]) for p in bounds["parts"]] == [("max_rows", None), ("max_groups", None),
+                                                                    ("total", "amount"), ("upper", "amount")]
+    upper = bounds["parts"][3]["value"]
+    assert all(0 <= row[2] <= upper for row in answer["rows"] if row[2] is not None)  # type: ignore[index, union-attr]
+
+
+def test_a_join_chooses_its_bound_from_the_joined_rows(client: httpx.Client) -> None:
+    answer = _ask(client, "/v1/query", sql="SELECT plan, COUNT(*) FROM visits JOIN users USING (user_id) "
+                  "WHERE plan <> 'free' GROUP BY plan", epsilon=0.5)
+    bounds = answer["bounds"]
+    assert isinstance(bounds, dict) and [p["bound"] for p in bounds["parts"]] == ["max_rows"]  # plan: unit-level
+    assert answer["charge"]["events"]["kind"] == "auto_bounds"  # type: ignore[index]
+
+
+def test_a_spread_chooses_rows_and_its_clamp(client: httpx.Client) -> None:
+    answer = _ask(client, "/v1/query", sql="SELECT region, STDDEV(duration_s) FROM visits GROUP BY region",
+                  epsilon=0.5)
+    bounds = answer["bounds"]
+    assert isinstance(bounds, dict)
+    assert [(p["bound"], p["column"]) for p in bounds["parts"]] == [("max_rows", None), ("upper", "duration_s")]
+
+
+def test_an_expression_runs_at_the_declared_limits_and_says_so(client: httpx.Client) -> None:
+    answer = _ask(client, "/v1/query", sql="SELECT region, AVG(duration_s / 60) FROM visits GROUP BY region",
+                  epsilon=0.5)
+    bounds = answer["bounds"]
+    assert isinstance(bounds, dict)
+    assert (bounds["chosen"], bounds["parts"], bounds["epsilon"], bounds["max_rows"]) == (False, [], 0.0, 1000)
+    assert "declared limits (max_rows 1000)" in bounds["note"]
+    assert answer["charge"]["events"]["kind"] != "auto_bounds"  # type: ignore[index]
+    assert answer["charge"]["epsilon"] == pytest.approx(0.5, rel=1e-12)  # type: ignore[index]
+
+
+def test_a_repeat_at_another_confidence_keeps_every_chosen_bounds_noise(client: httpx.Client) -> None:
+    # rows, groups, the amount's cap and its clamp all chosen: the repeat's error bars are the stored answer's
+    # scales at the new confidence, not the scales at the declared limits of the bounds other than max_rows
+    sql = ("SELECT category, COUNT(*) AS n, SUM(amount) AS total, AVG(amount) AS mean, MEDIAN(amount) AS mid "
+           "FROM visits GROUP BY category")
+    first = _ask(client, "/v1/query", sql=sql, epsilon=0.4)
+    spent = spend(client)
+    again = _ask(client, "/v1/query", sql=sql, epsilon=0.4, confidence=0.99)
+    assert spend(client) == spent and again["rows"] == first["rows"] and again["bounds"] == first["bounds"]
+    bounds = first["bounds"]
+    assert isinstance(bounds, dict)
+    assert {p["bound"] for p in bounds["parts"]} == {"max_rows", "max_groups", "total", "upper"}
+    one, other = first["noise"], again["noise"]
+    assert isinstance(one, list) and isinstance(other, list) and len(one) == len(other) == 4
+    for a, b in zip(one, other, strict=True):
+        assert {k: v for k, v in a.items() if k not in ("ci", "ci_times_count", "rank_error", "confidence")} == \
+               {k: v for k, v in b.items() if k not in ("ci", "ci_times_count", "rank_error", "confidence")}
+        assert (a["confidence"], b["confidence"]) == (0.95, 0.99)
+    # the discrete Laplace count's interval at each confidence, at the scale the answer was released with
+    assert one[0]["column"] == "n" and one[0]["mechanism"] == "laplace"
+    assert one[0]["ci"] == laplace.ci_halfwidth(one[0]["scale"], 0.95) < other[0]["ci"]
+    assert other[0]["ci"] == laplace.ci_halfwidth(one[0]["scale"], 0.99)

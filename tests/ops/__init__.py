@@ -1,0 +1,1 @@
+"""Operations on live processes: crashes, faults, replicas, workers, fairness, deadlines, logs."""

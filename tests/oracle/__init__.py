@@ -1,0 +1,1 @@
+"""Neighbouring-dataset oracles: the generated SQL on D and on D minus one unit, within the recorded sensitivity."""

@@ -1,0 +1,1 @@
+"""The policy file and the demo: what loads, what is refused, and where."""

@@ -1,0 +1,295 @@
+"""Automatic bounds beyond Laplace counts and sums (docs/privacy.md §10.3–§10.5): discrete Gaussian noise at the
+chosen bounds, quantiles at the chosen bounds, joins and computed keys (the neighbouring-dataset oracle over
+the selection and the query at k, g), and the shapes answered at the declared limits (no selection, no
+refusal)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from accountant import loss
+from accountant.events import AutoBoundsEvent, GaussianEvent
+from mechanisms import dp_quantile, laplace
+from mechanisms.gaussian import gdp_bound, zcdp
+from proxy.query import auto_release
+from proxy.query.auto import bounds as auto
+from proxy.query.auto import clamp as auto_clamp
+from proxy.query.auto.gauss import sigma_at
+from proxy.query.auto.histograms import standalone
+from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+from proxy.query.planner import plan
+from proxy.query.price.quantiles import counts
+from proxy.query.rewrite import store_layout
+from proxy.query.rewrite.render import DUCKDB
+from tests.oracle.test_quantile_oracle import _log_ratio, _run
+from tests.oracle.test_quantile_oracle import rows as quantile_rows
+from tests.oracle.test_sensitivity import rows
+from tests.query.test_auto_bounds import _laplace
+from tests.query.test_auto_groups_clamp import AUTO, CATALOG, _distances, _first_parts
+from tests.support import oracle_db, scratch_db
+
+
+def _gaussians(event: object) -> list[GaussianEvent]:
+    match event:
+        case AutoBoundsEvent():
+            return _gaussians(event.query)
+        case GaussianEvent():
+            return [event]
+        case _ if hasattr(event, "events"):
+            return [e for child in event.events for e in _gaussians(child)]  # type: ignore[attr-defined]
+        case _:
+            return []
+
+
+GAUSSIAN_QUERIES = [
+    "SELECT COUNT(*) FROM t",
+    "SELECT g, COUNT(*), SUM(n) FROM t GROUP BY g",
+    "SELECT p, g, COUNT(*), AVG(n) FROM t GROUP BY p, g",
+]
+
+
+@pytest.mark.parametrize("query", GAUSSIAN_QUERIES)
+@pytest.mark.parametrize("conversion", ["zcdp", "gdp"])
+def test_gaussian_noise_at_every_chosen_bound_costs_no_more_than_its_charged_event(query: str, conversion: str) -> None:
+    """Charged at the limits; at every (k, g, clamp) the σ run has ρ and proven μ at most the charged event's,
+    so every rule (basic, zcdp, gdp, the PLD report) reads the event as a bound of what ran."""
+    planned = plan(query, CATALOG, epsilon=0.8, delta=1e-6, mechanism="gaussian", bounding="store",
+                   conversion=conversion)  # type: ignore[arg-type]
+    assert planned.auto is not None and planned.auto.parts and isinstance(planned.price.event, AutoBoundsEvent)
+    assert planned.price.epsilon <= 0.8
+    assert loss.epsilon_delta(planned.price.event, planned.price.gaussian_delta, conversion)[0] == planned.price.epsilon
+    charged = _gaussians(planned.price.event)
+    assert len(charged) == len(planned.price.noise)
+    clamps = [(), (("n", 0.0, 1.0),), (("n", 0.0, 10.0),)] if "n)" in query else [()]
+    groups = (1, 3) if planned.analysis.max_groups > 1 else (1,)
+    for k, g, clamp in itertools.product((1, 2, 6), groups, clamps):
+        analysis = auto.at_bound(planned.analysis, k, g, clamp)
+        priced = auto.price_at(planned.price, analysis, k)  # what auto_release.plan_at runs, without the SQL
+        assert priced.event == planned.price.event and priced.epsilon == planned.price.epsilon
+        for spec, event in zip(priced.noise, charged, strict=True):
+            measure = analysis.measures[spec.measure]
+            assert spec.mechanism == "gaussian" and spec.sensitivity ** 2 >= g * measure.sensitivity(k) ** 2
+            assert spec.sensitivity <= event.sensitivity
+            assert zcdp.rho(spec.sensitivity, spec.scale) <= zcdp.rho(event.sensitivity, event.sigma)
+            assert gdp_bound.mu(spec.sensitivity, spec.scale) <= gdp_bound.mu(event.sensitivity,
+                                                                                               event.sigma)
+
+
+def test_scaling_sigma_with_the_sensitivity_alone_would_break_the_gdp_charge() -> None:
+    """The broken variant σ_k = σ_L·Δ_k/Δ_L keeps ρ but not the discrete Gaussian's proven μ (μ_Z(σ, 1)·σ falls
+    as σ grows): sigma_at searches σ upward instead."""
+    naive = 2000.0 * 1 / 1000
+    assert gdp_bound.mu(1, naive) > gdp_bound.mu(1000, 2000.0)
+    assert gdp_bound.mu(1, sigma_at(1, 1000, 2000.0)) <= gdp_bound.mu(1000, 2000.0)
+    assert sigma_at(1, 1000, 2000.0) > naive
+
+
+# --- quantiles at the chosen bounds ---------------------------------------------------------------------------
+
+QUANTILE_QUERIES = [
+    "SELECT MEDIAN(x) FROM t",
+    "SELECT g, MEDIAN(x), COUNT(*) FROM t GROUP BY g",
+    "SELECT r, QUANTILE_CONT(n, 0.9), MAX(x) FROM t GROUP BY r",
+]
+
+
+@pytest.mark.parametrize("query", QUANTILE_QUERIES)
+@settings(max_examples=oracle_db.examples(4), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=quantile_rows, removed=st.integers(0, 5), salt=st.integers(0, 2**62), k=st.integers(1, 6),
+       g=st.integers(1, 3))
+@example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)], removed=0, salt=1,
+         k=6, g=3)
+@example(data=[(0, "a", "N", "a", 5.5, 10)] * 9 + [(1, "a", "N", "a", -3.0, 0)] * 9, removed=1, salt=2, k=2, g=1)
+def test_quantiles_at_the_chosen_bounds_move_within_the_charge(
+    query: str, data: list[tuple[object, ...]], removed: int, salt: int, k: int, g: int
+) -> None:
+    """The query at (k, g), on D and D minus one unit with data that breaks every declaration: at most k rows
+    leave each group, in at most g groups, each score moves by at most Δ(q, k), and the exact output
+    distributions over all groups move by at most the charged ε of the quantiles' events."""
+    planned = plan(query, CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace", salt=salt)
+    assert planned.auto is not None and planned.auto.parts and planned.price.quantiles
+    g = min(g, planned.analysis.max_groups)
+    at = auto_release.plan_at(planned, auto.ChosenBounds((), k, g))
+    n_keys = len(at.analysis.keys)
+    big = _run(at.sql, data, n_keys)
+    small = _run(at.sql, [row for row in data if row[0] != removed], n_keys)
+    charged = math.fsum(s.event.sensitivity / s.event.scale for s in planned.price.quantiles)
+    total_loss = 0.0
+    for spec in at.price.quantiles:
+        assert spec.max_rows == k and spec.epsilon <= planned.price.quantiles[at.price.quantiles.index(spec)].epsilon
+        measure = at.analysis.measures[spec.measure]
+        changed = 0
+        for cell in set(big) | set(small):
+            h_big = counts(big[cell][1 + spec.measure] if cell in big else None, measure.points)
+            h_small = counts(small[cell][1 + spec.measure] if cell in small else None, measure.points)
+            removed_rows = sum(h_big) - sum(h_small)
+            assert all(a >= b for a, b in zip(h_big, h_small, strict=True)) and removed_rows <= k
+            changed += removed_rows > 0
+            moves = [abs(a - b) for a, b in zip(dp_quantile.rank_distances(h_big, spec.q),
+                                                dp_quantile.rank_distances(h_small, spec.q), strict=True)]
+            assert max(moves) <= dp_quantile.score_sensitivity(spec.q, k)
+            if removed_rows:
+                p = dp_quantile.output_distribution(h_big, spec.q, spec.epsilon, k)
+                r = dp_quantile.output_distribution(h_small, spec.q, spec.epsilon, k)
+                total_loss += _log_ratio(p, r)
+        assert changed <= g
+    assert total_loss <= charged * (1 + 1e-9)
+
+
+def test_a_quantile_query_charges_its_selection_and_its_quantiles_at_the_limits() -> None:
+    planned = plan("SELECT g, MEDIAN(x) FROM t GROUP BY g", CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace")
+    assert planned.auto is not None
+    # the median's grid is x's chosen clamp
+    assert [(p.bound, p.column) for p in planned.auto.parts] == [("max_rows", None), ("max_groups", None),
+                                                                  ("lower", "x"), ("upper", "x")]
+    (median,) = planned.price.quantiles
+    # 0.9 for the query, half of it for the median (g has no public domain: the other half selects groups),
+    # over L0 = 3 groups: per group 0.15 = 2·Δ(1/2, 6)/T, T = 40
+    assert (median.max_rows, median.scale, median.event.sensitivity) == (6, pytest.approx(40, rel=1e-14), 18.0)
+    assert planned.price.epsilon == pytest.approx(1.0, rel=1e-12)
+    at = auto_release.plan_at(planned, auto.ChosenBounds((), 2, 1))
+    (spec,) = at.price.quantiles
+    assert (spec.max_rows, spec.scale, spec.event) == (2, pytest.approx(40 / 3, rel=1e-14), median.event)
+
+
+# --- shapes answered at the declared limits ---------------------------------------------------------------------
+
+AT_LIMITS = [
+    ("SELECT COUNT(*) FROM t", 3.0, "noise_multiplier"),
+    ("SELECT SUM(x + n) FROM t", None, "not of expressions"),
+    ("SELECT g, AVG(x * 2), COUNT(*) FILTER (WHERE n > 2) FROM t GROUP BY g", None, "not of expressions"),
+    ("SELECT MIN(x), MEDIAN(x), MAX(x) FROM t", None, "two quantiles"),
+]
+
+
+@pytest.mark.parametrize(("query", "multiplier", "words"), AT_LIMITS)
+def test_what_the_selection_cannot_read_runs_at_the_declared_limits(
+    query: str, multiplier: float | None, words: str
+) -> None:
+    """Not refused: answered as a fixed-bounds table at its limits (valid bounds), with no selection in the
+    charge, and the report says so."""
+    planned = plan(query, CATALOG, epsilon=0.5, delta=1e-7, mechanism="laplace", noise_multiplier=multiplier,
+                   bounding="store")
+    fixed = Catalog((AUTO.__class__(AUTO.name, AUTO.privacy_unit, tuple(
+        c.__class__(c.name, c.type, c.bounds, c.unit_level, c.public_domain, c.groupable) for c in AUTO.columns),
+        max_groups=AUTO.max_groups, max_rows=AUTO.max_rows),))
+    at_limits = plan(query, fixed, epsilon=0.5, delta=1e-7, mechanism="laplace", noise_multiplier=multiplier,
+                     bounding="store")
+    assert planned.auto is not None and planned.auto.parts == () and words in (planned.auto.note or "")
+    assert planned.price == at_limits.price and planned.sql == at_limits.sql
+    assert not isinstance(planned.price.event, AutoBoundsEvent)
+    report = auto_release.preview(planned.auto, planned.analysis).report()
+    assert report["chosen"] is False and report["parts"] == [] and report["epsilon"] == 0.0
+    assert report["max_rows"] == AUTO.max_rows and report["note"] == planned.auto.note
+    assert auto_release.plan_at(planned, 2) is planned  # a repeat's bars: the plan at the limits itself
+
+
+# --- joins and computed keys: the oracle over every selection and the query at the chosen bounds ---------------
+
+W = TableSchema("w", "uid", (ColumnSpec("uid", "BIGINT"), ColumnSpec("q", "VARCHAR", unit_level=True, groupable=True)),
+                one_row_per_unit=True)
+JOINED = Catalog((AUTO, W))
+JOIN_QUERIES = [
+    "SELECT q, COUNT(*), SUM(x) FROM t JOIN w USING (uid) GROUP BY q",
+    "SELECT g, COUNT(*), AVG(n) FROM t JOIN w USING (uid) WHERE q = 'A' GROUP BY g",
+    "SELECT CASE WHEN n > 3 THEN 'hi' ELSE 'lo' END AS m, COUNT(*), SUM(x) FROM t GROUP BY m",
+    "SELECT q, MEDIAN(x) FROM t JOIN w USING (uid) WHERE n > 1 GROUP BY q",
+    "SELECT g, VARIANCE(x), COUNT(*) FROM t GROUP BY g",  # spreads and FILTER (§10.6 no more)
+    "SELECT r, SUM(x) FILTER (WHERE n > 2), COUNT_IF(n > 5) FROM t GROUP BY r",
+    "SELECT q, STDDEV(n) FROM t JOIN w USING (uid) GROUP BY q",
+]
+
+
+def _joined_store(sqls: list[str], data: list[tuple[object, ...]], units: list[tuple[object, ...]]
+                  ) -> list[list[tuple[object, ...]]]:
+    con = scratch_db.connect()
+    con.execute("ATTACH ':memory:' AS src")
+    con.execute("CREATE TABLE src.t (uid BIGINT, g VARCHAR, r VARCHAR, p VARCHAR, x DOUBLE, n INTEGER)")
+    con.execute("CREATE TABLE src.w (uid BIGINT, q VARCHAR)")
+    if data:
+        con.executemany("INSERT INTO src.t VALUES (?, ?, ?, ?, ?, ?)", data)
+    if units:
+        con.executemany("INSERT INTO src.w VALUES (?, ?)", units)
+    con.execute(store_layout.build_sql(AUTO, "key"))
+    con.execute(store_layout.build_sql(W, "key"))
+    try:
+        return [con.execute(sql).fetchall() for sql in sqls]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("query", JOIN_QUERIES)
+@settings(max_examples=oracle_db.examples(3), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=rows, labels=st.lists(st.sampled_from(["A", "B", None]), min_size=6, max_size=6),
+       removed=st.integers(0, 5), salt=st.integers(0, 2**62), k=st.integers(1, 6), g=st.integers(1, 3),
+       ends=st.tuples(st.integers(0, 65), st.integers(0, 65), st.integers(0, 12), st.integers(0, 12)))
+@example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)],
+         labels=["A"] * 6, removed=0, salt=1, k=6, g=3, ends=(0, 65, 0, 12))
+def test_joins_computed_keys_spreads_and_filters_move_every_step_within_its_sensitivity(
+    query: str, data: list[tuple[object, ...]], labels: list[str | None], removed: int, salt: int, k: int, g: int,
+    ends: tuple[int, int, int, int],
+) -> None:
+    """The selection reads the query's own virtual table (the join over the store, the computed key): on D and
+    D minus one unit (its rows in t and its row in w), with t's data breaking every declaration (w is one row
+    per unit, which the store build checks), each histogram moves by at most its sensitivity, per query and
+    from the stored ranks; and the query at (k, g, clamps) by at most its sensitivity there."""
+    units = [(u, label) for u, label in enumerate(labels)]
+    planned = plan(query, JOINED, epsilon=1.0, delta=1e-6, mechanism="laplace", salt=salt, bounding="store")
+    assert planned.auto is not None and planned.auto.parts, query
+    analysis, chooser = planned.analysis, planned.auto
+    selections = [f"SELECT __a, __b, __n FROM ({sql})" for store in (True, False)
+                  for sql in standalone(analysis, chooser, store, DUCKDB)]
+    clamps = []
+    for name, (i, j) in (("x", ends[:2]), ("n", ends[2:])):
+        if chooser.part("upper", name) is not None:  # the columns whose clamp the query chooses
+            grid = auto_clamp.clamp_grid(AUTO.column(name).bounds, AUTO.column(name).kind)  # type: ignore[union-attr, arg-type]
+            a, b = grid[min(i, len(grid) - 1)], grid[min(j, len(grid) - 1)]
+            clamps.append((name, min(a, b), max(a, b)))
+    at = auto_release.plan_at(planned, auto.ChosenBounds((), k, min(g, analysis.max_groups), tuple(clamps)))
+    smaller = ([r for r in data if r[0] != removed], [u for u in units if u[0] != removed])
+    (*big, before), (*small, after) = (_joined_store([*selections, at.sql], *d) for d in ((data, units), smaller))
+    firsts = _first_parts(chooser)
+    for i, (b, s) in enumerate(zip(big, small, strict=True)):
+        part, _ = firsts[i % len(firsts)]
+        for distance, sensitivity in _distances(part, b, s):
+            assert distance <= sensitivity, (query, part.bound, i)
+    if at.price.quantiles:
+        return  # the quantile's histograms: test_quantiles_at_the_chosen_bounds_move_within_the_charge
+    n_keys = len(analysis.keys)
+    keyed = [{tuple(r[:n_keys]): tuple(int(v or 0) for v in r[n_keys:]) for r in res}  # type: ignore[call-overload]
+             for res in (before, after)]
+    zero = (0,) * (1 + len(at.analysis.measures))
+    for column, measure in enumerate(at.analysis.measures, start=1):
+        per_group = measure.sensitivity(k)
+        moves = [abs(keyed[0].get(c, zero)[column] - keyed[1].get(c, zero)[column])
+                 for c in set(keyed[0]) | set(keyed[1])]
+        assert all(m <= per_group for m in moves) and sum(moves) <= at.analysis.max_groups * per_group, query
+
+
+@pytest.mark.parametrize("query", ["SELECT g, VARIANCE(x), STDDEV(n) FROM t GROUP BY g",
+                                   "SELECT r, SUM(x) FILTER (WHERE n > 2), COUNT_IF(n > 5), AVG(n) FROM t GROUP BY r"])
+def test_spreads_and_filters_cost_no_more_than_charged_at_every_chosen_bound(query: str) -> None:
+    """Every Laplace part at every (k, g, clamps) of a grid has pure ε at most its recorded part (each measure's
+    sensitivity, the centred squares' included, is monotone in every bound)."""
+    planned = plan(query, CATALOG, epsilon=0.7, delta=1e-7, mechanism="laplace", bounding="store")
+    assert planned.auto is not None and planned.auto.parts and isinstance(planned.price.event, AutoBoundsEvent)
+    recorded = [laplace.epsilon(e.sensitivity, e.scale) for e in _laplace(planned.price.event.query)]
+    columns = [c for c in ("x", "n") if planned.auto.part("upper", c) is not None]
+    ends = {c: auto_clamp.clamp_grid(AUTO.column(c).bounds, AUTO.column(c).kind)  # type: ignore[union-attr, arg-type]
+            for c in columns}
+    clamp_choices = [tuple((c, ends[c][i], ends[c][j]) for c in columns) for i, j in ((0, -1), (0, 1), (2, -3))]
+    groups = (1, 3) if planned.analysis.max_groups > 1 else (1,)
+    for k, g, clamps in itertools.product((1, 4, 6), groups, clamp_choices):
+        at = auto.at_bound(planned.analysis, k, g, clamps)
+        priced = auto.price_at(planned.price, at, k)
+        assert priced.event == planned.price.event and len(priced.noise) == len(recorded)
+        for spec, part in zip(priced.noise, recorded, strict=True):
+            assert spec.sensitivity == g * at.measures[spec.measure].sensitivity(k)
+            assert laplace.epsilon(spec.sensitivity, spec.scale) <= part if spec.sensitivity else True

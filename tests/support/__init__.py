@@ -1,0 +1,1 @@
+"""Shared test helpers: catalogs, scratch databases, live servers, ledger rows, Spark data."""
