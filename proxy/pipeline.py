@@ -40,7 +40,7 @@ from proxy.query.auto.bounds import ChosenBounds
 from proxy.query.errors import InvalidParameter, PolicyError
 from proxy.query.planner import QueryPlan, plan, repeat_identity
 from proxy.query.release.publish import Release, release
-from proxy.query.rewrite.render import DUCKDB, render, render_text
+from proxy.query.rewrite.render import render, render_text
 from proxy.run import faults, padding
 from proxy.run.deadline import Deadline
 from proxy.schemas import QueryRequest
@@ -105,7 +105,7 @@ class Answer:
 def engine_sql(planned: QueryPlan, engine: QueryEngine | StoreEngine) -> str:
     """The plan's query as `engine` reads it: its tree through the engine's dialect (proxy/query/rewrite/render.py);
     a bounding store's SQL, which has no tree, as it is for DuckDB and through `render_text` for Spark's store."""
-    target = getattr(engine, "target", DUCKDB)
+    target = engine.target
     if planned.tree is None:  # a bounding store's SQL: DuckDB's text, rendered for Spark's store (render_text)
         return planned.sql if target.dialect == "duckdb" else render_text(planned.sql, target)
     return render(planned.tree, target)
@@ -264,8 +264,7 @@ def answer(
     price = prepared.plan.price
     engine = env.engine(prepared.dataset.name)
     sql = engine_sql(prepared.plan, engine)  # a refusal here is before the charge: free
-    target = getattr(engine, "target", DUCKDB)
-    picking = auto_release.selection_text(prepared.plan, target) if prepared.plan.auto is not None else None
+    picking = auto_release.selection_text(prepared.plan, engine.target) if prepared.plan.auto is not None else None
     engine.refresh()  # a changed source is rebuilt into its store before the charge, not on the query's clock
     with env.timed("admit"):
         try:
@@ -301,14 +300,18 @@ def answer(
 def at_chosen_bound(
     prepared: Prepared, engine: QueryEngine | StoreEngine, picking: str, sampler: Sampler, deadline: Deadline
 ) -> tuple[Prepared, ChosenBounds]:
-    """The prepared query at the bounds its selection (`picking`, auto_release.selection_text) draws from the data:
-    the engine reads every histogram in one query, proxy/query/auto_release.py draws and re-plans."""
-    planned = prepared.plan
+    """The prepared query at the bounds its selection (`picking`, auto_release.selection_text) draws from the data."""
+    chosen = choose_bounds(prepared.plan, engine, picking, sampler, deadline.remaining())
+    return dataclasses.replace(prepared, plan=auto_release.plan_at(prepared.plan, chosen)), chosen
+
+
+def choose_bounds(planned: QueryPlan, engine: QueryEngine | StoreEngine, picking: str, sampler: Sampler,
+                  timeout_s: float | None) -> ChosenBounds:
+    """Every bound of an automatic-bounds plan: the engine reads every selection histogram in one query
+    (`picking`), proxy/query/auto_release.py draws each bound from them."""
     assert planned.auto is not None
     if not planned.auto.parts:  # at the declared limits: nothing to read or draw
-        chosen = auto_release.preview(planned.auto, planned.analysis)
-    else:
-        # a bounding store reads each histogram once per store (store/duckdb_store.py: run_remembered)
-        run = getattr(engine, "run_remembered", engine.run) if planned.bounding == "store" else engine.run
-        chosen = auto_release.draw(planned.analysis, planned.auto, run(picking, deadline.remaining()).rows, sampler)
-    return dataclasses.replace(prepared, plan=auto_release.plan_at(planned, chosen)), chosen
+        return auto_release.preview(planned.auto, planned.analysis)
+    # a bounding store reads each histogram once per store (store/duckdb_store.py: run_remembered); a source, every time
+    run = getattr(engine, "run_remembered", engine.run) if planned.bounding == "store" else engine.run
+    return auto_release.draw(planned.analysis, planned.auto, run(picking, timeout_s).rows, sampler)

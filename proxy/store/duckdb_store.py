@@ -40,6 +40,7 @@ from proxy.engines.base import EngineError, Rows
 from proxy.engines.duckdb_engine import Engine
 from proxy.query.catalog import Catalog
 from proxy.query.rewrite import store_layout
+from proxy.query.rewrite.render import DUCKDB
 from proxy.store.histogram_cache import Remembered
 from proxy.store.swap import Closed, Swap
 
@@ -342,6 +343,7 @@ class StoreEngine(BoundingStore[Engine]):
     """The engine of a dataset whose queries read its bounding store. Thread-safe; `run` as Engine.run."""
 
     pattern = "store-*.duckdb"
+    target = DUCKDB  # queries are rendered as DuckDB reads them (the store is a DuckDB file)
 
     def __init__(self, dataset: str, source: Path, catalog: Catalog, directory: Path, *, threads: int = 2,
                  memory_limit: str = "8GB", timeout_s: float = 30.0) -> None:

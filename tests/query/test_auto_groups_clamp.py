@@ -18,7 +18,7 @@ from accountant.events import AutoBoundsEvent, ComposedEvent, ExponentialEvent, 
 from mechanisms import laplace
 from mechanisms.sampling import FixedSampler
 from proxy.policy.load import load_policy, policy_problems
-from proxy.query import auto_release as auto_run
+from proxy.query import auto_release
 from proxy.query.analyse.analysis import Analysis, analyse
 from proxy.query.analyse.measures import Measure, fixed_point
 from proxy.query.auto import bounds as auto
@@ -296,12 +296,12 @@ def test_the_bounds_follow_the_data() -> None:
     planned = plan("SELECT g, COUNT(*), SUM(x) FROM t GROUP BY g", Catalog((table,)), epsilon=10.0, delta=1e-7,
                    mechanism="laplace", bounding="store", auto_share=0.5)
     assert planned.auto is not None and [p.bound for p in planned.auto.parts] == ["max_groups", "total"]
-    sql = auto_run.selection_text(planned, _Engine(con))
-    chosen = auto_run.draw(planned.analysis, planned.auto, con.execute(sql).fetchall(), FixedSampler())
+    sql = auto_release.selection_text(planned, _Engine(con).target)
+    chosen = auto_release.draw(planned.analysis, planned.auto, con.execute(sql).fetchall(), FixedSampler())
     ((name, cap),) = chosen.caps
     grid = fixed_point(ColumnSpec("x", "DOUBLE", bounds=(-3, 5.5)))[0]
     assert (chosen.max_groups, name, chosen.clamps) == (2, "x", ()) and 4.5 <= cap / grid < 4.5 * 1.42, chosen
-    at = auto_run.plan_at(planned, chosen)
+    at = auto_release.plan_at(planned, chosen)
     assert at.analysis.max_groups == 2
     assert at.analysis.measures[1] == Measure("sum", "x", *fixed_point(ColumnSpec("x", "DOUBLE", bounds=(-3, 5.5))),
                                               cap=cap)

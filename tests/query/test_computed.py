@@ -12,6 +12,7 @@ from sqlglot import parse_one
 
 from proxy.query.analyse.analysis import analyse
 from proxy.query.analyse.names import Names
+from proxy.query.analyse.where import predicate
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.computed.values import scalar, total
 from proxy.query.errors import QueryError
@@ -77,7 +78,7 @@ def _same(ours: object, theirs: object) -> bool:
 
 @pytest.mark.parametrize("text", EXPRESSIONS)
 def test_each_function_computes_what_duckdb_computes_and_never_fails(text: str) -> None:
-    value = scalar(parse_one(text, read="duckdb"), Names(T, None, CATALOG))
+    value = scalar(parse_one(text, read="duckdb"), Names(T, None, CATALOG, conditions=predicate))
     con = _connection()
     ours = con.execute(f"SELECT uid, {total(value).sql('duckdb')} FROM t ORDER BY rowid").fetchall()  # never raises
     assert len(ours) == len(ROWS)
@@ -90,7 +91,7 @@ def test_each_function_computes_what_duckdb_computes_and_never_fails(text: str) 
 
 
 def test_typed_division_of_integers_truncates_as_in_postgres() -> None:
-    value = scalar(parse_one("i / 2", read="postgres"), Names(T, None, CATALOG))
+    value = scalar(parse_one("i / 2", read="postgres"), Names(T, None, CATALOG, conditions=predicate))
     con = scratch_db.connect()
     assert con.execute(f"SELECT {total(value).sql('duckdb')} FROM (SELECT -7 AS i)").fetchone() == (-3,)
     assert value.type == "BIGINT"
@@ -105,7 +106,7 @@ def test_typed_division_of_integers_truncates_as_in_postgres() -> None:
 ])
 def test_everything_else_is_refused_naming_the_construct(text: str) -> None:
     with pytest.raises(QueryError) as caught:
-        scalar(parse_one(text, read="duckdb"), Names(T, None, CATALOG))
+        scalar(parse_one(text, read="duckdb"), Names(T, None, CATALOG, conditions=predicate))
     assert caught.value.detail.get("construct")
 
 

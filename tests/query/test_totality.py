@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from mechanisms.sampling import FixedSampler, SecureSampler
 from proxy import pipeline
 from proxy.engines.duckdb_engine import Engine
-from proxy.query import auto_release as auto_run
+from proxy.query import auto_release
 from proxy.query.auto.histograms import selection
 from proxy.query.catalog import MAX_ABS_BOUND, Catalog, ColumnSpec, TableSchema
 from proxy.query.errors import QueryError
@@ -103,8 +103,8 @@ def test_no_query_fails_after_admission_on_any_data(
         con.execute(store_layout.build_sql(table, "key"))
     if planned.auto is not None and planned.auto.parts:  # the selection's histograms, then the query at its bounds
         text = selection(planned.analysis, planned.auto, bounding == "store", DUCKDB, ranked=planned.tree is None)
-        chosen = auto_run.draw(planned.analysis, planned.auto, con.execute(text).fetchall(), SecureSampler())
-        planned = auto_run.plan_at(planned, chosen)
+        chosen = auto_release.draw(planned.analysis, planned.auto, con.execute(text).fetchall(), SecureSampler())
+        planned = auto_release.plan_at(planned, chosen)
     rows = con.execute(planned.sql).fetchall()  # the engine: no cast or overflow may fail
     out = release(rows, planned.analysis, planned.price, SecureSampler())  # noise: no range error
     assert out.columns
@@ -156,8 +156,9 @@ def _answer(planned: QueryPlan, engine: Any) -> list[tuple[object, ...]]:
     the chosen bounds, the release. Returns the exact rows, sorted. The bounds are drawn without noise (the most
     likely ones), so that both engines run the query at the same bounds; the release draws real noise."""
     if planned.auto is not None:
-        chosen = auto_run.choose(planned, engine, auto_run.selection_text(planned, engine), FixedSampler(), 600)
-        planned = auto_run.plan_at(planned, chosen)
+        picking = auto_release.selection_text(planned, engine.target)
+        chosen = pipeline.choose_bounds(planned, engine, picking, FixedSampler(), 600)
+        planned = auto_release.plan_at(planned, chosen)
     rows = engine.run(pipeline.engine_sql(planned, engine), 600).rows
     assert release(rows, planned.analysis, planned.price, SecureSampler()).columns
     return sorted((tuple(int(v) if isinstance(v, Decimal) else v for v in row) for row in rows), key=repr)
