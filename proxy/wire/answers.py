@@ -13,12 +13,15 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
 from accountant.audit.chain import AuditRecord, Decision, sql_sha256
+from proxy import logs
 from proxy.http.errors import STATUS
 from proxy.http.formats import column_types
+from proxy.http.middleware.access_log import Rejection
 from proxy.http.routes import query_work
 from proxy.pipeline import Env, prepare
 from proxy.policy.load import AnalystPolicy
@@ -65,32 +68,50 @@ def describe(req: QueryRequest, analyst: AnalystPolicy, env: Env) -> tuple[Colum
 
 
 async def answer(app_state: Any, req: QueryRequest, analyst: AnalystPolicy) -> Result:
-    """The DP answer to `req` (raises the pipeline's errors, audited and counted)."""
+    """The DP answer to `req` (raises the pipeline's errors), audited, counted, logged (one access line, as an
+    HTTP request's) and, when refused, listed among the dashboard's recent rejections."""
     env: Env = app_state.env
     state = SimpleNamespace(charged=False, charge=None, charge_id=None, normalized_sql=None, column_types=())
     work = query_work(req, analyst, env, state, typed=True)
+    context = logs.RequestContext(logs.request_id(None))
+    token = logs.CURRENT.set(context)  # the pipeline's stage timings go into this query's access line
     started = time.perf_counter()
     try:
-        with app_state.throttle.admitted(analyst.name, analyst.limits):
-            result = await app_state.runner.run(analyst.name, work, env.settings.query_timeout_s)
-    except Exception as err:
-        code = getattr(err, "code", "internal")
-        code = code if isinstance(code, str) and code in STATUS else "internal"
-        app_state.metrics.request_done("pg", "QUERY", code, time.perf_counter() - started)
-        with contextlib.suppress(AttributeError):
-            err.wire_charged = state.charged  # type: ignore[attr-defined]  # the ErrorResponse says so
-        await _audit(app_state, _record(env, analyst, req, state, "failed" if STATUS[code] >= 500 else "rejected",
-                                        code, None))
-        raise
-    app_state.metrics.request_done("pg", "QUERY", "ok", time.perf_counter() - started)
+        try:
+            with app_state.throttle.admitted(analyst.name, analyst.limits):
+                result = await app_state.runner.run(analyst.name, work, env.settings.query_timeout_s)
+        except Exception as err:
+            code = getattr(err, "code", "internal")
+            code = code if isinstance(code, str) and code in STATUS else "internal"
+            _done(app_state, context, analyst, req, code, started, state.charge_id)
+            with contextlib.suppress(AttributeError):
+                err.wire_charged = state.charged  # type: ignore[attr-defined]  # the ErrorResponse says so
+            await _audit(app_state, _record(env, analyst, req, state, "failed" if STATUS[code] >= 500 else "rejected",
+                                            code, None))
+            raise
+        _done(app_state, context, analyst, req, "ok", started, result.charge_id)
+    finally:
+        logs.CURRENT.reset(token)
     if result.repeat or not result.audited:
         await _audit(app_state, _record(env, analyst, req, state, "repeat" if result.repeat else "answered", None,
                                         result.charge_id))
     body = json.loads(result.body)
     rows = [tuple(row) for row in body["rows"]]
     return Result(columns_of(body["columns"], tuple(state.column_types), rows, released=True), rows,
-                  f"SELECT {len(rows)}",
-                  (notice(body, result.repeat, result.charge_id),), body)
+                  f"SELECT {len(rows)}", (notice(body, result.repeat, result.charge_id),), body)
+
+
+def _done(app_state: Any, context: logs.RequestContext, analyst: AnalystPolicy, req: QueryRequest, code: str,
+          started: float, charge_id: str | None) -> None:
+    """Count, log and (when refused) list one wire query, as proxy/observe.py does an HTTP request."""
+    seconds = time.perf_counter() - started
+    status = 200 if code == "ok" else STATUS[code]
+    app_state.metrics.request_done("pg", "QUERY", code, seconds)
+    if status >= 400:
+        app_state.rejections.add(Rejection(datetime.now(UTC), analyst.name, req.dataset, "pg", status, code))
+    logs.access(request_id=context.request_id, method="QUERY", route="pg", status=status, code=code,
+                analyst=analyst.name, dataset=req.dataset, duration_ms=round(seconds * 1000, 3),
+                stages_ms={k: round(v * 1000, 3) for k, v in context.stages.items()}, charge_id=charge_id)
 
 
 def notice(body: dict[str, Any], repeat: bool, charge_id: str) -> str:

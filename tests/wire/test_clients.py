@@ -537,3 +537,13 @@ def test_binary_results_follow_the_description(wire: Wire) -> None:
     with connect(wire) as conn:  # the simple protocol (no Describe) types the columns alike
         simple = conn.pgconn.exec_(sql.encode())
         assert [simple.ftype(i) for i in range(simple.nfields)] == [25, 20, 701, 701, 701]
+
+
+def test_a_refused_wire_query_is_on_the_dashboard_and_in_the_access_log(wire: Wire) -> None:
+    with connect(wire) as conn, pytest.raises(psycopg.Error):
+        conn.execute("SELECT user_id FROM users GROUP BY user_id")
+    with wire.server.client(wire.admin_key) as admin:
+        rejections = admin.get("/dashboard/data").json()["recent_rejections"]
+    assert any(r["route"] == "pg" and r["code"] == "policy" and r["analyst"] == "analyst" for r in rejections)
+    lines = [line for line in wire.server.log.read_text().splitlines() if '"route": "pg"' in line]
+    assert any('"code": "policy"' in line and '"method": "QUERY"' in line for line in lines)
