@@ -17,6 +17,7 @@ from typing import Any
 from proxy.budget_view import budget_now
 from proxy.pipeline import Env
 from proxy.policy import AnalystPolicy
+from proxy.query.errors import SqlSyntaxError
 from proxy.query.wire_sql import statement_count, without_schema
 from proxy.schemas import QueryRequest
 from proxy.wire import answers, pgtypes
@@ -91,9 +92,11 @@ class Session:
         if word not in _QUERIES:
             raise WireError("0A000", "unsupported", f"{word or 'this statement'} is not supported",
                             "send one SELECT statement")
-        if self.catalog.sql_of(rest) is not None:
-            return "catalog", rest, options
-        return "query", rest, options
+        try:
+            catalog = self.catalog.sql_of(rest)
+        except SqlSyntaxError:  # the pipeline's parser says what is wrong, where
+            catalog = None
+        return ("query" if catalog is None else "catalog"), rest, options
 
     def request(self, sql: str, options: dict[str, Any]) -> QueryRequest:
         """The QueryRequest of a data query: the session's dp settings under the statement's own."""
