@@ -198,7 +198,10 @@ def without_schema(sql: str, schema: str = "public") -> str:
     """
     if schema not in sql.lower():
         return sql
-    tree = _parse(sql)
+    try:
+        tree = _parse(sql)
+    except SqlSyntaxError:  # the pipeline's parser says what is wrong, where
+        return sql
     touched = False
     for node in (*tree.find_all(exp.Table), *tree.find_all(exp.Column)):
         if node.args.get("db") is not None and node.db.lower() == schema and node.args.get("catalog") is None:

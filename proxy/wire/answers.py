@@ -67,6 +67,17 @@ def describe(req: QueryRequest, analyst: AnalystPolicy, env: Env) -> tuple[Colum
     return columns_of([o.name for o in analysis.outputs], column_types(analysis), [], released=True)
 
 
+def explain(req: QueryRequest, analyst: AnalystPolicy, env: Env) -> Result:
+    """EXPLAIN of a data query: what it would charge and the SQL that would run, from its plan (the preview's
+    path): free, no data read, nothing charged (raises QueryError)."""
+    planned = prepare(req, analyst, env.policy, env.sampler.salt()).plan
+    price = planned.price
+    lines = [f"dp charge: epsilon={price.epsilon:.6g} delta={price.delta:.6g} ({price.mechanism}, "
+             f"{price.composition}); EXPLAIN charges nothing", "rewritten SQL:",
+             *(f"  {line}" for line in planned.sql.splitlines())]
+    return Result((Column("QUERY PLAN", pgtypes.TEXT),), [(line,) for line in lines], "EXPLAIN")
+
+
 async def answer(app_state: Any, req: QueryRequest, analyst: AnalystPolicy) -> Result:
     """The DP answer to `req` (raises the pipeline's errors), audited, counted, logged (one access line, as an
     HTTP request's) and, when refused, listed among the dashboard's recent rejections."""

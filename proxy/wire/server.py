@@ -336,6 +336,9 @@ class Connection:
             return session.command(sql)
         if kind == "catalog":
             return await self._catalog(sql)
+        if kind == "explain":
+            request = session.request(sql, options)
+            return await asyncio.to_thread(answers.explain, request, session.analyst, session.env)
         result = await answers.answer(self.server.app_state, session.request(sql, options), session.analyst)
         session.remember(result)
         return result
@@ -368,7 +371,7 @@ class Connection:
         match message:
             case messages.Parse(statement=name, sql=sql, parameter_types=types):
                 kind, rest, options = session.kind(sql)
-                count = parameter_count(rest) if kind in ("catalog", "query") else 0
+                count = parameter_count(rest) if kind in ("catalog", "query", "explain") else 0
                 inferred = self._parameter_types(rest) if count else {}
                 full = tuple(types[i] if i < len(types) and types[i] else inferred.get(i + 1, pgtypes.TEXT)
                              for i in range(count))
@@ -380,7 +383,8 @@ class Connection:
                                                                   if i < len(statement.parameter_types) else 0,
                                                                   messages.result_format(message.parameter_formats, i))
                           for i, raw in enumerate(message.parameters)]
-                sql = bind(statement.sql, values) if statement.kind in ("catalog", "query") else statement.sql
+                bound = statement.kind in ("catalog", "query", "explain")
+                sql = bind(statement.sql, values) if bound else statement.sql
                 self.portals[portal] = Portal(statement, sql, message.result_formats)
                 self.send(messages.bind_complete())
             case messages.Describe(kind="S", name=name):
@@ -421,6 +425,8 @@ class Connection:
             request = session.request(portal.sql, statement.options)
             portal.columns = await asyncio.to_thread(answers.describe, request, session.analyst, session.env)
             portal.result = _DESCRIBED
+        elif statement.kind == "explain":  # one text column; the plan itself is made at Execute
+            portal.columns = (Column("QUERY PLAN", pgtypes.TEXT),)
         elif statement.kind == "catalog" or (statement.kind == "command"
                                              and statement.sql.lstrip().upper().startswith("SHOW")):
             result = await self._catalog(portal.sql) if statement.kind == "catalog" else session.command(portal.sql)
@@ -445,7 +451,7 @@ class Connection:
 
     def _placeholder_sql(self, statement: Statement) -> str:
         """A statement's SQL with typed placeholders for its parameters, to describe it before Bind."""
-        if not statement.parameter_types or statement.kind not in ("catalog", "query"):
+        if not statement.parameter_types or statement.kind not in ("catalog", "query", "explain"):
             return statement.sql
         samples: dict[int, object] = {pgtypes.INT2: 0, pgtypes.INT4: 0, pgtypes.INT8: 0, pgtypes.FLOAT8: 0.0,
                                       pgtypes.FLOAT4: 0.0, pgtypes.BOOL: False, pgtypes.DATE: datetime.date(2000, 1, 1)}

@@ -17,6 +17,7 @@ from typing import Any
 from proxy.http.views.budget import budget_now
 from proxy.pipeline import Env
 from proxy.policy.load import AnalystPolicy
+from proxy.query.errors import SqlSyntaxError
 from proxy.query.wire_sql import statement_count, without_schema
 from proxy.schemas import QueryRequest
 from proxy.wire import answers, pgtypes
@@ -71,7 +72,8 @@ class Session:
     # statements ------------------------------------------------------------------------------------------------
 
     def kind(self, sql: str) -> tuple[str, str, dict[str, Any]]:
-        """("empty" | "command" | "catalog" | "query", the statement without its dp comment, its dp options).
+        """("empty" | "command" | "catalog" | "query" | "explain", the statement without its dp comment (and
+        without EXPLAIN), its dp options).
         Raises WireError for a statement refused before anything runs."""
         options, rest = dp_comment(sql)
         count = statement_count(rest)
@@ -83,6 +85,14 @@ class Session:
         word = first_word(rest)
         if word in ("SET", "SHOW", "RESET") or word in _NO_OPS or word == "DEALLOCATE":
             return "command", rest, options
+        if word == "EXPLAIN":  # the plan and its charge, free: EXPLAIN ANALYZE would run the query
+            inner = re.sub(r"^\s*EXPLAIN\s+(VERBOSE\s+)?", "", _LEADING.sub("", rest, count=1), flags=re.I)
+            if first_word(inner) in ("ANALYZE", "ANALYSE") or inner.lstrip().startswith("("):
+                raise WireError("0A000", "unsupported", "EXPLAIN takes no options here (ANALYZE would run the query)",
+                                "EXPLAIN SELECT … shows what the query would charge and the SQL that would run")
+            if first_word(inner) not in _QUERIES:
+                raise WireError("0A000", "unsupported", "EXPLAIN takes one SELECT")
+            return "explain", inner, options
         if word == "COPY":
             raise WireError("0A000", "unsupported", "COPY is not supported: answers are released by SELECT only")
         if word in _WRITES:
@@ -91,9 +101,11 @@ class Session:
         if word not in _QUERIES:
             raise WireError("0A000", "unsupported", f"{word or 'this statement'} is not supported",
                             "send one SELECT statement")
-        if self.catalog.sql_of(rest) is not None:
-            return "catalog", rest, options
-        return "query", rest, options
+        try:
+            catalog = self.catalog.sql_of(rest)
+        except SqlSyntaxError:  # the pipeline's parser says what is wrong, where
+            catalog = None
+        return ("query" if catalog is None else "catalog"), rest, options
 
     def request(self, sql: str, options: dict[str, Any]) -> QueryRequest:
         """The QueryRequest of a data query: the session's dp settings under the statement's own."""

@@ -547,3 +547,18 @@ def test_a_refused_wire_query_is_on_the_dashboard_and_in_the_access_log(wire: Wi
     assert any(r["route"] == "pg" and r["code"] == "policy" and r["analyst"] == "analyst" for r in rejections)
     lines = [line for line in wire.server.log.read_text().splitlines() if '"route": "pg"' in line]
     assert any('"code": "policy"' in line and '"method": "QUERY"' in line for line in lines)
+
+
+def test_explain_shows_the_charge_and_the_rewritten_sql_free(wire: Wire) -> None:
+    before = wire.charges()
+    with connect(wire) as conn:
+        plan = [line for (line,) in conn.execute(
+            "EXPLAIN SELECT region, COUNT(*) AS n FROM visits WHERE age > %s GROUP BY region", (61,)).fetchall()]
+        simple = conn.pgconn.exec_(b"/* dp: epsilon=0.3 */ EXPLAIN SELECT COUNT(*) AS n FROM users")
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute("EXPLAIN ANALYZE SELECT COUNT(*) AS n FROM users")
+    assert plan[0].startswith("dp charge: epsilon=0.1 ") and plan[1] == "rewritten SQL:"
+    assert any("61" in line for line in plan[2:])
+    assert (simple.get_value(0, 0) or b"").startswith(b"dp charge: epsilon=0.3 ")
+    assert refused.value.sqlstate == "0A000"
+    assert wire.charges() == before
