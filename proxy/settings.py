@@ -43,6 +43,7 @@ class Settings(BaseSettings):
     pg_tls_cert: Path | None = None
     pg_tls_key: Path | None = None
     pg_allow_plaintext_loopback: bool = False
+    pg_max_connections: int = Field(100, ge=1, le=10_000)  # open PostgreSQL-protocol connections per process
     interactive_docs: bool = False  # serve /docs and /redoc (third-party scripts from a CDN; see docs/operations.md)
 
     @property

@@ -119,6 +119,15 @@ class WireServer:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._connections) >= self.settings.pg_max_connections:  # as PostgreSQL's max_connections
+            with contextlib.suppress(Exception):
+                writer.write(messages.error_response(
+                    "53300", "rate_limited: sorry, too many clients already", "code=rate_limited; charged=false",
+                    f"this server takes {self.settings.pg_max_connections} connections (DPPROXY_PG_MAX_CONNECTIONS)",
+                    severity="FATAL"))
+                await writer.drain()
+                writer.close()
+            return
         self._connections.add(task)
         try:
             await Connection(self, reader, writer).run()

@@ -9,6 +9,7 @@ import asyncio
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -562,3 +563,23 @@ def test_explain_shows_the_charge_and_the_rewritten_sql_free(wire: Wire) -> None
     assert (simple.get_value(0, 0) or b"").startswith(b"dp charge: epsilon=0.3 ")
     assert refused.value.sqlstate == "0A000"
     assert wire.charges() == before
+
+
+def test_connections_beyond_the_maximum_are_refused(fresh_server: StartFresh, demo: DemoFiles) -> None:
+    port = free_port()
+    server = fresh_server(settings={"DPPROXY_PG_PORT": str(port), "DPPROXY_PG_ALLOW_PLAINTEXT_LOOPBACK": "true",
+                                    "DPPROXY_PG_MAX_CONNECTIONS": "1"})
+    live = Wire(server, port, demo.analyst_key, demo.admin_key)
+    with connect(live) as first:
+        with pytest.raises(psycopg.OperationalError, match="too many clients"):
+            psycopg.connect(live.dsn())
+        assert first.execute("SELECT 1").fetchall() == [(1,)]
+    for _ in range(100):  # the first one closed: room again, once the server has seen it go
+        try:
+            with connect(live) as again:
+                assert again.execute("SELECT 1").fetchall() == [(1,)]
+            break
+        except psycopg.OperationalError:
+            time.sleep(0.05)
+    else:
+        raise AssertionError("no room for a connection after the first closed")
