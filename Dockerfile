@@ -28,7 +28,8 @@ RUN pip install "/src${EXTRAS:+[$EXTRAS]}" \
 # /config: the policy (read-only mount); /data: the DuckDB files it names; /var/lib/dpproxy: a SQLite ledger.
 USER dpproxy:dpproxy
 WORKDIR /var/lib/dpproxy
-EXPOSE 8000
+EXPOSE 8000 5433
+# 5433: the PostgreSQL protocol, served only when DPPROXY_PG_PORT=5433 (docs/wire.md)
 # SIGTERM: stop accepting, finish in-flight queries, exit 0 (give it more than DPPROXY_QUERY_TIMEOUT_S).
 STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \

@@ -16,13 +16,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dpproxy", description="A differentially private SQL proxy.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the HTTP server")
+    serve = commands.add_parser("serve", help="run the HTTP server (and, with --pg-port, the PostgreSQL protocol)")
     source = serve.add_mutually_exclusive_group(required=True)
     source.add_argument("--policy", type=Path, help="the policy file (TOML)")
     source.add_argument("--demo", action="store_true", help="build the demo dataset if needed, then serve it")
     serve.add_argument("--dir", type=Path, default=Path("demo"), help="demo directory (with --demo)")
     serve.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="listen port (default 8000)")
+    serve.add_argument("--pg-port", type=int, default=None,
+                       help="also serve the PostgreSQL protocol on this port (default: off; docs/wire.md)")
     serve.add_argument("--workers", type=int, default=None,
                        help="server processes on the one port, sharing the ledger and the stores (default 1)")
     serve.add_argument("--http", choices=("httptools", "h11"), default=None,
@@ -123,6 +125,8 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["port"] = args.port
     if args.workers is not None:
         overrides["workers"] = args.workers
+    if args.pg_port is not None:
+        overrides["pg_port"] = args.pg_port
     try:
         settings = Settings(**overrides)  # type: ignore[arg-type]
     except ValueError as err:  # pydantic's ValidationError: which setting, and what it must be

@@ -37,6 +37,7 @@ from proxy.run.throttle import Throttle
 from proxy.settings import Settings
 from proxy.store.duckdb_store import StoreEngine
 from proxy.store.open import open_bounding_store
+from proxy.wire.server import WireServer
 
 if TYPE_CHECKING:
     from proxy.store.spark_store import SparkStoreEngine
@@ -91,11 +92,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.audit = open_audit(settings.ledger or str(env.policy.ledger), settings.ledger_waits)  # same store
         app.state.ledger_file = ops.LedgerFile.of(env)
         app.state.runner = QueryRunner(settings.query_workers)  # queries run apart from the other routes
+        app.state.wire = None
         sigterm = _SigtermExit()
         sigterm.arm()
         try:
+            if settings.pg_port is not None:  # the PostgreSQL protocol, on this loop, through the same pipeline
+                app.state.wire = WireServer(app.state, settings)
+                await app.state.wire.start()
             yield
         finally:
+            if app.state.wire is not None:
+                await app.state.wire.stop()
             app.state.runner.close()
             app.state.audit.close()
             _close(env)

@@ -38,6 +38,12 @@ class Settings(BaseSettings):
     query_workers: int = Field(2, ge=1, le=64)  # threads that run queries and previews (proxy/run/query_pool.py)
     # server processes of `dpproxy serve` (--workers): replicas on one port, sharing the ledger and the stores
     workers: int = Field(1, ge=1, le=64)
+    # the PostgreSQL protocol (docs/wire.md): off unless a port is set; TLS unless plaintext is allowed for loopback
+    pg_port: int | None = Field(None, ge=1, le=65535)
+    pg_tls_cert: Path | None = None
+    pg_tls_key: Path | None = None
+    pg_allow_plaintext_loopback: bool = False
+    pg_max_connections: int = Field(100, ge=1, le=10_000)  # open PostgreSQL-protocol connections per process
     interactive_docs: bool = False  # serve /docs and /redoc (third-party scripts from a CDN; see docs/operations.md)
 
     @property
@@ -49,6 +55,12 @@ class Settings(BaseSettings):
     @classmethod
     def _address(cls, value: object) -> object:
         return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    @field_validator("pg_port", "pg_tls_cert", "pg_tls_key", mode="before")
+    @classmethod
+    def _unset(cls, value: object) -> object:
+        """Empty means unset (compose passes `${DPPROXY_PG_PORT:-}`)."""
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("metrics_token", mode="before")
     @classmethod

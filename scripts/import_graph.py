@@ -27,6 +27,7 @@ ROOMS: tuple[tuple[str, ...], ...] = (
     ("proxy.__main__",),
     ("proxy.cli",),
     ("proxy.app",),
+    ("proxy.wire",),  # the PostgreSQL protocol: a front-end beside HTTP, running the query route's work
     ("proxy.http",),  # routes, operator routes, dashboard, answer formats, the HTTP protocol
     ("proxy.http.middleware",),
     ("proxy.http.errors", "proxy.http.metrics", "proxy.http.decimal_json"),

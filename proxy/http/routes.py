@@ -126,26 +126,8 @@ async def query(
     (`idempotency_key_reused`, 422), and a key whose charge ended in a charged error is spent (409)."""
 
     request.state.query = body  # what this route parsed: proxy/http/middleware/audit_trail.py records it
-
-    def admitted(charge: Charge) -> None:
-        request.state.charged = True
-        request.state.charge_id = charge.id
-        request.state.charge = charge
-
     wanted = formats.negotiated(request.headers.get("accept"))  # CSV or Arrow from the same JSON answer
-
-    def planned(prepared: Prepared) -> None:
-        request.state.normalized_sql = prepared.plan.normalized_sql  # the audit trail records it as it is
-        if wanted == formats.ARROW:  # the Arrow schema follows the declared types, not the values
-            request.state.column_types = formats.column_types(prepared.plan.analysis)
-
-    def work(deadline: Deadline) -> Reply:
-        return reply(body, analyst, env, admitted, lambda answer: _render(answer, env), deadline,
-                     rebar=lambda stored, prepared: repeat_error_bars.at_confidence(stored, prepared, noise_out),
-                     on_planned=planned,
-                     audited=lambda answer: answered(answer.charge, request.state.normalized_sql),
-                     idempotency_key=idempotency_key)
-
+    work = query_work(body, analyst, env, request.state, wanted == formats.ARROW, idempotency_key)
     try:
         result: Reply = await _run(request, analyst, work, env)
     except Exception as err:  # a keyed charge's error is its one outcome: recorded before it leaves (or, if a
@@ -161,6 +143,34 @@ async def query(
         arrow = formats.to_arrow(result.body, getattr(request.state, "column_types", ()))
         return Response(arrow, media_type=wanted, headers=headers)
     return Response(result.body, media_type="application/json", headers=headers)
+
+
+def query_work(
+    body: QueryRequest, analyst: AnalystPolicy, env: Env, state: Any, typed: bool = False,
+    idempotency_key: str | None = None,
+) -> Callable[[Deadline], Reply]:
+    """The pipeline work of one query (POST /v1/query, and the PostgreSQL front-end: proxy/wire/), to run on
+    the query pool. It leaves on `state` what the audit trail records: `charged`, `charge_id`, `charge` once
+    admitted, `normalized_sql` once planned, and with `typed` the declared `column_types`."""
+
+    def admitted(charge: Charge) -> None:
+        state.charged = True
+        state.charge_id = charge.id
+        state.charge = charge
+
+    def planned(prepared: Prepared) -> None:
+        state.normalized_sql = prepared.plan.normalized_sql  # the audit trail records it as it is
+        if typed:  # the Arrow schema follows the declared types, not the values
+            state.column_types = formats.column_types(prepared.plan.analysis)
+
+    def work(deadline: Deadline) -> Reply:
+        return reply(body, analyst, env, admitted, lambda answer: _render(answer, env), deadline,
+                     rebar=lambda stored, prepared: repeat_error_bars.at_confidence(stored, prepared, noise_out),
+                     on_planned=planned,
+                     audited=lambda answer: answered(answer.charge, state.normalized_sql),
+                     idempotency_key=idempotency_key)
+
+    return work
 
 
 def _render(result: Answer, env: Env) -> bytes:
