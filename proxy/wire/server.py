@@ -23,7 +23,7 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.http.errors import STATUS
+from accountant.errors import ProxyError
 from proxy.policy import access as auth
 from proxy.policy.load import AnalystPolicy
 from proxy.query.errors import QueryError
@@ -495,10 +495,10 @@ def error_message(err: Exception) -> bytes:
         sqlstate, code, message, detail = "0A000", "unsupported", (
             f"the emulated catalog cannot answer this query: {describe_error(err)}"), {}
         hint = HINTS["unsupported"]
-    elif isinstance(getattr(err, "code", None), str) and err.code in STATUS:  # type: ignore[attr-defined]
-        code = err.code  # type: ignore[attr-defined]
+    elif isinstance(err, ProxyError):  # the product's errors, with their stable codes (proxy/http/errors.py)
+        code = err.code
         sqlstate, message = SQLSTATE.get(code, "XX000"), str(err)
-        detail, hint = dict(getattr(err, "detail", {}) or {}), HINTS.get(code)
+        detail, hint = dict(err.detail), HINTS.get(code)
         if code == "internal":
             message = "internal error"
     elif isinstance(err, QueryError | ValueError):
