@@ -12,7 +12,7 @@ same charge), the engine computes its exact bounded statistics once, and `--draw
 noise at the charged scales (a numpy sampler: discrete Laplace as a difference of geometrics, rounded
 Gaussians). The error is bench/utility.py's: |released − true| / |true| per (answer, group, aggregate) against
 the plain unbounded DuckDB answer; a dropped group counts 1. The oracle is the candidate with the least median
-(its p90 beside it), and the least p90 over all candidates tried: every combination of at most 160, else a
+(its p90 beside it), and the least p90 over all candidates tried: every combination of at most 600, else a
 coordinate descent (each bound over its whole grid with the others fixed, two passes). The product's figures
 are `--answers` answers through proxy.pipeline.answer with its real sampler (the selection included). The
 cautious fixed policy of the issue (g = 4, k = 20, amount clamped to [0, 500]) is evaluated the same way where
@@ -171,7 +171,7 @@ def evaluate(planned: Any, chosen: auto.ChosenBounds, engine: Any, truth: Any, d
     return quantiles(errors)
 
 
-def search(grids: list[list[float]], error: Any, full: int = 160) -> dict[tuple[float, ...], Any]:
+def search(grids: list[list[float]], error: Any, full: int = 600) -> dict[tuple[float, ...], Any]:
     """(median, p90) of every candidate tried: every combination when there are at most `full`, else coordinate
     descent by the median (each part over its whole grid with the others fixed, two passes, from the middle of
     each grid): the bounds interact weakly (a cap makes k and g matter little, §10.2)."""

@@ -3,8 +3,9 @@
 A table whose `max_groups` is "auto" declares a limit G (`max_groups_limit`). A query with a row-level key
 spends its part of the selection share on the histogram h[c] = #units that reach min(groups, G) = c of the
 query's groups (cells) under its WHERE, c = 1..G. Each unit adds 1 to one bin: the histogram's L1
-sensitivity is 1, and the DP q-quantile of it (mechanisms/dp_quantile.py, on bounds.bound_grid(G)) is
-the bound g the query then runs with (each unit keeping g of its groups, its stored group rank <= g).
+sensitivity is 1. The bound g on bounds.bound_grid(G) is chosen by the error it causes (auto_release.draw:
+mechanisms/count_target.py, N_i = #units with more than g_i groups, target bounds.cell_target), and the query
+then runs with it (each unit keeping g of its groups, its stored group rank <= g).
 
 Read from the store where its rank filter serves the query (one row-level key c, a unit-level WHERE): every
 unit's stored group ranks of c are 1..n (a dense rank over its own values), so the units with at least c
