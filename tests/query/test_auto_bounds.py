@@ -255,3 +255,17 @@ def test_chosen_bound_follows_the_exact_mechanism() -> None:
     chi2 = sum((o - e) ** 2 / e for o, e in [*pooled, rest] if e > 0)
     assert chi2 < 25.74  # chi-squared quantile 1 − 1e-4 at up to 6 degrees of freedom (a fixed false-alarm rate)
     assert counts[2] + counts[3] > draws / 2
+
+
+@pytest.mark.parametrize("query", ["SELECT COUNT(DISTINCT uid) FROM t",
+                                   "SELECT g, COUNT(DISTINCT uid) FROM t GROUP BY g"])
+def test_a_count_of_units_spends_nothing_choosing_rows(query: str) -> None:
+    """max_rows cannot move a count of units (1 per group whatever k is): no selection runs, the query gets the
+    whole ε, and its noise is that of the same query on a table with max_rows fixed at the limit (issue #29)."""
+    planned = plan(query, CATALOG, epsilon=0.5, delta=1e-6, mechanism="laplace")
+    fixed = plan(query, Catalog((TableSchema("t", "uid", TABLE.columns, max_groups=2, max_rows=6),)), epsilon=0.5,
+                 delta=1e-6, mechanism="laplace")
+    assert not auto.needed(planned.analysis) and (planned.auto is None or not planned.auto.parts)
+    assert planned.price.event == fixed.price.event and planned.price.epsilon == fixed.price.epsilon
+    assert [(n.sensitivity, n.scale) for n in planned.price.noise] == [(n.sensitivity, n.scale)
+                                                                       for n in fixed.price.noise]

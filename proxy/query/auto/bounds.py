@@ -191,6 +191,11 @@ def needed(analysis: Analysis) -> tuple[tuple[Bound, ColumnSpec | None], ...]:
         [('max_groups', None), ('total', 'x')]
         >>> needed(analyse(parse("SELECT COUNT(*) FROM t"), Catalog((t,))))
         ()
+        >>> r = TableSchema("r", "u", t.columns, max_rows=50, auto_max_rows=True, max_groups=8, auto_max_groups=True)
+        >>> [b for b, _ in needed(analyse(parse("SELECT g, COUNT(DISTINCT u) FROM r GROUP BY g"), Catalog((r,))))]
+        ['max_groups']
+        >>> [b for b, _ in needed(analyse(parse("SELECT g, COUNT(*) FROM r GROUP BY g"), Catalog((r,))))]
+        ['max_rows', 'max_groups']
         >>> [(b, c and c.name) for b, c in needed(analyse(parse("SELECT g, SUM(x) FROM t GROUP BY g"), Catalog((t,))))]
         [('total', 'x')]
     """
@@ -201,7 +206,10 @@ def needed(analysis: Analysis) -> tuple[tuple[Bound, ColumnSpec | None], ...]:
     only_capped = bool(analysis.measures) and all(
         m.kind == "sum" and (spec := table.column(m.column or "")) is not None and capped(spec, table)
         for m in analysis.measures)
-    if table.auto_max_rows and not table.one_row_per_unit and not only_capped:
+    # A count of units (COUNT(DISTINCT unit)) moves by 1 per group whatever k is: max_rows cannot matter to it, and
+    # a query of such counts only spends nothing choosing it (issue #29 item 3)
+    rows_matter = any(m.kind != "units" for m in analysis.measures)
+    if table.auto_max_rows and not table.one_row_per_unit and not only_capped and rows_matter:
         parts.append(("max_rows", None))
     if table.auto_max_groups and analysis.max_groups > 1 and not only_capped:
         parts.append(("max_groups", None))
