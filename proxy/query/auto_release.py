@@ -69,10 +69,12 @@ def draw(analysis: Analysis, chooser: auto.AutoBounds, rows: Sequence[Sequence[o
             k = value = auto.choose_bound(cells, limit=int(part.limit), target=Fraction(part.q) * cells_per_unit,
                                           epsilon=part.epsilon, sensitivity=cells_per_unit, sampler=sampler)
         elif part.bound == "max_groups":
-            grid = auto.bound_grid(int(part.limit))
+            # candidates up to the groups a unit can reach in the release (public domains), the last holding every
+            # unit at or beyond it: each unit still in one bin
+            grid = auto.bound_grid(groups.domain_limit(analysis))
             binned = [0] * len(grid)
             for c, units in enumerate(groups.histogram(got, int(part.limit)), start=1):
-                binned[bisect.bisect_left(grid, c)] += units
+                binned[min(bisect.bisect_left(grid, c), len(grid) - 1)] += units
             # units beyond g, with the target τ of one cell (bounds.cell_target): each unit is in one bin
             g = value = grid[count_target.index(count_target.counts_above(binned), target=part.q,
                                                 epsilon=part.epsilon, sensitivity=part.sensitivity, sampler=sampler)]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from accountant import loss, report
 from accountant.events import AutoBoundsEvent, ComposedEvent, ExponentialEvent, LaplaceEvent, from_json, to_json
 from mechanisms import count_target, laplace
-from mechanisms.sampling import FixedSampler
+from mechanisms.sampling import FixedSampler, SecureSampler
 from proxy.policy.load import load_policy, policy_problems
 from proxy.query import auto_release as auto_run
 from proxy.query.analyse.analysis import Analysis, analyse
@@ -410,3 +410,21 @@ def test_the_selection_text_is_kept_per_query_shape_not_per_charge(query: str) -
                     canonical_units=True)
     assert (other != analysis) == ("WHERE" in query)  # the same shape with another constant: never the first's text
     assert (selection(other, first, True, DUCKDB) != selection(analysis, first, True, DUCKDB)) == ("WHERE" in query)
+
+
+def test_groups_are_never_chosen_beyond_what_the_public_domain_holds() -> None:
+    """Grouped by p (public domain of 2 values) with a limit of 8 groups: g is drawn among 1 and 2 only (a unit
+    cannot reach more groups in the release; a larger g would only add noise), units beyond 2 groups (values
+    outside the domain) counted at 2; grouped by g (no public domain) the grid runs to the limit."""
+    table = TableSchema("t", "uid", COLUMNS, max_groups=8, max_rows=6, auto_max_groups=True)
+    planned = plan("SELECT p, COUNT(*) FROM t GROUP BY p", Catalog((table,)), epsilon=1.0, delta=1e-7,
+                   mechanism="laplace", bounding="store")
+    assert planned.auto is not None and [p.bound for p in planned.auto.parts] == ["max_groups"]
+    assert auto_groups.domain_limit(planned.analysis) == 2
+    rows = [(0, 1, 0, 3), (0, 2, 0, 40), (0, 5, 0, 7)]  # (part, groups, EXACT, units)
+    sampler = SecureSampler()
+    drawn = {auto_run.draw(planned.analysis, planned.auto, rows, sampler).max_groups for _ in range(200)}
+    assert drawn <= {1, 2} and 2 in drawn
+    free = plan("SELECT g, COUNT(*) FROM t GROUP BY g", Catalog((table,)), epsilon=1.0, delta=1e-7,
+                mechanism="laplace", bounding="store")
+    assert auto_groups.domain_limit(free.analysis) == 8

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from sqlglot import exp
@@ -37,6 +38,31 @@ def row_keys(analysis: Analysis) -> list[str]:
     """The query's row-level keys (unit-level keys add no group: one value per unit)."""
     table = analysis.table
     return [s.name for k in analysis.keys if (s := table.column(k)) is not None and not s.unit_level]
+
+
+def domain_limit(analysis: Analysis) -> int:
+    """The most groups a unit can reach in the release: the product of the row-level keys' public domains where
+    the partitions are public (a unit-level key is one value per unit), else the groups limit. Public, so the
+    selection may stop its grid there: a larger g could only add noise (issue #29).
+
+    Example:
+        >>> from proxy.query.parse.statement import parse
+        >>> from proxy.query.analyse.analysis import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True,
+        ...     public_domain=("a", "b")), ColumnSpec("h", "VARCHAR", groupable=True)), max_groups=8,
+        ...     auto_max_groups=True)
+        >>> domain_limit(analyse(parse("SELECT g, COUNT(*) FROM t GROUP BY g"), Catalog((t,))))
+        2
+        >>> domain_limit(analyse(parse("SELECT h, COUNT(*) FROM t GROUP BY h"), Catalog((t,))))
+        8
+    """
+    if analysis.partitions != "public" or len(analysis.domains) != len(analysis.keys):
+        return analysis.max_groups
+    table = analysis.table
+    sizes = [len(d) for k, d in zip(analysis.keys, analysis.domains, strict=True)
+             if (spec := table.column(k)) is not None and not spec.unit_level]
+    return max(1, min(analysis.max_groups, math.prod(sizes)))
 
 
 def groups_sql(analysis: Analysis, source: exp.Expr) -> exp.Select:
