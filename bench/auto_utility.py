@@ -10,9 +10,10 @@ max_rows_limit 1000, the rest fixed); `auto` (max_rows "auto" <= 1000, max_group
 bounds "auto" within [0, 100000]: SUM and AVG then cap each unit's total at a C chosen per query,
 docs/privacy.md §10.2); each auto with the default share (10 % of ε, split over the bounds a query
 chooses): rows, groups and caps by the error they cause (§10), a clamp at the default quantile (0.99). The
-error is bench/utility.py's: |released − true| / |true| per (answer, group, aggregate) against the plain unbounded DuckDB answer, median over all; a dropped group counts 1. Also printed:
-the bounds chosen (median and range over the answers), and the engine's wall time per answer (selection +
-query) beside plain DuckDB's.
+error is bench/utility.py's: |released − true| / |true| per (answer, group, aggregate) against the plain
+unbounded DuckDB answer, median over all; a dropped group counts 1. Also printed: the bounds chosen
+(median and range over the answers), and the engine's wall time per answer (selection + query) beside plain
+DuckDB's.
 """
 
 from __future__ import annotations
