@@ -1,6 +1,7 @@
 """The two-step release of a query with automatic bounds, after its one charge: every selection histogram in
 one query (`selection_text`), each bound drawn from them privately (`draw`, by the mechanisms of
-mechanisms/dp_quantile.py and proxy/query/auto/), and the query re-planned at the bounds drawn (`plan_at`).
+mechanisms/count_target.py, dp_quantile.py and proxy/query/auto/), and the query re-planned at the bounds drawn
+(`plan_at`).
 The pipeline runs the selection on the engine and calls `draw` and `plan_at`; nothing here touches an engine.
 
 Example:

@@ -191,6 +191,14 @@ def test_both_steps_move_within_their_stated_sensitivity(
         big, small = (_histogram(_run_on_store(selection, d, 1, "key", AUTO)) for d in (data, smaller))
         assert sum(abs(big.get(c, 0) - small.get(c, 0)) for c in set(big) | set(small)) <= analysis.max_groups
         assert all(1 <= c <= AUTO.max_rows for c in big)
+        # the whole choice (rows.choose_bound's mechanism) on both: its exact distributions within the part's ε
+        grid = auto.bound_grid(AUTO.max_rows)
+        above = [count_target.counts_above([sum(n for c, n in h.items() if (grid[i - 1] if i else 0) < c <= point)
+                                            for i, point in enumerate(grid)]) for h in (big, small)]
+        s, eps = analysis.max_groups, Fraction(1, 3)
+        for target in (Fraction(0), Fraction(5, 2) * s):
+            p, q = (count_target.output_distribution(a, target, eps, s) for a in above)
+            assert max(abs(math.log(x / y)) for x, y in zip(p, q, strict=True)) <= float(eps) * (1 + 1e-9)
     at_k = auto.at_bound(analysis, k)
     sql = rewrite_ranked(at_k, salt)
     n_keys = len(analysis.keys)
