@@ -9,10 +9,11 @@ visits' bounds: `fixed` (max_rows 20, max_groups 4, amount clamped to [0, 500]);
 max_rows_limit 1000, the rest fixed); `auto` (max_rows "auto" <= 1000, max_groups "auto" <= 32, amount
 bounds "auto" within [0, 100000]: SUM and AVG then cap each unit's total at a C chosen per query,
 docs/privacy.md §10.2); each auto with the default share (10 % of ε, split over the bounds a query
-chooses) and quantile (0.99). The error is bench/utility.py's: |released − true| / |true| per (answer, group,
-aggregate) against the plain unbounded DuckDB answer, median over all; a dropped group counts 1. Also printed:
-the bounds chosen (median and range over the answers), and the engine's wall time per answer (selection +
-query) beside plain DuckDB's.
+chooses): rows, groups and caps by the error they cause (§10), a clamp at the default quantile (0.99). The
+error is bench/utility.py's: |released − true| / |true| per (answer, group, aggregate) against the plain
+unbounded DuckDB answer, median over all; a dropped group counts 1. Also printed: the bounds chosen
+(median and range over the answers), and the engine's wall time per answer (selection + query) beside plain
+DuckDB's.
 """
 
 from __future__ import annotations
@@ -162,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {v: run(v, policy_variant(directory / "policy.toml", v), directory, key, args, truths)
                for v in variants}
     print(f"dataset {meta['rows']:,} visits of {meta['users']:,} users; epsilon {args.epsilon} per query; "
-          f"{args.answers} answers per query; auto: 10 % of epsilon on the bounds, q = 0.99; fixed: max_rows 20, "
+          f"{args.answers} answers per query; auto: 10 % of epsilon on the bounds, each chosen by the error it "
+          "causes (a clamp: q = 0.99); fixed: max_rows 20, "
           "max_groups 4, amount [0, 500]; rows: max_rows auto <= 1000; auto: max_rows <= 1000, max_groups <= 32, "
           "amount within [0, 100000]")
     print("| query | target | " + " | ".join(f"error {v}" for v in variants)

@@ -269,8 +269,10 @@ class BoundOut(BaseModel):
     value: float | None = Field(description="the bound used; null in a preview (choosing it reads the data)")
     limit: float = Field(description="the policy's limit on this bound")
     epsilon: float = Field(description="the epsilon its selection spent (part of the charge)")
-    q: float = Field(description="the quantile estimated (a lower bound estimates 1 − q); for total, the target "
-                                 "number of units whose total exceeds C, t = √2·groups/ε of the sum")
+    q: float = Field(description="what the choice aims at: for a clamp, the quantile estimated (a lower bound "
+                                 "estimates 1 − q); for total, the target number of units whose total exceeds C, "
+                                 "t = √2·groups/ε of the sum; for max_rows and max_groups, the target τ = "
+                                 "√2·groups/ε of the count: cells (units) left beyond the bound per cell a unit keeps")
 
 
 class BoundsOut(BaseModel):
@@ -283,7 +285,7 @@ class BoundsOut(BaseModel):
                                                "noise_multiplier; it ran at the declared limits, free of selection")
     max_rows_limit: int = Field(description="the largest bound the selection may choose (the policy's limit)")
     epsilon: float = Field(description="the share of the query's epsilon all selections spent (part of the charge)")
-    quantile: float = Field(description="the quantile of rows per (unit, group) the selection estimates")
+    quantile: float = Field(description="the first part's q (0 without parts)")
     parts: list[BoundOut] = Field(default_factory=list, description="every bound chosen, with its own cost")
 
 

@@ -86,7 +86,7 @@ class DatasetPolicy:
     engine: EngineName = "duckdb"  # "spark": the tables live on Spark (`spark`; `path` is then unused)
     spark: SparkSource | None = None
     auto_bounds_share: float = DEFAULT_AUTO_SHARE  # of a query's ε, spent choosing an auto max_rows
-    auto_bounds_quantile: float = DEFAULT_AUTO_QUANTILE  # q of the DP quantile of rows per (unit, group)
+    auto_bounds_quantile: float = DEFAULT_AUTO_QUANTILE  # q of an auto clamp's DP quantile of the column's values
     answer_time: AnswerTime = "immediate"  # "padded": answers leave at a fixed time (proxy/run/padding.py)
     padded_ms: int | None = None  # the padded window from admission; None: the query time limit
 

@@ -1,6 +1,7 @@
 """The two-step release of a query with automatic bounds, after its one charge: every selection histogram in
 one query (`selection_text`), each bound drawn from them privately (`draw`, by the mechanisms of
-mechanisms/dp_quantile.py and proxy/query/auto/), and the query re-planned at the bounds drawn (`plan_at`).
+mechanisms/count_target.py, dp_quantile.py and proxy/query/auto/), and the query re-planned at the bounds drawn
+(`plan_at`).
 The pipeline runs the selection on the engine and calls `draw` and `plan_at`; nothing here touches an engine.
 
 Example:
@@ -20,7 +21,7 @@ import math
 from collections.abc import Sequence
 from fractions import Fraction
 
-from mechanisms import dp_quantile, laplace
+from mechanisms import count_target, dp_quantile, laplace
 from mechanisms.sampling import Sampler
 from proxy.query.analyse.analysis import Analysis
 from proxy.query.analyse.measures import fixed_point
@@ -64,14 +65,20 @@ def draw(analysis: Analysis, chooser: auto.AutoBounds, rows: Sequence[Sequence[o
         if part.bound == "max_rows":
             grouped = chooser.part("max_groups") is not None
             cells = [(a, n) for a, r, n in got if not grouped or r <= g]
-            k = value = auto.choose_bound(cells, limit=int(part.limit), q=part.q, epsilon=part.epsilon,
-                                          sensitivity=g if grouped else part.sensitivity, sampler=sampler)
+            # by the error it causes: t = τ cells per cell a unit keeps (part.q, bounds.cell_target; g once drawn)
+            cells_per_unit = g if grouped else part.sensitivity
+            k = value = auto.choose_bound(cells, limit=int(part.limit), target=Fraction(part.q) * cells_per_unit,
+                                          epsilon=part.epsilon, sensitivity=cells_per_unit, sampler=sampler)
         elif part.bound == "max_groups":
-            grid = auto.bound_grid(int(part.limit))
+            # candidates up to the groups a unit can reach in the release (public domains), the last holding every
+            # unit at or beyond it: each unit still in one bin
+            grid = auto.bound_grid(groups.domain_limit(analysis))
             binned = [0] * len(grid)
             for c, units in enumerate(groups.histogram(got, int(part.limit)), start=1):
-                binned[bisect.bisect_left(grid, c)] += units
-            g = value = grid[dp_quantile.quantile_index(binned, part.q, part.epsilon, part.sensitivity, sampler)]
+                binned[min(bisect.bisect_left(grid, c), len(grid) - 1)] += units
+            # units beyond g, with the target τ of one cell (bounds.cell_target): each unit is in one bin
+            g = value = grid[count_target.index(count_target.counts_above(binned), target=part.q,
+                                                epsilon=part.epsilon, sensitivity=part.sensitivity, sampler=sampler)]
         elif part.bound == "total":  # t (part.q) is a float of the plan: its exact rational is the target
             spec = table.column(part.column or "")
             assert spec is not None and spec.bounds is not None

@@ -54,10 +54,15 @@ def test_an_auto_query_is_charged_once_and_reports_its_bound(client: httpx.Clien
     preview = client.post("/v1/query/preview", json={"dataset": "demo", "sql": sql, "epsilon": 0.5})
     assert preview.status_code == 200, preview.text
     planned = preview.json()
+    # max_rows aims at τ = √2·G/ε_count truncated cells per cell a unit keeps (bounds.cell_target), its `q`
+    target = planned["bounds"]["parts"][0]["q"]
     assert planned["bounds"] == {"max_rows": None, "chosen": True, "note": None, "max_rows_limit": LIMIT,
-                                 "epsilon": pytest.approx(0.1, rel=1e-12), "quantile": 0.99,
+                                 "epsilon": pytest.approx(0.1, rel=1e-12), "quantile": target,
                                  "parts": [{"bound": "max_rows", "column": None, "value": None, "limit": LIMIT,
-                                            "epsilon": pytest.approx(0.1, rel=1e-12), "q": 0.99}]}
+                                            "epsilon": pytest.approx(0.1, rel=1e-12), "q": target}]}
+    assert target > 0
+    if sql == "SELECT region, COUNT(*) FROM visits GROUP BY region":  # 5 regions, the count's ε 0.5 − 0.1
+        assert target == pytest.approx(math.sqrt(2) * 5 / 0.4, rel=1e-9)
     response = client.post("/v1/query", json={"dataset": "demo", "sql": sql, "epsilon": 0.5})
     assert response.status_code == 200, response.text
     body = response.json()

@@ -40,9 +40,10 @@ def test_the_readme_example_chooses_rows_and_the_amount_cap_from_a_tenth_of_epsi
     planned = _ask(client, "/v1/query/preview", sql=README, epsilon=0.5)
     assert planned["bounds"] == {
         "max_rows": None, "chosen": True, "note": None, "max_rows_limit": 1000,
-        "epsilon": pytest.approx(0.05, rel=1e-12), "quantile": 0.99,
+        "epsilon": pytest.approx(0.05, rel=1e-12), "quantile": pytest.approx(math.sqrt(2) * 5 / 0.15, rel=1e-9),
+        # max_rows aims at τ = √2·G/ε_count users beyond k (bounds.cell_target): the count of AVG's share 0.15
         "parts": [{"bound": "max_rows", "column": None, "value": None, "limit": 1000,
-                   "epsilon": pytest.approx(0.025, rel=1e-12), "q": 0.99},
+                   "epsilon": pytest.approx(0.025, rel=1e-12), "q": pytest.approx(math.sqrt(2) * 5 / 0.15, rel=1e-9)},
                   # AVG caps each user's total amount at a chosen C <= 1000 rows · 100000 (auto/total.py), aiming
                   # at t = √2·G/ε_sum users above it: 5 regions, ε_sum = 0.45 / 3 measures
                   {"bound": "total", "column": "amount", "value": None, "limit": 1000 * 100000,

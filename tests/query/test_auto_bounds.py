@@ -23,7 +23,7 @@ from accountant.events import (
     from_json,
     to_json,
 )
-from mechanisms import dp_quantile, laplace
+from mechanisms import count_target, laplace
 from mechanisms.sampling import SecureSampler
 from proxy.policy.load import load_policy, policy_problems
 from proxy.query.analyse.analysis import analyse
@@ -191,6 +191,14 @@ def test_both_steps_move_within_their_stated_sensitivity(
         big, small = (_histogram(_run_on_store(selection, d, 1, "key", AUTO)) for d in (data, smaller))
         assert sum(abs(big.get(c, 0) - small.get(c, 0)) for c in set(big) | set(small)) <= analysis.max_groups
         assert all(1 <= c <= AUTO.max_rows for c in big)
+        # the whole choice (rows.choose_bound's mechanism) on both: its exact distributions within the part's ε
+        grid = auto.bound_grid(AUTO.max_rows)
+        above = [count_target.counts_above([sum(n for c, n in h.items() if (grid[i - 1] if i else 0) < c <= point)
+                                            for i, point in enumerate(grid)]) for h in (big, small)]
+        s, eps = analysis.max_groups, Fraction(1, 3)
+        for target in (Fraction(0), Fraction(5, 2) * s):
+            p, q = (count_target.output_distribution(a, target, eps, s) for a in above)
+            assert max(abs(math.log(x / y)) for x, y in zip(p, q, strict=True)) <= float(eps) * (1 + 1e-9)
     at_k = auto.at_bound(analysis, k)
     sql = rewrite_ranked(at_k, salt)
     n_keys = len(analysis.keys)
@@ -235,8 +243,9 @@ def test_choice_reads_the_histogram_of_capped_rows_per_cell() -> None:
 
 
 def test_chosen_bound_follows_the_exact_mechanism() -> None:
-    """The bound is the exponential mechanism's draw: its frequencies over 4000 draws match the exact output
-    distribution (chi-squared at a fixed error rate of 1e-4), and it lands at the quantile most of the time."""
+    """The bound is the exponential mechanism's draw by the error it causes (mechanisms/count_target.py): its
+    frequencies over 4000 draws match the exact output distribution (chi-squared at a fixed error rate of 1e-4),
+    and it lands where the cells it truncates balance the target (N(k) = t = 50 at k = 3 and 4) most of the time."""
     histogram_rows = [(1, 300), (2, 100), (3, 50), (5, 40), (8, 10)]
     grid = auto.bound_grid(8)
     assert grid == (1, 2, 3, 4, 6, 8)
@@ -244,12 +253,27 @@ def test_chosen_bound_follows_the_exact_mechanism() -> None:
     sampler = SecureSampler()
     draws = 4000
     for _ in range(draws):
-        k = auto.choose_bound(histogram_rows, limit=8, q=0.9, epsilon=0.5, sensitivity=2, sampler=sampler)
+        k = auto.choose_bound(histogram_rows, limit=8, target=50, epsilon=0.5, sensitivity=2, sampler=sampler)
         counts[grid.index(k)] += 1
-    histogram = [300, 100, 50, 0, 40, 10]  # 5 rows count at the grid point 6, the bound that keeps them
-    expected = [p * draws for p in dp_quantile.output_distribution(histogram, 0.9, 0.5, 2)]
+    above = [200, 100, 50, 50, 10, 0]  # cells beyond each candidate (5 rows count at 6, the bound that keeps them)
+    assert count_target.counts_above([300, 100, 50, 0, 40, 10]) == above
+    expected = [p * draws for p in count_target.output_distribution(above, Fraction(50), Fraction(1, 2), 2)]
     pooled = [(o, e) for o, e in zip(counts, expected, strict=True) if e >= 5]
     rest = (sum(counts) - sum(o for o, _ in pooled), draws - sum(e for _, e in pooled))
     chi2 = sum((o - e) ** 2 / e for o, e in [*pooled, rest] if e > 0)
     assert chi2 < 25.74  # chi-squared quantile 1 − 1e-4 at up to 6 degrees of freedom (a fixed false-alarm rate)
-    assert counts[2] + counts[3] + counts[4] > draws / 2  # the 0.9-quantile is 3..6 (target rank 450 of 500)
+    assert counts[2] + counts[3] > draws / 2
+
+
+@pytest.mark.parametrize("query", ["SELECT COUNT(DISTINCT uid) FROM t",
+                                   "SELECT g, COUNT(DISTINCT uid) FROM t GROUP BY g"])
+def test_a_count_of_units_spends_nothing_choosing_rows(query: str) -> None:
+    """max_rows cannot move a count of units (1 per group whatever k is): no selection runs, the query gets the
+    whole ε, and its noise is that of the same query on a table with max_rows fixed at the limit (issue #29)."""
+    planned = plan(query, CATALOG, epsilon=0.5, delta=1e-6, mechanism="laplace")
+    fixed = plan(query, Catalog((TableSchema("t", "uid", TABLE.columns, max_groups=2, max_rows=6),)), epsilon=0.5,
+                 delta=1e-6, mechanism="laplace")
+    assert not auto.needed(planned.analysis) and (planned.auto is None or not planned.auto.parts)
+    assert planned.price.event == fixed.price.event and planned.price.epsilon == fixed.price.epsilon
+    assert [(n.sensitivity, n.scale) for n in planned.price.noise] == [(n.sensitivity, n.scale)
+                                                                       for n in fixed.price.noise]

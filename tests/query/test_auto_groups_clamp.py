@@ -4,19 +4,20 @@ and the query at the chosen bounds, with data that violates every declaration, a
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import math
 from fractions import Fraction
 from pathlib import Path
 
-import duckdb
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from accountant import loss, report
 from accountant.events import AutoBoundsEvent, ComposedEvent, ExponentialEvent, LaplaceEvent, from_json, to_json
-from mechanisms import laplace
-from mechanisms.sampling import FixedSampler
+from mechanisms import count_target, laplace
+from mechanisms.sampling import FixedSampler, SecureSampler
 from proxy.policy.load import load_policy, policy_problems
 from proxy.query import auto_release
 from proxy.query.analyse.analysis import Analysis, analyse
@@ -197,6 +198,7 @@ def test_every_step_moves_within_its_stated_sensitivity(
         part, slot = firsts[i % len(firsts)]
         for distance, sensitivity in _distances(part, b, s):
             assert distance <= sensitivity, (query, part.bound, i, slot)
+        assert_choice_within(part, b, s, query)
     n_keys = len(analysis.keys)
     for one, other in ((before, after), (before_q, after_q)):
         assert_release_within(_keyed(one, n_keys), _keyed(other, n_keys), at, k, query)
@@ -271,6 +273,46 @@ def _distances(part: auto.AutoPart, big: list[tuple[object, ...]], small: list[t
             (_l1(dict(enumerate(down_big)), dict(enumerate(down_small))), part.sensitivity)]
 
 
+def assert_choice_within(part: auto.AutoPart, big: list[tuple[object, ...]], small: list[tuple[object, ...]],
+                         label: str) -> None:
+    """The whole selection of max_rows (at every g <= L0 it may run at) and of max_groups, by the error it causes
+    (mechanisms/count_target.py, as auto_release.draw runs it), on D and D minus one unit: the exact output
+    distributions' log ratio is at most the part's ε, for targets on both sides of the data (the score's
+    sensitivity: every N_i moves by at most the cells one unit adds)."""
+    big_rows = [(int(a), int(b), int(n)) for a, b, n in big]  # type: ignore[call-overload]
+    small_rows = [(int(a), int(b), int(n)) for a, b, n in small]  # type: ignore[call-overload]
+    if part.bound == "max_rows":
+        grid = auto.bound_grid(int(part.limit))
+
+        def above(rows: list[tuple[int, int, int]], g: int) -> list[int]:
+            counts = [0] * len(grid)
+            for c, r, n in rows:
+                if r <= g:
+                    counts[bisect.bisect_left(grid, c)] += n
+            return count_target.counts_above(counts)
+
+        pairs = [(above(big_rows, g), above(small_rows, g), g) for g in range(1, part.sensitivity + 1)]
+    elif part.bound == "max_groups":
+        grid = auto.bound_grid(int(part.limit))
+
+        def binned(rows: list[tuple[int, int, int]]) -> list[int]:
+            counts = [0] * len(grid)
+            for c, units in enumerate(auto_groups.histogram(rows, int(part.limit)), start=1):
+                counts[bisect.bisect_left(grid, c)] += units
+            return count_target.counts_above(counts)
+
+        pairs = [(binned(big_rows), binned(small_rows), 1)]
+    else:
+        return
+    for one, other, s in pairs:
+        assert max(abs(a - b) for a, b in zip(one, other, strict=True)) <= s, (label, part.bound, s)
+        for target in (Fraction(0), Fraction(1, 3) * s, Fraction(7) * s):
+            p = count_target.output_distribution(one, target, part.epsilon, s)
+            q = count_target.output_distribution(other, target, part.epsilon, s)
+            worst = max(abs(math.log(x / y)) for x, y in zip(p, q, strict=True))
+            assert worst <= float(part.epsilon) * (1 + 1e-9), (label, part.bound, s, worst)
+
+
 def _l1(a: dict[int, int], b: dict[int, int]) -> int:
     return sum(abs(a.get(c, 0) - b.get(c, 0)) for c in set(a) | set(b))
 
@@ -296,7 +338,7 @@ def test_the_bounds_follow_the_data() -> None:
     planned = plan("SELECT g, COUNT(*), SUM(x) FROM t GROUP BY g", Catalog((table,)), epsilon=10.0, delta=1e-7,
                    mechanism="laplace", bounding="store", auto_share=0.5)
     assert planned.auto is not None and [p.bound for p in planned.auto.parts] == ["max_groups", "total"]
-    sql = auto_release.selection_text(planned, _Engine(con).target)
+    sql = auto_release.selection_text(planned, DUCKDB)
     chosen = auto_release.draw(planned.analysis, planned.auto, con.execute(sql).fetchall(), FixedSampler())
     ((name, cap),) = chosen.caps
     grid = fixed_point(ColumnSpec("x", "DOUBLE", bounds=(-3, 5.5)))[0]
@@ -310,13 +352,6 @@ def test_the_bounds_follow_the_data() -> None:
     assert at.price.noise[1].sensitivity == cap  # min(C, g·k·max|bound|) = C
     assert [(p["bound"], p["value"]) for p in chosen.report()["parts"]] == [  # type: ignore[index]
         ("max_groups", 2), ("total", cap / grid)]
-
-
-class _Engine:
-    target = DUCKDB
-
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
-        self.con = con
 
 
 @pytest.mark.parametrize("where", ["", " WHERE x > 1"])  # the rank filter, and the per-cell path
@@ -375,3 +410,21 @@ def test_the_selection_text_is_kept_per_query_shape_not_per_charge(query: str) -
                     canonical_units=True)
     assert (other != analysis) == ("WHERE" in query)  # the same shape with another constant: never the first's text
     assert (selection(other, first, True, DUCKDB) != selection(analysis, first, True, DUCKDB)) == ("WHERE" in query)
+
+
+def test_groups_are_never_chosen_beyond_what_the_public_domain_holds() -> None:
+    """Grouped by p (public domain of 2 values) with a limit of 8 groups: g is drawn among 1 and 2 only (a unit
+    cannot reach more groups in the release; a larger g would only add noise), units beyond 2 groups (values
+    outside the domain) counted at 2; grouped by g (no public domain) the grid runs to the limit."""
+    table = TableSchema("t", "uid", COLUMNS, max_groups=8, max_rows=6, auto_max_groups=True)
+    planned = plan("SELECT p, COUNT(*) FROM t GROUP BY p", Catalog((table,)), epsilon=1.0, delta=1e-7,
+                   mechanism="laplace", bounding="store")
+    assert planned.auto is not None and [p.bound for p in planned.auto.parts] == ["max_groups"]
+    assert auto_groups.domain_limit(planned.analysis) == 2
+    rows = [(0, 1, 0, 3), (0, 2, 0, 40), (0, 5, 0, 7)]  # (part, groups, EXACT, units)
+    sampler = SecureSampler()
+    drawn = {auto_release.draw(planned.analysis, planned.auto, rows, sampler).max_groups for _ in range(200)}
+    assert drawn <= {1, 2} and 2 in drawn
+    free = plan("SELECT g, COUNT(*) FROM t GROUP BY g", Catalog((table,)), epsilon=1.0, delta=1e-7,
+                mechanism="laplace", bounding="store")
+    assert auto_groups.domain_limit(free.analysis) == 8

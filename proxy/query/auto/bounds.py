@@ -5,28 +5,32 @@ Each query on a table with automatic bounds spends a share s of its ε (`auto_bo
 it uses, split evenly over the bounds it needs (its parts), and the rest running at them:
 
 1. **Selection** (ε_sel = s·ε, ε_sel/n per part): one engine call reads one histogram per part under the
-   query's WHERE and keys, and the exponential mechanism (mechanisms/dp_quantile.py, exact) draws the DP
-   q-quantile of each, on a grid of candidate bounds:
+   query's WHERE and keys, and an exact exponential mechanism draws each bound on a grid of candidates:
    - max_rows (auto/rows.py): h[c] = #(unit, group) cells with min(rows, L) = c, each unit keeping its L0
-     largest cells (L0 = the groups limit when max_groups is auto too): L1 sensitivity L0.
-   - max_groups (auto/groups.py): h[c] = #units with min(groups, G) = c: L1 sensitivity 1.
+     largest cells (L0 = the groups limit when max_groups is auto too): L1 sensitivity L0. Chosen by the error
+     it causes (mechanisms/count_target.py): score −|N_i − τ·s|, N_i the cells it truncates.
+   - max_groups (auto/groups.py): h[c] = #units with min(groups, G) = c: L1 sensitivity 1; the same score,
+     N_i the units beyond g_i, target τ.
+   - a per-unit total cap (auto/total.py): the same form, N_i the units above C_i, target √2·G/ε_sum.
    - a clamp (auto/clamp.py): the column's values, at most m rows per unit: L1 sensitivity m; the upper
-     bound is the q-quantile, the lower (when the limit's lower end is not 0) the (1 − q)-quantile.
+     bound is the DP q-quantile (mechanisms/dp_quantile.py), the lower (when the limit's lower end is not 0)
+     the (1 − q)-quantile.
 2. **Query** (ε_q = ε − ε_sel): the plan priced at the limits fixes each measure's ε_j (the split depends on
    the query's shape, never on the bounds); at the chosen bounds each Laplace scale is b_j = Δ_j/ε_j rounded
    up, and every Δ_j is monotone in every bound (g·k·max(|L|, |U|) <= G·K·max(|lo|, |hi|)), so the query
    costs at most ε_q whatever is chosen. The charge, admitted before any data is read, is one event
    `AutoBoundsEvent(first selection, query at the limits, more selections)`: exact for every choice.
 
-Which q. Amin et al. (ICML 2019, "Bounding User Contributions") show the error of a bounded Laplace count,
-bias(k) + noise(k), is minimised where the number of cells above k equals the noise's slope d std/dk =
-√2·L0/ε_q (per group): the optimal quantile is 1 − √2·L0/(ε_q·n_group), above 0.99 for any group of more
-than a few hundred cells at ε ≈ 1; the same argument holds for groups per unit and for a clamp. n_group is
-private, so q is a dataset setting, `auto_bounds_quantile`, default 0.99: near the optimum for large groups;
-for small groups it over-estimates the bound (more noise, no bias), the side that keeps answers unbiased.
-Where this improves on Amin et al. and Google's/Tumult's bounds: the quantiles are of the quantities each bound
-truncates under the query's own WHERE and keys (cells, groups, the query's values), read from the bounding
-store in one engine call with no second pass over the source, and every bound's cost is in one charge.
+Which bound (issue #29). Amin et al. (ICML 2019, "Bounding User Contributions") show the error of a bounded
+Laplace count, bias(k) + noise(k), is minimised where the number of cells above k equals the noise's slope
+√2·G·g/ε_j over the G released groups: τ·g with τ = √2·G/ε_j (`cell_target`), a function of the plan. The
+selection scores each candidate by how far its truncated count is from that balance (a count: sensitivity s,
+where the error itself has s·(L − k)), with a base measure e^(−1/2) per √2 step for the noise the count cannot
+see above the data: when the data are thin, small bounds win (the former 0.99-quantile spread its draws up to
+the limit there). Where this improves on Amin et al. and Google's/Tumult's bounds: the counts are of the
+quantities each bound truncates under the query's own WHERE and keys (cells, groups, the query's values), read
+from the bounding store in one engine call with no second pass over the source, and every bound's cost is in
+one charge.
 
 Laplace noise: a pure ε is a function of Δ/b alone, which is what makes the event exact for any bound.
 Discrete Gaussian noise (auto/gauss.py): the charged GaussianEvent at the limits bounds, under every rule,
@@ -187,6 +191,11 @@ def needed(analysis: Analysis) -> tuple[tuple[Bound, ColumnSpec | None], ...]:
         [('max_groups', None), ('total', 'x')]
         >>> needed(analyse(parse("SELECT COUNT(*) FROM t"), Catalog((t,))))
         ()
+        >>> r = TableSchema("r", "u", t.columns, max_rows=50, auto_max_rows=True, max_groups=8, auto_max_groups=True)
+        >>> [b for b, _ in needed(analyse(parse("SELECT g, COUNT(DISTINCT u) FROM r GROUP BY g"), Catalog((r,))))]
+        ['max_groups']
+        >>> [b for b, _ in needed(analyse(parse("SELECT g, COUNT(*) FROM r GROUP BY g"), Catalog((r,))))]
+        ['max_rows', 'max_groups']
         >>> [(b, c and c.name) for b, c in needed(analyse(parse("SELECT g, SUM(x) FROM t GROUP BY g"), Catalog((t,))))]
         [('total', 'x')]
     """
@@ -197,7 +206,10 @@ def needed(analysis: Analysis) -> tuple[tuple[Bound, ColumnSpec | None], ...]:
     only_capped = bool(analysis.measures) and all(
         m.kind == "sum" and (spec := table.column(m.column or "")) is not None and capped(spec, table)
         for m in analysis.measures)
-    if table.auto_max_rows and not table.one_row_per_unit and not only_capped:
+    # A count of units (COUNT(DISTINCT unit)) moves by 1 per group whatever k is: max_rows cannot matter to it, and
+    # a query of such counts only spends nothing choosing it (issue #29 item 3)
+    rows_matter = any(m.kind != "units" for m in analysis.measures)
+    if table.auto_max_rows and not table.one_row_per_unit and not only_capped and rows_matter:
         parts.append(("max_rows", None))
     if table.auto_max_groups and analysis.max_groups > 1 and not only_capped:
         parts.append(("max_groups", None))
@@ -342,10 +354,12 @@ def price_at(priced: Price, analysis: Analysis, k: int) -> Price:
 
 
 def with_targets(chooser: AutoBounds, analysis: Analysis, priced: Price) -> AutoBounds:
-    """The selection with each L1 cap's target t = √2·G/ε_sum (total.target_above) in its `q`: G the number
-    of groups released (the public domains' product; 1 without keys, or when the groups are not public: a
-    smaller t chooses a larger cap, the unbiased side), ε_sum the ε the plan gives the capped sum."""
-    groups = math.prod(len(d) for d in analysis.domains) if analysis.partitions == "public" and analysis.keys else 1
+    """The selection with each part's target in its `q` (the bound is then chosen by the error it causes,
+    mechanisms/count_target.py): an L1 cap's t = √2·G/ε_sum (total.target_above); max_rows' and max_groups'
+    τ = √2·G/ε_count (`cell_target`), the items a bound may leave truncated per cell a unit may keep. G is the
+    number of groups released (the public domains' product; 1 without keys, or when the groups are not public: a
+    smaller target chooses a larger bound, the unbiased side), ε the ε the plan gives the measure."""
+    groups = released_groups(analysis)
     parts = []
     for part in chooser.parts:
         if part.bound == "total":
@@ -356,8 +370,57 @@ def with_targets(chooser: AutoBounds, analysis: Analysis, priced: Price) -> Auto
             # target serves, and t = 0 keeps the planner from dividing by its ε of 0
             target = total.target_above(groups, epsilon) if epsilon > 0 else 0
             part = dataclasses.replace(part, q=float(target))
+        elif part.bound in ("max_rows", "max_groups"):
+            part = dataclasses.replace(part, q=cell_target(analysis, priced))
         parts.append(part)
     return dataclasses.replace(chooser, parts=tuple(parts))
+
+
+def released_groups(analysis: Analysis) -> int:
+    """G: the groups a release shows, where they are public (the domains' product), else 1 (no keys, or private
+    partitions: their number is itself private)."""
+    return math.prod(len(d) for d in analysis.domains) if analysis.partitions == "public" and analysis.keys else 1
+
+
+# measures whose per-group sensitivity is one per kept row: a truncated row costs them exactly 1 (bias), and their
+# noise grows by √2·b/k per unit of the bound (Laplace; σ/k Gaussian)
+COUNTED = ("rows", "values")
+
+
+def cell_target(analysis: Analysis, priced: Price) -> float:
+    """τ: the error-optimal number of truncated cells per cell a unit may keep (Amin et al., ICML 2019). For a count
+    over G released groups at bounds (k, g), the error is bias(k) + G·std(k), bias(k) = Σ_cells max(0, n − k) and
+    std(k) = √2·g·k/ε_j (Laplace of scale g·k/ε_j per group); d/dk = −N(k) + √2·G·g/ε_j vanishes where N(k) = τ·g,
+    τ = √2·G/ε_j: rows.choose_bound aims at N = τ·g, max_groups at τ units beyond g (a dropped group costs about
+    k rows, a group more about √2·G·k/ε_j of noise). ε_j is the count's share at the limits (fixed before any data
+    is read); with several counts, the largest (the smallest τ: the larger bound, the unbiased side). Gaussian:
+    std(k) = σ_L·k/K at g = L0, so τ = G·σ_L/(Δ2_L·√L0). Without a count (a sum on a one-row table, quantiles),
+    the count form of the query's ε: the same slope for a measure whose bias per truncated row is at most its
+    noise per unit of bound. A public function of the plan, so the score stays a count with a target.
+
+    Example:
+        >>> from proxy.query.parse.statement import parse
+        >>> from proxy.query.analyse.analysis import analyse
+        >>> from proxy.query.catalog import Catalog, TableSchema
+        >>> from proxy.query.price.charge import price
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True,
+        ...     public_domain=("a", "b"))), max_rows=100, auto_max_rows=True)
+        >>> a = analyse(parse("SELECT g, COUNT(*) FROM t GROUP BY g"), Catalog((t,)))
+        >>> round(cell_target(a, price(a, epsilon=0.5, delta=0.0, mechanism="laplace")), 3)  # √2·2/0.5
+        5.657
+    """
+    groups = released_groups(analysis)
+    targets = []
+    for spec in priced.noise:
+        if not spec.sensitivity or analysis.measures[spec.measure].kind not in COUNTED:
+            continue
+        if spec.mechanism == "gaussian":
+            targets.append(groups * spec.scale / (spec.sensitivity * math.sqrt(max(1, analysis.max_groups))))
+        else:
+            targets.append(math.sqrt(2) * groups / float(laplace.epsilon(spec.sensitivity, spec.scale)))
+    if not targets:
+        targets.append(math.sqrt(2) * groups / priced.epsilon if priced.epsilon > 0 else 0.0)
+    return min(targets)
 
 
 def at_bound(analysis: Analysis, k: int, g: int | None = None,

@@ -3,8 +3,9 @@
 A table whose `max_groups` is "auto" declares a limit G (`max_groups_limit`). A query with a row-level key
 spends its part of the selection share on the histogram h[c] = #units that reach min(groups, G) = c of the
 query's groups (cells) under its WHERE, c = 1..G. Each unit adds 1 to one bin: the histogram's L1
-sensitivity is 1, and the DP q-quantile of it (mechanisms/dp_quantile.py, on bounds.bound_grid(G)) is
-the bound g the query then runs with (each unit keeping g of its groups, its stored group rank <= g).
+sensitivity is 1. The bound g on bounds.bound_grid(G) is chosen by the error it causes (auto_release.draw:
+mechanisms/count_target.py, N_i = #units with more than g_i groups, target bounds.cell_target), and the query
+then runs with it (each unit keeping g of its groups, its stored group rank <= g).
 
 Read from the store where its rank filter serves the query (one row-level key c, a unit-level WHERE): every
 unit's stored group ranks of c are 1..n (a dense rank over its own values), so the units with at least c
@@ -21,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from sqlglot import exp
@@ -36,6 +38,31 @@ def row_keys(analysis: Analysis) -> list[str]:
     """The query's row-level keys (unit-level keys add no group: one value per unit)."""
     table = analysis.table
     return [s.name for k in analysis.keys if (s := table.column(k)) is not None and not s.unit_level]
+
+
+def domain_limit(analysis: Analysis) -> int:
+    """The most groups a unit can reach in the release: the product of the row-level keys' public domains where
+    the partitions are public (a unit-level key is one value per unit), else the groups limit. Public, so the
+    selection may stop its grid there: a larger g could only add noise (issue #29).
+
+    Example:
+        >>> from proxy.query.parse.statement import parse
+        >>> from proxy.query.analyse.analysis import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True,
+        ...     public_domain=("a", "b")), ColumnSpec("h", "VARCHAR", groupable=True)), max_groups=8,
+        ...     auto_max_groups=True)
+        >>> domain_limit(analyse(parse("SELECT g, COUNT(*) FROM t GROUP BY g"), Catalog((t,))))
+        2
+        >>> domain_limit(analyse(parse("SELECT h, COUNT(*) FROM t GROUP BY h"), Catalog((t,))))
+        8
+    """
+    if analysis.partitions != "public" or len(analysis.domains) != len(analysis.keys):
+        return analysis.max_groups
+    table = analysis.table
+    sizes = [len(d) for k, d in zip(analysis.keys, analysis.domains, strict=True)
+             if (spec := table.column(k)) is not None and not spec.unit_level]
+    return max(1, min(analysis.max_groups, math.prod(sizes)))
 
 
 def groups_sql(analysis: Analysis, source: exp.Expr) -> exp.Select:

@@ -1,9 +1,9 @@
-"""`max_rows = "auto"`: the histogram of rows per (unit, group) cell and the bound chosen from it
-(proxy/query/auto/bounds.py composes it with the other automatic bounds; the math is described there).
+"""`max_rows = "auto"`: the histogram of rows per (unit, group) cell and the bound chosen from it by the error it
+causes (`choose_bound`; proxy/query/auto/bounds.py composes it with the other automatic bounds, docs/privacy.md §10).
 
 Example:
     >>> from mechanisms.sampling import FixedSampler
-    >>> choose_bound([(1, 900), (2, 80), (40, 20)], limit=100, q=0.9, epsilon=1.0, sensitivity=1,
+    >>> choose_bound([(1, 900), (2, 80), (40, 20)], limit=100, target=20, epsilon=1.0, sensitivity=1,
     ...              sampler=FixedSampler())
     2
 """
@@ -17,7 +17,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from mechanisms import dp_quantile
+from mechanisms import count_target
 from mechanisms.sampling import Sampler
 from proxy.query import types
 from proxy.query.analyse.analysis import Analysis
@@ -189,20 +189,26 @@ def selection_text(analysis: Analysis, store: bool, target: Target, ranks: bool 
 
 
 def choose_bound(
-    rows: Sequence[Sequence[object]], *, limit: int, q: float, epsilon: float | Fraction, sensitivity: int,
-    sampler: Sampler,
+    rows: Sequence[Sequence[object]], *, limit: int, target: float | Fraction, epsilon: float | Fraction,
+    sensitivity: int, sampler: Sampler,
 ) -> int:
-    """k: the ε-DP q-quantile, on `bound_grid(limit)`, of the histogram `rows` (capped rows per cell, cells).
-    A cell of c rows counts at the smallest grid point >= c: the bound that keeps all of it.
+    """k on `bound_grid(limit)`, chosen by the error it causes (mechanisms/count_target.py): candidate k_i scores
+    −|N_i − t|, N_i = #cells of more than k_i rows (what k_i truncates) and t = `target` (bounds.cell_target
+    times the cells a unit may keep), with the base measure e^(−1/2) per candidate: ε-DP, as one unit adds at most
+    `sensitivity` cells and so moves every N_i by at most that. `rows`: the histogram (capped rows per cell,
+    cells); a cell of c rows counts at the smallest grid point >= c, the bound that keeps all of it.
 
     Example:
         >>> from mechanisms.sampling import FixedSampler
-        >>> choose_bound([(3, 1000)], limit=5, q=0.99, epsilon=1.0, sensitivity=2, sampler=FixedSampler())
+        >>> choose_bound([(3, 1000)], limit=5, target=10, epsilon=1.0, sensitivity=2, sampler=FixedSampler())
         3
+        >>> choose_bound([(1, 90), (40, 4)], limit=100, target=20, epsilon=0.01, sensitivity=1, sampler=FixedSampler())
+        1
     """
     grid = bound_grid(limit)
     histogram = [0] * len(grid)
     for capped, cells in rows:
         assert isinstance(capped, int) and isinstance(cells, int) and 1 <= capped <= limit
         histogram[bisect.bisect_left(grid, capped)] += cells
-    return grid[dp_quantile.quantile_index(histogram, q, epsilon, sensitivity, sampler)]
+    return grid[count_target.index(count_target.counts_above(histogram), target=target, epsilon=epsilon,
+                                   sensitivity=sensitivity, sampler=sampler)]

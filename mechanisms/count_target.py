@@ -1,0 +1,98 @@
+"""The exponential mechanism over counts with a target and a geometric base measure: how contribution bounds
+are chosen by the error they cause (issue #29, docs/privacy.md §10).
+
+Candidates i = 0 … m−1 are bounds, ascending; `above[i]` = N_i is how many items (a unit's cells, or units) a
+bound i would truncate. Index i is drawn with probability
+
+    P[J = i] ∝ π_i · exp(−ε·|N_i − t| / (2s)),    π_i = exp(−λ·max(0, i − a)),
+
+for a target t, a base measure of λ per candidate above the anchor a (t, λ and a read no data), and s the most
+one unit moves any N_i (every N_i of a neighbouring dataset differs by at most s). Each weight then moves by a
+factor at most e^(ε/2), and so does the normaliser: the ratio of any output's probability between neighbours
+is at most e^ε, in both directions. ε-DP, δ = 0 (McSherry and Talwar 2007: the exponential mechanism with a
+base measure). The draw is exact: every exponent is an integer over one common denominator, sampled by
+`Sampler.exponential_index` (no floating-point exponential reaches the output).
+
+Why this score (Amin, Kulesza, Muñoz Medina, Vassilvitskii, ICML 2019): the error a bound k causes is
+bias(k) + noise(k), bias(k) = Σ max(0, n − k) over the items and noise(k) = t·k, t the noise's slope per unit
+of bound; d/dk = −N(k) + t is zero where N(k) = t. |N_i − t| measures how far candidate i is from that
+balance in items, a count whose sensitivity is s, where the error itself has sensitivity s·(limit − k).
+The base measure carries the noise's side of the error where the count cannot: above the data every
+N_i is 0 and every candidate scores −t alike, so without π the draw would spread over them (a heavy tail up to
+the limit), although each step up adds noise. λ = 1/2 per candidate (the grid's points are √2 apart, so
+π ∝ 1/k on the geometric grid: a bound twice as large weighs e^(−1) as much).
+
+Example:
+    >>> from mechanisms.sampling import FixedSampler
+    >>> exponent_numerators([9, 4, 0, 0], Fraction(4), Fraction(1), 1, Fraction(1, 2))
+    ((5, 1, 6, 7), 2)
+    >>> index([9, 4, 0, 0], target=4, epsilon=1, sensitivity=1, sampler=FixedSampler())
+    1
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+from mechanisms.sampling import Sampler
+
+STEP = Fraction(1, 2)  # λ: the base measure's exponent per candidate above the anchor
+
+
+def exponent_numerators(above: Sequence[int], target: Fraction, epsilon: Fraction, sensitivity: int,
+                        step: Fraction = STEP, anchor: int = 0) -> tuple[tuple[int, ...], int]:
+    """The exponents ε·|N_i − t|/(2s) + λ·max(0, i − a) as integers over one common denominator (reduced).
+
+    Example:
+        >>> exponent_numerators([3, 1, 0], Fraction(1), Fraction(1), 2, Fraction(0))
+        ((2, 0, 1), 4)
+    """
+    if sensitivity < 1 or epsilon <= 0 or target < 0 or step < 0 or any(n < 0 for n in above) or not above:
+        raise ValueError("need counts >= 0, a target >= 0, epsilon > 0, sensitivity >= 1 and a step >= 0")
+    a, b, c, d = epsilon.numerator, epsilon.denominator, target.numerator, target.denominator
+    p, q = step.numerator, step.denominator
+    whole = math.lcm(2 * b * d * sensitivity, q)
+    per_score, per_step = a * (whole // (2 * b * d * sensitivity)), p * (whole // q)
+    numerators = [per_score * abs(n * d - c) + per_step * max(0, i - anchor) for i, n in enumerate(above)]
+    common = math.gcd(whole, *numerators)
+    return tuple(n // common for n in numerators), whole // common
+
+
+def output_distribution(above: Sequence[int], target: Fraction, epsilon: Fraction, sensitivity: int,
+                        step: Fraction = STEP, anchor: int = 0) -> tuple[float, ...]:
+    """P[J = i] for every i, in floating point: for tests and analysis, never for sampling.
+
+    Example:
+        >>> [round(p, 3) for p in output_distribution([2, 0], Fraction(0), Fraction(2), 1, Fraction(0))]
+        [0.119, 0.881]
+    """
+    numerators, denominator = exponent_numerators(above, target, epsilon, sensitivity, step, anchor)
+    least = min(numerators)
+    weights = [math.exp(-(n - least) / denominator) for n in numerators]
+    total = math.fsum(weights)
+    return tuple(w / total for w in weights)
+
+
+def index(above: Sequence[int], *, target: float | Fraction, epsilon: float | Fraction, sensitivity: int,
+          sampler: Sampler, step: Fraction = STEP, anchor: int = 0) -> int:
+    """The candidate drawn, ε-DP when one unit moves every `above[i]` by at most `sensitivity`. `target` and
+    `epsilon` are used as the exact rationals of the numbers given (a float converts exactly)."""
+    return sampler.exponential_index(*exponent_numerators(above, Fraction(target), Fraction(epsilon), sensitivity,
+                                                          step, anchor))
+
+
+def counts_above(counts: Sequence[int]) -> list[int]:
+    """N_i = Σ_{j > i} counts[j]: the items beyond candidate i, from the histogram of items per candidate (an item
+    at candidate j is one the bound j keeps whole and any bound below it truncates).
+
+    Example:
+        >>> counts_above([5, 0, 3, 1])
+        [4, 4, 1, 0]
+    """
+    out, beyond = [0] * len(counts), 0
+    for i in range(len(counts) - 1, -1, -1):
+        out[i] = beyond
+        beyond += counts[i]
+    return out
