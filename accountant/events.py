@@ -40,8 +40,15 @@ class LaplaceEvent:
 class ExponentialEvent(LaplaceEvent):
     """The exponential mechanism choosing among candidates with probability ∝ exp(−d/`scale`), each d moving
     by at most `sensitivity`/2 between neighbours (over all groups a unit reaches): pure ε = sensitivity /
-    scale, the normaliser moving as much as a score (docs/privacy.md §9). A pure ε-DP event like Laplace,
-    and accounted exactly as one by every rule (each uses only ε); its own kind records what ran.
+    scale, the normaliser moving as much as a score (docs/privacy.md §9). Its own kind records what ran.
+
+    It is also ε-bounded-range (docs/privacy.md §5.2.1): for every pair of neighbours, the log-ratio of their
+    output probabilities spans at most ε = sensitivity/scale over the outputs (each score moves by at most
+    sensitivity/2, in either direction). `zcdp` charges ε²/8 for it (Cesar–Rogers 2021), not the ε²/2 of a
+    pure ε-DP mechanism; basic composition, `gdp` and the reports read its pure ε, as for Laplace. Only a
+    mechanism with that range may be recorded as one (the exponential mechanism, with or without a
+    data-independent base measure; independent ones over the groups or sides a unit reaches, whose ranges add
+    up to ε): the ε²/8 rests on it. Any other pure ε-DP mechanism is a `LaplaceEvent`.
 
     Event name: ``exponential``.
     """

@@ -18,6 +18,7 @@ from accountant.events import (
     AutoBoundsEvent,
     ComposedEvent,
     Event,
+    ExponentialEvent,
     GaussianEvent,
     GaussianThresholdEvent,
     LaplaceEvent,
@@ -167,11 +168,10 @@ def rho(event: Event) -> float:
             return rho(as_composed(event))
         case GaussianEvent(sensitivity, sigma):
             return zcdp.rho(sensitivity, sigma)
+        case ExponentialEvent(sensitivity, scale):
+            return bounded_range_rho(laplace.epsilon(sensitivity, scale))
         case LaplaceEvent(sensitivity, scale):
-            epsilon = laplace.epsilon(sensitivity, scale)
-            exact = Fraction(epsilon) ** 2 / 2
-            value = float(exact)
-            return value if Fraction(value) >= exact else math.nextafter(value, math.inf)
+            return _pure_rho(laplace.epsilon(sensitivity, scale))
         case ThresholdEvent() | GaussianThresholdEvent():
             raise UnsupportedEvent(
                 "a threshold (partition selection) event is (ε, δ)-DP and has no zCDP bound; "
@@ -200,10 +200,26 @@ def _sqrt_up(exact: Fraction) -> float:
     return root
 
 
-def _pure_rho(epsilon: float) -> float:
-    exact = Fraction(epsilon) ** 2 / 2  # pure ε-DP implies ε²/2-zCDP (Bun–Steinke 2016, Prop. 1.4)
+def _float_up(exact: Fraction) -> float:
     value = float(exact)
     return value if Fraction(value) >= exact else math.nextafter(value, math.inf)
+
+
+def _pure_rho(epsilon: float) -> float:
+    return _float_up(Fraction(epsilon) ** 2 / 2)  # pure ε-DP implies ε²/2-zCDP (Bun–Steinke 2016, Prop. 1.4)
+
+
+def bounded_range_rho(epsilon: float) -> float:
+    """ε²/8 rounded up: the zCDP of an ε-bounded-range mechanism (docs/privacy.md §5.2.1; Cesar–Rogers 2021).
+
+    An `ExponentialEvent` of pure ε is ε-bounded-range: every score moves by at most half its sensitivity, in
+    either direction, so the log-ratio of output probabilities spans at most ε over the outputs.
+
+    Example:
+        >>> bounded_range_rho(0.5), _pure_rho(0.5)
+        (0.03125, 0.125)
+    """
+    return _float_up(Fraction(epsilon) ** 2 / 8)
 
 
 def approximate_rho(event: Event) -> tuple[float, float]:
@@ -229,6 +245,8 @@ def approximate_rho(event: Event) -> tuple[float, float]:
             return approximate_rho(as_composed(event))
         case GaussianEvent(sensitivity, sigma):
             return zcdp.rho(sensitivity, sigma), 0.0
+        case ExponentialEvent(sensitivity, scale):  # ε-bounded-range: ε²/8 (docs/privacy.md §5.2.1)
+            return bounded_range_rho(laplace.epsilon(sensitivity, scale)), 0.0
         case LaplaceEvent(sensitivity, scale):
             return _pure_rho(laplace.epsilon(sensitivity, scale)), 0.0
         case ThresholdEvent(epsilon, delta):

@@ -105,6 +105,10 @@ class NoiseOut(BaseModel):
         None, description="quantiles (exponential mechanism): at `confidence`, the released value lies between "
                           "the true quantiles of ranks q·n ± this many rows, in every group",
     )
+    ci_rows: list[float | None] | None = Field(
+        None, description="answers, AVG, VAR, STDDEV: each row's half-width at `confidence`, `ci_times_count` over "
+                          "the row's noisy count (null where that count is <= 0; STDDEV: in variance units)",
+    )
 
 
 Accounting = Literal["basic", "zcdp", "gdp"]
@@ -299,6 +303,12 @@ class QueryResponse(BaseModel):
     noise: list[NoiseOut]
     partitions: PartitionsOut
     bounds: BoundsOut | None = Field(None, description='present when the table chose its max_rows ("auto")')
+    unreliable: list[list[int]] = Field(
+        default_factory=list,
+        description="[row, column] (0-based, into `rows`) of every released value whose error bar at `confidence` "
+                    "is wider than the value itself (STDDEV: its variance): noise dominates it. Post-processing of "
+                    "public numbers, free (docs/privacy.md §6)",
+    )
 
 
 class PreviewResponse(BaseModel):

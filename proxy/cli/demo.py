@@ -159,7 +159,8 @@ max_rows_limit = 1000
 user_id = {{ type = "BIGINT" }}
 region = {{ type = "VARCHAR", unit_level = true, groupable = true, public_domain = {regions} }}
 age = {{ type = "INTEGER", unit_level = true, groupable = true, bounds = [18, 90] }}
-day = {{ type = "DATE", groupable = true }}
+day = {{ type = "DATE", groupable = true, bounds = [2026-01-01, 2026-12-31] }}  # the year the data spans: a public
+# domain of days, so daily, weekly and monthly series release every period (no threshold, no δ)
 category = {{ type = "VARCHAR", groupable = true, public_domain = {categories} }}
 amount = {{ type = "DOUBLE", bounds = "auto", bounds_limit = [0.0, 100000.0] }}
 duration_s = {{ type = "INTEGER", bounds = "auto", bounds_limit = [0, 86400] }}

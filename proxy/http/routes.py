@@ -18,7 +18,7 @@ from proxy.http import formats
 from proxy.http.decimal_json import DecimalJSONRoute
 from proxy.http.middleware.audit_trail import answered
 from proxy.http.views import budget_curves, repeat_error_bars
-from proxy.http.views.answer import charge_out, partitions_out
+from proxy.http.views.answer import charge_out, partitions_out, unreliable, with_row_bars
 from proxy.http.views.answer import noise as noise_out
 from proxy.http.views.budget import budget_now, budget_out, json_value, plus, refusal, scope_out
 from proxy.http.views.budget import stored as history
@@ -175,15 +175,19 @@ def query_work(
 
 def _render(result: Answer, env: Env) -> bytes:
     prepared = result.prepared
+    analysis = prepared.plan.analysis
+    noise = with_row_bars(analysis, result.release.counts,
+                          noise_out(analysis, prepared.plan.price, prepared.confidence))
     return QueryResponse(
         dataset=prepared.dataset.name,
         columns=list(result.release.columns),
         rows=[[json_value(v) for v in row] for row in result.release.rows],
         charge=charge_out(prepared.plan.price, result.charge.id, prepared.dataset, prepared.plan.scope),
         budget=budget_now(env, result.charge.analyst, prepared.dataset, prepared.budget),
-        noise=noise_out(prepared.plan.analysis, prepared.plan.price, prepared.confidence),
+        noise=noise,
         partitions=partitions_out(prepared),
         bounds=None if result.bounds is None else BoundsOut(**result.bounds.report()),
+        unreliable=unreliable(analysis, result.release.rows, noise),
     ).model_dump_json(exclude=None if result.bounds is not None else {"bounds"}).encode()  # only on auto tables
 
 

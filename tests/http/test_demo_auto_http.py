@@ -141,10 +141,23 @@ def test_a_repeat_at_another_confidence_keeps_every_chosen_bounds_noise(client: 
     one, other = first["noise"], again["noise"]
     assert isinstance(one, list) and isinstance(other, list) and len(one) == len(other) == 4
     for a, b in zip(one, other, strict=True):
-        assert {k: v for k, v in a.items() if k not in ("ci", "ci_times_count", "rank_error", "confidence")} == \
-               {k: v for k, v in b.items() if k not in ("ci", "ci_times_count", "rank_error", "confidence")}
+        bars = ("ci", "ci_times_count", "rank_error", "confidence", "ci_rows")
+        assert {k: v for k, v in a.items() if k not in bars} == {k: v for k, v in b.items() if k not in bars}
         assert (a["confidence"], b["confidence"]) == (0.95, 0.99)
     # the discrete Laplace count's interval at each confidence, at the scale the answer was released with
     assert one[0]["column"] == "n" and one[0]["mechanism"] == "laplace"
     assert one[0]["ci"] == laplace.ci_halfwidth(one[0]["scale"], 0.95) < other[0]["ci"]
     assert other[0]["ci"] == laplace.ci_halfwidth(one[0]["scale"], 0.99)
+
+
+def test_daily_and_weekly_series_have_a_public_domain(client: httpx.Client) -> None:
+    """The demo declares day's bounds (2026): a daily series releases all 365 days and a weekly one all 53
+    weeks, with no threshold and no δ; each is noised for min(g, d) groups per user (g chosen, at most 8)."""
+    daily = _ask(client, "/v1/query", sql="SELECT day, COUNT(*) AS n FROM visits GROUP BY day")
+    assert len(daily["rows"]) == 365 and daily["partitions"] == {"kind": "public", "threshold": None, "note": None}
+    assert daily["charge"]["delta"] == 0.0  # type: ignore[index]
+    weekly = _ask(client, "/v1/query", sql="SELECT date_trunc('week', day) AS week, COUNT(*) AS n FROM visits "
+                                           "GROUP BY 1 ORDER BY 1")
+    weeks = [row[0] for row in weekly["rows"]]  # type: ignore[union-attr]
+    assert len(weeks) == 53 and weeks[0] == "2025-12-29" and weeks == sorted(weeks)
+    assert weekly["partitions"]["kind"] == "public"  # type: ignore[index]

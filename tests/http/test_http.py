@@ -18,7 +18,8 @@ import pytest
 from proxy.cli.demo import CATEGORIES, REGIONS, DemoFiles
 from tests.support.live import StartFresh, difference_down, spend, sum_up
 
-QUERY_KEYS = {"ok", "dataset", "columns", "rows", "charge", "budget", "noise", "partitions"}
+QUERY_KEYS = {"ok", "dataset", "columns", "rows", "charge", "budget", "noise", "partitions",
+              "unreliable"}  # unreliable: the reliability flag (issue #29)
 # accounting/costs/accounts/reported/shared: added with tighter accounting (docs/privacy.md §5)
 # scope/cells: added with per-cell accounting (docs/privacy.md §7)
 CHARGE_KEYS = {"id", "epsilon", "delta", "mechanism", "composition", "events", "accounting", "costs", "scope"}
@@ -26,7 +27,8 @@ BUDGET_KEYS = {
     "dataset", "epsilon", "delta", "epsilon_spent", "delta_spent", "epsilon_remaining", "delta_remaining",
     "accounting", "accounts", "reported", "shared", "cells",
 }
-NOISE_KEYS = {"column", "mechanism", "scale", "ci95", "confidence", "ci", "ci_times_count", "rank_error"}
+NOISE_KEYS = {"column", "mechanism", "scale", "ci95", "confidence", "ci", "ci_times_count", "rank_error",
+              "ci_rows"}
 # confidence/ci/ci_times_count/rank_error: error bars for every aggregate (issue #15)
 
 

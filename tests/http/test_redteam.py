@@ -35,7 +35,8 @@ from tests.support.live import Server, StartFresh, policy_copy, spend, sum_up
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "redteam.sql"
 DEFAULT_EPSILON, DEFAULT_DELTA = 0.1, 1e-8  # the demo dataset's defaults per query
-QUERY_KEYS = {"ok", "dataset", "columns", "rows", "charge", "budget", "noise", "partitions"}
+QUERY_KEYS = {"ok", "dataset", "columns", "rows", "charge", "budget", "noise", "partitions",
+              "unreliable"}  # unreliable: the reliability flag (issue #29)
 ERROR_KEYS = {"ok", "status", "code", "error", "detail", "charged"}
 TIMING_HEADERS = {"server-timing", "x-response-time", "x-process-time", "x-runtime"}
 _REPEAT = re.compile(r"<<(.*?)\*(\d+)>>", re.DOTALL)

@@ -34,8 +34,9 @@ def test_sqrt_up_is_the_smallest_float_at_or_above_the_exact_root() -> None:
 def test_price_charges_the_exact_l2_sensitivity() -> None:
     t = TableSchema(
         "visits", "uid",
-        (ColumnSpec("uid", "BIGINT"), ColumnSpec("page", "VARCHAR", groupable=True, public_domain=("a", "b"))),
-        max_groups=73, max_rows=3,
+        (ColumnSpec("uid", "BIGINT"), ColumnSpec("page", "VARCHAR", groupable=True,
+                                                 public_domain=tuple(f"p{i}" for i in range(80)))),
+        max_groups=73, max_rows=3,  # 80 cells >= 73: L0 = max_groups
     )
     a = analyse(parse("SELECT page, COUNT(*) FROM visits GROUP BY page"), Catalog((t,)))
     event = price(a, epsilon=1.0, delta=1e-6, mechanism="gaussian").event

@@ -163,6 +163,9 @@ FIXED_BOUNDS: tuple[tuple[str, str, int], ...] = (
     (r'^max_rows = "auto"\nmax_rows_limit = \d+$', "max_rows = 20", 1),
     (r'bounds = "auto", bounds_limit = \[0\.0, 100000\.0\]', "bounds = [0.0, 500.0]", 1),
     (r'bounds = "auto", bounds_limit = \[0, 86400\]', "bounds = [0, 3600]", 1),
+    # the demo declares day's bounds (a public domain of days, issue #29); the former policy kept days private
+    (r'^day = \{ type = "DATE", groupable = true, bounds = \[2026-01-01, 2026-12-31\] \}',
+     'day = { type = "DATE", groupable = true }', 1),
 )
 
 

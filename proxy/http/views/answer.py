@@ -11,6 +11,7 @@ Example (does an output expression use an aggregate):
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 from accountant import loss
@@ -86,6 +87,59 @@ def noise(analysis: Analysis, price: Price, confidence: float | None = None) -> 
         if uses_aggregate(output.expr):
             out.append(NoiseOut(column=output.name, mechanism=price.mechanism, scale=None, ci95=None))
     return out
+
+
+def _noised_outputs(analysis: Analysis) -> list[int]:
+    """The outputs `noise` describes, in its order: aggregates and expressions over them."""
+    return [j for j, o in enumerate(analysis.outputs) if isinstance(o.expr, Agg) or uses_aggregate(o.expr)]
+
+
+def with_row_bars(analysis: Analysis, counts: Sequence[Sequence[float | None]], noise: list[NoiseOut]
+                  ) -> list[NoiseOut]:
+    """`noise` with each AVG, VAR and STDDEV column's per-row half-width: `ci_times_count` over the row's noisy
+    count (`Release.counts`; none where it is <= 0, the value then NULL). Public numbers only: free."""
+    out = []
+    for j, entry in zip(_noised_outputs(analysis), noise, strict=True):
+        if entry.ci_times_count is not None and counts:
+            ctc = entry.ci_times_count
+            entry = entry.model_copy(update={"ci_rows": [
+                ctc / row[j] if row[j] is not None and row[j] > 0 else None for row in counts]})  # type: ignore[operator]
+        out.append(entry)
+    return out
+
+
+def unreliable(analysis: Analysis, rows: Sequence[Sequence[Any]], noise: list[NoiseOut]) -> list[list[int]]:
+    """[row, column] of every released value whose error bar is wider than its magnitude: COUNT and SUM by their
+    `ci`, AVG and VAR by the row's `ci_rows`, STDDEV s by its half-width in variance units against s² (a variance
+    of 0 with any noise is flagged). Quantiles (a bar in ranks), expressions and NULLs are not judged.
+
+    Example:
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> from proxy.query.parse.statement import parse
+        >>> from proxy.query.analyse.analysis import analyse
+        >>> t = TableSchema("o", "c", (ColumnSpec("c", "BIGINT"), ColumnSpec("x", "INTEGER", bounds=(0, 9))))
+        >>> a = analyse(parse("SELECT COUNT(*), AVG(x), STDDEV(x) FROM o"), Catalog((t,)))
+        >>> bars = [NoiseOut(column="n", mechanism="laplace", scale=1.0, ci95=3.0, ci=3.0),
+        ...         NoiseOut(column="a", mechanism="laplace", scale=None, ci95=None, ci_rows=[0.5, 4.0, None]),
+        ...         NoiseOut(column="s", mechanism="laplace", scale=None, ci95=None, ci_rows=[0.5, 3.0, 1.0])]
+        >>> unreliable(a, [[4, 1.0, 1.0], [3, 3.5, 2.0], [0, None, 0.0]], bars)  # ±3 on 3 is not wider than 3
+        [[1, 1], [2, 0], [2, 2]]
+    """
+    flagged = []
+    for j, entry in zip(_noised_outputs(analysis), noise, strict=True):
+        expr = analysis.outputs[j].expr
+        if not isinstance(expr, Agg):
+            continue
+        kind = analysis.aggregates[expr.index].kind
+        for i, row in enumerate(rows):
+            value = row[j]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            width = entry.ci if entry.ci is not None else (entry.ci_rows[i] if entry.ci_rows else None)
+            magnitude = value * value if kind.startswith("stddev") else abs(value)
+            if width is not None and width > magnitude:
+                flagged.append([i, j])
+    return sorted(flagged)
 
 
 def first_measure(analysis: Analysis, index: int) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from proxy.http.views.answer import unreliable
 from proxy.pipeline import Prepared
 from proxy.query import auto_release
 from proxy.query.analyse.analysis import Analysis
@@ -37,8 +38,19 @@ def at_confidence(body: bytes, prepared: Prepared, noise_of: NoiseOf) -> bytes:
     planned = prepared.plan
     if stored.bounds is not None and stored.bounds.chosen and stored.bounds.max_rows is not None:
         planned = auto_release.plan_at(planned, chosen(stored.bounds, planned.analysis))  # what the answer ran at
-    again = stored.model_copy(update={"noise": noise_of(planned.analysis, planned.price, level)})
+    noise = [_rescaled(new, old) for new, old in zip(noise_of(planned.analysis, planned.price, level), stored.noise,
+                                                     strict=True)]
+    again = stored.model_copy(update={"noise": noise, "unreliable": unreliable(planned.analysis, stored.rows, noise)})
     return again.model_dump_json(exclude=None if stored.bounds is not None else {"bounds"}).encode()
+
+
+def _rescaled(new: NoiseOut, old: NoiseOut) -> NoiseOut:
+    """`new` with the stored per-row half-widths at its confidence: each is ci_times_count over the row's noisy
+    count, which the repeat keeps, so the ratio of the two ci_times_count carries it over."""
+    if old.ci_rows is None or not old.ci_times_count or new.ci_times_count is None:
+        return new
+    ratio = new.ci_times_count / old.ci_times_count
+    return new.model_copy(update={"ci_rows": [None if w is None else w * ratio for w in old.ci_rows]})
 
 
 def chosen(bounds: BoundsOut, analysis: Analysis) -> ChosenBounds:

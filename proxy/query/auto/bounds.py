@@ -66,7 +66,7 @@ from proxy.query.auto.clamp import VALUES_PER_UNIT
 from proxy.query.auto.gauss import sigma_at
 from proxy.query.auto.rows import bound_grid, choose_bound, selection_sql, selection_text, store_selection_sql
 from proxy.query.catalog import ColumnSpec, TableSchema
-from proxy.query.price.charge import Price
+from proxy.query.price.charge import Price, release_l0
 from proxy.query.price.quantiles import QuantileSpec
 
 __all__ = ["bound_grid", "choose_bound", "selection_sql", "selection_text", "store_selection_sql"]
@@ -334,7 +334,7 @@ def price_at(priced: Price, analysis: Analysis, k: int) -> Price:
             continue
         measure = analysis.measures[spec.measure]
         if spec.mechanism == "gaussian":  # Δ2 = √(g·s(k)²) <= the limit's; σ by gauss.sigma_at
-            delta2 = sqrt_up(analysis.max_groups * Fraction(measure.sensitivity(k)) ** 2)
+            delta2 = sqrt_up(release_l0(analysis) * Fraction(measure.sensitivity(k)) ** 2)
             if measure.cap:  # a capped unit's L2 is at most its L1 <= C (privacy.md §10.2)
                 delta2 = min(delta2, Fraction(measure.cap))
             sigma = sigma_at(delta2, spec.sensitivity, spec.scale) if delta2 else 1.0
@@ -342,7 +342,7 @@ def price_at(priced: Price, analysis: Analysis, k: int) -> Price:
                                              ci95=zcdp.ci_halfwidth(sigma)))
             continue
         part = laplace.epsilon(spec.sensitivity, spec.scale)
-        sensitivity = measure.release_l1(analysis.max_groups, k)
+        sensitivity = measure.release_l1(release_l0(analysis), k)  # L0 = min(g, d): price/charge.py
         scale = laplace.scale_for(sensitivity, part) if sensitivity else 1.0
         assert math.isfinite(scale) and laplace.epsilon(sensitivity, scale) <= part if sensitivity else True
         noise.append(dataclasses.replace(spec, sensitivity=sensitivity, scale=scale, grid=measure.grid,

@@ -3,9 +3,10 @@
 The requested (ε, δ) is split across the noisy parts of the release, each part rounded down so the parts
 never add up to more than was asked: partition selection (if any) takes an even share, and the measures
 share the rest so as to minimise the total expected error of the released aggregates (`_weights`).
-Sensitivities over the whole release follow from the enforced contribution bounds: with L0 = max_groups,
-a measure of per-group sensitivity s has L1 = L0·s and L2 = √L0·s. L0 = 1 (disjoint groups) is parallel
-composition: the release costs what one group costs.
+Sensitivities over the whole release follow from the enforced contribution bounds: with L0 the number of
+released groups one unit can change (`release_l0`: max_groups, or the d cells of a public domain when d is
+smaller), a measure of per-group sensitivity s has L1 = L0·s and L2 = √L0·s. One group per unit (max_groups
+= 1) is parallel composition: the release costs what one group costs.
 """
 
 from __future__ import annotations
@@ -142,12 +143,35 @@ def price(
     raise AssertionError(f"cannot price within epsilon={epsilon!r}, delta={delta!r}")  # unreachable in practice
 
 
+def release_l0(analysis: Analysis) -> int:
+    """How many released groups one unit can change: min(max_groups, d) for public partitions, d the number of
+    cells of the domain product, else max_groups (docs/privacy.md §1, "L0 of the release").
+
+    The rewrite still enforces max_groups groups per unit; only the d cells of the domain product are released
+    (rows outside it are dropped, and no other cell is read: release/publish.py), so a unit's kept groups meet
+    at most min(max_groups, d) of them. Private partitions keep max_groups: which groups exist is not public.
+
+    Example:
+        >>> from proxy.query.parse.statement import parse
+        >>> from proxy.query.analyse.analysis import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
+        ...     ColumnSpec("p", "VARCHAR", groupable=True, public_domain=("a", "b"))), max_groups=8)
+        >>> [release_l0(analyse(parse(f"SELECT {k}, COUNT(*) FROM t GROUP BY {k}"), Catalog((t,)))) for k in "pg"]
+        [2, 8]
+    """
+    if analysis.partitions != "public" or not analysis.keys:
+        return analysis.max_groups
+    cells = math.prod(len(domain) for domain in analysis.domains)
+    return max(1, min(analysis.max_groups, cells))  # no cell at all releases nothing: 1 is still an upper bound
+
+
 def _price_at(
     analysis: Analysis, epsilon: float, delta: float, mechanism: Mechanism, conversion: Conversion = "zcdp", *,
     noise_multiplier: float | None = None,
 ) -> Price:
     """Price at a target ε, or, with `noise_multiplier`, at a given noise (scale = multiplier · sensitivity)."""
-    l0 = analysis.max_groups
+    l0 = release_l0(analysis)
     max_rows = analysis.table.max_rows
     private = analysis.partitions == "private"
     if delta == 0 and (private or mechanism == "gaussian"):
@@ -261,13 +285,14 @@ def _quantiles(analysis: Analysis, share: float, noise_multiplier: float | None)
         QuantileSpec | JointSpec, ...]:
     """Each quantile aggregate at per-group budget share / L0 (its L0 groups compose: L0 · share in all);
     several of one column together (quantiles.calibrate_all)."""
-    per_group = down(Fraction(share) / analysis.max_groups)
+    l0 = release_l0(analysis)
+    per_group = down(Fraction(share) / l0)
     quantiles = []
     for k, aggregate in enumerate(analysis.aggregates):
         if aggregate.kind == "quantile":
             (measure,) = measures_of(aggregate, analysis.table)
             quantiles.append((k, analysis.measures.index(measure), aggregate, measure.points))
-    return calibrate_all(quantiles, per_group, max_rows=analysis.table.max_rows, max_groups=analysis.max_groups,
+    return calibrate_all(quantiles, per_group, max_rows=analysis.table.max_rows, max_groups=l0,
                          noise_multiplier=noise_multiplier)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 import numpy as np
@@ -34,6 +34,9 @@ _LARGEST = MAX_ABS_VALUE - 1
 class Release:
     columns: tuple[str, ...]
     rows: tuple[tuple[Value, ...], ...]
+    # per row and column: the noisy count an AVG, VAR or STDDEV was divided by (its row's error bar is the
+    # column's ci_times_count over it), else None; released noisy values, so post-processing of the release
+    counts: tuple[tuple[float | None, ...], ...] = field(default=(), repr=False, compare=False)
 
 
 def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, sampler: Sampler) -> Release:
@@ -83,6 +86,8 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
             columns[index] = values
     shown = [tuple(_shown(v) for v in cell) for cell in cells]
     per_cell = list(zip(*columns, strict=True)) if columns else [()] * len(cells)
+    denominators = _denominators(analysis, noisy, len(cells))
+    names = tuple(o.name for o in analysis.outputs)
 
     if analysis.having is None and not analysis.order and all(isinstance(o.expr, Key | Agg) for o in analysis.outputs):
         # the common case, columns picked whole: no expression evaluated per cell
@@ -90,19 +95,34 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
         out_rows = list(zip(*picked, strict=True)) if picked else [()] * len(cells)
         if analysis.limit is not None:
             out_rows = out_rows[: analysis.limit]
-        return Release(tuple(o.name for o in analysis.outputs), tuple(out_rows))
+        return Release(names, tuple(out_rows), tuple(denominators[: len(out_rows)]))
 
     out = []
-    for cell, aggregates in zip(shown, per_cell, strict=True):
+    for index, (cell, aggregates) in enumerate(zip(shown, per_cell, strict=True)):
         if analysis.having is not None and not evaluate(analysis.having, cell, aggregates):
             continue
         values = tuple(evaluate(o.expr, cell, aggregates) for o in analysis.outputs)
-        out.append((values, cell, aggregates))
+        out.append((values, cell, aggregates, index))
     for expr, descending in reversed(analysis.order):  # stable sorts, last key first; NULLs last
         out.sort(key=lambda r, e=expr: _order_key(evaluate(e, r[1], r[2]), descending), reverse=descending)
     if analysis.limit is not None:
         out = out[: analysis.limit]
-    return Release(tuple(o.name for o in analysis.outputs), tuple(values for values, _, _ in out))
+    return Release(names, tuple(r[0] for r in out), tuple(denominators[r[3]] for r in out))
+
+
+def _denominators(analysis: Analysis, noisy: dict[Measure, np.ndarray], n_cells: int
+                  ) -> list[tuple[float | None, ...]]:
+    """Per cell, per output: the noisy count an AVG, VAR or STDDEV output divides by (None for any other)."""
+    per_output: list[list[float] | None] = []
+    for output in analysis.outputs:
+        aggregate = analysis.aggregates[output.expr.index] if isinstance(output.expr, Agg) else None
+        if aggregate is None or (aggregate.kind != "avg" and aggregate.kind not in SPREAD_KINDS):
+            per_output.append(None)
+            continue
+        measures = measures_of(aggregate, analysis.table)
+        count = measures[1] if aggregate.kind == "avg" else measures[0]
+        per_output.append([float(v) for v in noisy[count].tolist()] if count in noisy else None)
+    return [tuple(None if c is None else c[i] for c in per_output) for i in range(n_cells)]
 
 
 def clip(value: object) -> int:
