@@ -19,7 +19,7 @@ import pytest
 
 from accountant import events, loss
 from accountant.events import AutoBoundsEvent, ComposedEvent, ExponentialEvent, LaplaceEvent
-from mechanisms import dp_quantile, joint_quantiles, laplace
+from mechanisms import count_target, dp_quantile, joint_quantiles, laplace
 from proxy.query.auto import total
 
 mpmath.mp.dps = 50
@@ -187,3 +187,26 @@ def test_stored_exponential_charges_read_back_at_an_eighth() -> None:
     event = events.from_json(stored)
     assert event == ExponentialEvent(2.0, 4.0) and events.to_json(event) == stored
     assert loss.approximate_rho(event) == (0.03125, 0.0)
+
+
+@pytest.mark.parametrize("s", [1, 2])
+def test_count_target_selection_is_epsilon_bounded_range(s: int) -> None:
+    """The bound selection by error (mechanisms/count_target.py): each exponent ε·|N_i − t|/(2s) moves by at most
+    ε/2 when one unit moves every N_i by at most s, and the base measure reads no data, so the loss spans at
+    most ε over the outputs: ε-bounded-range, charged ε²/8 under zcdp like every ExponentialEvent."""
+    reached = Fraction(0)
+    for epsilon, t, step in itertools.product((Fraction(1, 2), Fraction(2)), (Fraction(0), Fraction(5, 2)),
+                                              (Fraction(0), count_target.STEP)):
+        for above in itertools.product(range(4), repeat=3):
+            numerators, denominator = count_target.exponent_numerators(above, t, epsilon, s, step)
+            small = [Fraction(n, denominator) for n in numerators]
+            for move in itertools.product(range(-s, s + 1), repeat=3):
+                other = [a + d for a, d in zip(above, move, strict=True)]
+                if min(other) < 0:
+                    continue
+                numerators, denominator = count_target.exponent_numerators(other, t, epsilon, s, step)
+                big = [Fraction(n, denominator) for n in numerators]
+                exact = _exact_range(small, big)
+                assert exact <= epsilon, (above, other, t, epsilon, step)
+                reached = max(reached, exact / epsilon)
+    assert reached == 1  # the range ε is reached: the bound is tight
