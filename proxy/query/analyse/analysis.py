@@ -23,12 +23,14 @@ from proxy.query.analyse.group_keys import group_keys
 from proxy.query.analyse.joins import Joined, join
 from proxy.query.analyse.measures import Aggregate, Measure, measures_for
 from proxy.query.analyse.names import Names, Output, declared
+from proxy.query.analyse.reach import reachable_computed, reachable_plain
 from proxy.query.analyse.refusals import AGGREGATE_HINT, unsupported_clause
 from proxy.query.analyse.resolve import resolve_table
 from proxy.query.analyse.select_list import condition, limit, order, output
 from proxy.query.analyse.where import predicate
 from proxy.query.catalog import Catalog, Literal_, TableSchema
-from proxy.query.errors import PolicyError, UnsupportedQuery
+from proxy.query.computed.keys import ComputedKey
+from proxy.query.errors import NoReachableGroup, PolicyError, UnsupportedQuery
 from proxy.query.expr import Expr
 
 __all__ = ["MAX_PUBLIC_CELLS", "Analysis", "Output", "Partitions", "analyse", "public_cells"]
@@ -116,7 +118,7 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
     # One group per unit ⇒ parallel composition (§3). Unit-level keys are constant per unit by declaration;
     # the rewrite still enforces L0 = 1 for them, so a wrong declaration costs utility, never privacy.
     max_groups = 1 if all_unit_level else table.max_groups
-    domains = tuple(declared(table, k).domain for k in keys)
+    domains = reachable_domains(table, keys, names.computed, where_expr)
     partitions: Partitions
     if not keys:
         partitions = "none"
@@ -125,6 +127,9 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
     else:
         partitions = "private"
     public_domains = tuple(d for d in domains if d is not None) if partitions == "public" else ()
+    unreached = _unreached(keys, domains, names.computed) if partitions == "public" else None
+    if unreached is not None:  # public cells the WHERE cannot reach: noise alone, refused before any charge
+        raise unreached
     aggregates = tuple(names.aggregates)
     # the declared table: computed keys are no unit attributes of their own; a join's space names the join when
     # the other table gives it an axis (its cells are read through that join: joins.py)
@@ -146,6 +151,42 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
         canonical=canonical,
         computed=tuple((k.spec.name, k.sql) for k in names.computed),
         source=None if joined is None else joined.source, join=joined,
+    )
+
+
+def reachable_domains(table: TableSchema, keys: tuple[str, ...], computed: list[ComputedKey],
+                      where: exp.Expr | None) -> tuple[tuple[Literal_, ...] | None, ...]:
+    """Each key's public domain cut to the values the WHERE can reach (reach.py), in declared order; None for
+    a key without one."""
+    by_name = {k.spec.name: k for k in computed}
+    domains: list[tuple[Literal_, ...] | None] = []
+    for key in keys:
+        spec = declared(table, key)
+        full = spec.domain
+        if full is None or where is None:
+            domains.append(full)
+            continue
+        virtual = by_name.get(spec.name)
+        if virtual is None:
+            reach = reachable_plain(where, spec)
+        else:
+            sources = [c for name in sorted(virtual.columns) if (c := table.column(name)) is not None]
+            reach = full if len(sources) != 1 else reachable_computed(where, virtual.sql, spec.type, full, sources[0])
+        domains.append(reach)
+    return tuple(domains)
+
+
+def _unreached(keys: tuple[str, ...], domains: tuple[tuple[Literal_, ...] | None, ...],
+               computed: list[ComputedKey]) -> NoReachableGroup | None:
+    texts = {k.spec.name: k.text for k in computed}
+    empty = next((k for k, d in zip(keys, domains, strict=True) if d is not None and not d), None)
+    if empty is None:
+        return None
+    shown = texts.get(empty, empty)
+    return NoReachableGroup(
+        f"the WHERE clause reaches no value of the public domain of the group key {shown!r}: every group would be "
+        "noise alone", construct="GROUP BY", column=shown,
+        hint="check the WHERE against the key's declared values, or drop the key from GROUP BY",
     )
 
 

@@ -12,13 +12,15 @@ Example:
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import math
 from decimal import Decimal, InvalidOperation
 
 from sqlglot import exp
 
-from proxy.query.catalog import ColumnSpec
-from proxy.query.errors import PolicyError, UnsupportedQuery
+from proxy.query import types
+from proxy.query.catalog import ColumnSpec, Literal_
+from proxy.query.errors import LiteralOutsideDomain, PolicyError, UnsupportedQuery
 
 MAX_ABS_LITERAL = 1e18
 
@@ -53,6 +55,64 @@ def literal(node: exp.Expr, spec: ColumnSpec) -> object:
         f"column {spec.name!r} ({spec.type}) must be compared with a {kind} literal, not {node.sql()}",
         construct="LITERAL", column=spec.name,
     )
+
+
+def in_domain(spec: ColumnSpec, value: object, node: exp.Expr) -> None:
+    """Refuse an equality literal that no value of the column's declared `public_domain` equals: a typo
+    (`'North'` for `north`) would otherwise be charged and answer noise alone (issue #28).
+
+    Example:
+        >>> r = ColumnSpec("region", "VARCHAR", public_domain=("north", "south"))
+        >>> in_domain(r, "north", exp.Literal.string("north"))
+        >>> try:
+        ...     in_domain(r, "North", exp.Literal.string("North"))
+        ... except LiteralOutsideDomain as refused:
+        ...     print(refused.code, refused.detail["nearest"])
+        literal_outside_domain ['north']
+    """
+    declared = spec.public_domain
+    if declared is None:
+        return
+    try:
+        held = types.canonical(spec.type, value)
+    except (ValueError, TypeError, ArithmeticError):
+        held = None
+    if held is not None and held in declared:
+        return
+    nearest = _nearest(value, declared)
+    shown = node.sql(dialect="duckdb")
+    hint = f"did you mean {', '.join(_shown(v) for v in nearest)}?" if nearest else (
+        f"the declared values are {', '.join(_shown(v) for v in declared[:10])}"
+        + (" …" if len(declared) > 10 else ""))
+    raise LiteralOutsideDomain(
+        f"{shown} is not a declared value of column {spec.name!r} (its public domain): the condition can match no "
+        f"declared value; {hint}",
+        construct="LITERAL", column=spec.name, literal=shown, nearest=[_json(v) for v in nearest], hint=hint,
+    )
+
+
+def _nearest(value: object, declared: tuple[Literal_, ...]) -> list[Literal_]:
+    """The declared values closest to `value`: those equal to it ignoring case, else the most alike texts,
+    or for a number the closest numbers."""
+    if isinstance(value, str):
+        folded = [v for v in declared if isinstance(v, str) and v.casefold() == value.casefold()]
+        if folded:
+            return folded
+        texts = {str(v).casefold(): v for v in declared}
+        return [texts[t] for t in difflib.get_close_matches(value.casefold(), list(texts), n=3, cutoff=0.6)]
+    if isinstance(value, int | Decimal) and not isinstance(value, bool):
+        numbers = [v for v in declared if isinstance(v, int | float | Decimal) and not isinstance(v, bool)]
+        return sorted(numbers, key=lambda v: abs(Decimal(str(v)) - Decimal(value)))[:2]
+    return []
+
+
+def _shown(value: Literal_) -> str:
+    return f"'{value}'" if isinstance(value, str) else str(value)
+
+
+def _json(value: Literal_) -> object:
+    return int(value) if isinstance(value, Decimal) and value == value.to_integral_value() else (
+        float(value) if isinstance(value, Decimal) else value)
 
 
 def exact(node: exp.Literal) -> Decimal:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from proxy.query import types
-from proxy.query.analyse.literals import literal
+from proxy.query.analyse.literals import in_domain, literal
 from proxy.query.analyse.names import Names
 from proxy.query.analyse.refusals import unsupported
 from proxy.query.catalog import ColumnSpec
@@ -54,7 +54,10 @@ def predicate(node: exp.Expr, names: Names) -> exp.Expr:
             extra = [k for k, v in node.args.items() if k not in ("this", "expressions") and v]
             if not extra and isinstance(node.this, exp.Column) and 0 < len(node.expressions) <= MAX_IN_LIST:
                 spec = names.column(node.this)
-                return types.member(spec.name, spec.type, [literal(v, spec) for v in node.expressions])
+                values = [literal(v, spec) for v in node.expressions]
+                for value, item in zip(values, node.expressions, strict=True):
+                    in_domain(spec, value, item)
+                return types.member(spec.name, spec.type, values)
         case exp.Between() if node.args.get("symmetric"):
             raise UnsupportedQuery(
                 "BETWEEN SYMMETRIC is not supported; write BETWEEN low AND high", construct="BETWEEN SYMMETRIC"
@@ -78,7 +81,10 @@ def predicate(node: exp.Expr, names: Names) -> exp.Expr:
                 left, right, cls = right, left, _FLIPPED[cls]
             if isinstance(left, exp.Column):
                 spec = names.column(left)
-                return types.compare(spec.name, spec.type, cls, literal(right, spec))
+                value = literal(right, spec)
+                if cls in (exp.EQ, exp.NEQ):  # equality with a value the domain lacks: a typo, refused
+                    in_domain(spec, value, right)
+                return types.compare(spec.name, spec.type, cls, value)
     computed = computed_condition(node, names)
     if computed is not None:
         return computed
