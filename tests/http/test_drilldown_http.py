@@ -100,7 +100,8 @@ def test_preview_and_repeat_follow_the_cells(demo: DemoFiles, fresh_server: Star
     with server.client(demo.analyst_key) as client:
         for region in REGIONS:
             _ok(client, f"SELECT COUNT(*) FROM visits WHERE region = '{region}'", 1.0)
-        preview = client.post("/v1/query/preview", json={"sql": f"SELECT COUNT(*) FROM visits WHERE region NOT IN ({_LISTED})",
+        other = f"SELECT COUNT(*) FROM visits WHERE region NOT IN ({_LISTED})"
+        preview = client.post("/v1/query/preview", json={"sql": other,
                                                          "epsilon": 1.0}).json()
         assert preview["admissible"] is True and preview["charge"]["scope"]["cells"] == AGES
         assert preview["budget_after"]["epsilon_spent"] == 1.0  # still the maximum over cells

@@ -138,7 +138,8 @@ def test_the_ledger_never_reports_less_than_the_worst_units_true_loss(
 
 def test_a_drill_down_is_charged_the_maximum_over_cells_not_the_sum() -> None:
     ledger = MemoryLedger()
-    drill = [f"r = '{r}'" for r in ("N", "S", "E")] + ["NOT r IN ('N', 'S', 'E')", "r IS NULL"] + ["age < 22 AND r = 'N'"]
+    drill = [f"r = '{r}'" for r in ("N", "S", "E")] + ["NOT r IN ('N', 'S', 'E')", "r IS NULL"]
+    drill += ["age < 22 AND r = 'N'"]
     admitted = 0
     for where in drill:
         planned = plan(_sql(where, None), CATALOG, epsilon=1.0, delta=0.0, mechanism="laplace")

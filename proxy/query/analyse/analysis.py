@@ -23,13 +23,13 @@ from proxy.query.analyse.group_keys import group_keys
 from proxy.query.analyse.joins import Joined, join
 from proxy.query.analyse.measures import Aggregate, Measure, measures_for
 from proxy.query.analyse.names import Names, Output, declared
-from proxy.query.analyse.reach import reachable_computed, reachable_plain
 from proxy.query.analyse.refusals import AGGREGATE_HINT, unsupported_clause
 from proxy.query.analyse.resolve import resolve_table
 from proxy.query.analyse.select_list import condition, limit, order, output
 from proxy.query.analyse.where import predicate
 from proxy.query.catalog import Catalog, Literal_, TableSchema
 from proxy.query.computed.keys import ComputedKey
+from proxy.query.computed.reach import reachable_computed, reachable_plain
 from proxy.query.errors import NoReachableGroup, PolicyError, UnsupportedQuery
 from proxy.query.expr import Expr
 
@@ -127,14 +127,14 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
     else:
         partitions = "private"
     public_domains = tuple(d for d in domains if d is not None) if partitions == "public" else ()
-    unreached = _unreached(keys, domains, names.computed) if partitions == "public" else None
-    if unreached is not None:  # public cells the WHERE cannot reach: noise alone, refused before any charge
-        raise unreached
     aggregates = tuple(names.aggregates)
     # the declared table: computed keys are no unit attributes of their own; a join's space names the join when
     # the other table gives it an axis (its cells are read through that join: joins.py)
     space = cell_space(names.table) if joined is None else cell_space(names.table, joined.via, joined.foreign)
     reach = scope_of(space, where_expr)
+    unreached = _unreached(keys, domains, names.computed) if partitions == "public" else None
+    if unreached is not None and reach.cells != frozenset():  # an empty scope is refused as such (planner.py)
+        raise unreached  # public cells the WHERE cannot reach: noise alone, refused before any charge
     read_keys = tuple(k for k in keys if names.table.column(k) is not None) + tuple(
         c for key in names.computed for c in sorted(key.columns))
     canonical = canonical_columns(space, where_expr, read_keys) if canonical_units and reach.cells is not None else ()

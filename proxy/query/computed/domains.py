@@ -56,7 +56,7 @@ def domain(sql: exp.Expr, type_name: str, columns: tuple[ColumnSpec, ...], where
            ) -> tuple[Literal_, ...] | None:
     """The distinct non-NULL values of `sql` (over `columns`) in `type_name`, in order; None when an input has
     no finite domain or there are too many. With `where` (a condition over `columns` only, in which NULL stands
-    for what is unknown: analyse/reach.py), only the inputs where it is not FALSE count.
+    for what is unknown: computed/reach.py), only the inputs where it is not FALSE count.
 
     Example:
         >>> from sqlglot import parse_one
