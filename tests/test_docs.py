@@ -86,6 +86,9 @@ SUPPORTED: dict[str, tuple[str, ...]] = {  # README row -> queries it promises a
         "AND age > 18 AND age >= 19 AND region IN ('north', 'south') AND amount BETWEEN 1 AND 2 "
         "AND amount IS NOT NULL AND category IS NULL OR category LIKE 'g%' OR category ILIKE 'G%'",
         "SELECT COUNT(*) AS n FROM visits WHERE ABS(age) < ABS(duration_s) OR FLOOR(age / 10) = 3",
+        "SELECT COUNT(*) AS n FROM visits WHERE day >= TIMESTAMP '2026-03-01 00:00:00' AND day < DATE '2026-03-01' "
+        "+ INTERVAL 1 MONTH OR day >= CURRENT_DATE - INTERVAL 7 DAY OR day >= '2026-03-01T00:00:00' "
+        "OR day < CURRENT_DATE - 7",
         "SELECT COUNT(*) AS n FROM visits v JOIN departments d ON v.category = d.category WHERE d.department = 'food'",
     ),
     "GROUP BY": (

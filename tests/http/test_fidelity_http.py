@@ -53,3 +53,16 @@ def test_post_processing_is_answered_at_the_charge_of_the_bare_query(analyst: ht
     rounded = [r[2] for r in post["rows"]]
     assert all(a is None or round(a, 2) == a for a in rounded)
     assert all(label == f"{c}: {n}" for c, n, _, label, _ in post["rows"])
+
+
+def test_bi_date_shapes_are_answered_and_rollup_is_refused_for_free(analyst: httpx.Client) -> None:
+    iso = _ok(analyst, "SELECT COUNT(*) AS n FROM visits WHERE day >= '2026-03-01T00:00:00' "
+                       "AND day < DATE '2026-03-01' + INTERVAL 1 MONTH")
+    relative = _ok(analyst, "SELECT COUNT(*) AS n FROM visits WHERE day >= CURRENT_DATE - INTERVAL 7 DAY")
+    assert iso["charge"]["epsilon"] == relative["charge"]["epsilon"] == 0.5
+    before = spend(analyst)
+    response = _ask(analyst, "SELECT region, category, COUNT(*) AS n FROM visits GROUP BY ROLLUP(region, category)")
+    body = response.json()
+    assert (response.status_code, body["code"], body["charged"]) == (400, "unsupported", False)
+    assert body["detail"]["construct"] == "ROLLUP" and "one query per level" in body["detail"]["hint"]
+    assert spend(analyst) == before

@@ -10,6 +10,7 @@ runs is generated from checked values alone (docs/architecture.md, the security 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import itertools
 import math
 from dataclasses import dataclass
@@ -71,12 +72,14 @@ class Analysis:
         return self.max_groups == 1
 
 
-def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = False) -> Analysis:
+def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = False,
+            today: dt.date | None = None) -> Analysis:
     """Check `select` against the allow-list and the policy, and describe it.
 
     With `canonical_units`, a query whose scope leaves some cell out reads the cell-space columns as each
     unit's canonical value (see analyse/cell_space.py): needed only where charges are accounted per cell, and it costs a
     window over the table, so it is off by default and never used for a query that reaches every cell.
+    `today` is what CURRENT_DATE stands for (the planner fixes it; None refuses CURRENT_DATE).
 
     Example:
         >>> from proxy.query.parse.statement import parse
@@ -94,6 +97,7 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
     table, alias = (joined.table, None) if joined is not None else resolve_table(select, catalog)
     names = Names(table, alias, catalog, conditions=predicate)
     names.joined = joined
+    names.today = today
     keys = group_keys(select, names)
     names.keys = keys
     outputs = tuple(output(node, names) for node in select.expressions)
