@@ -110,6 +110,8 @@ SUPPORTED: dict[str, tuple[str, ...]] = {  # README row -> queries it promises a
         "SELECT date_trunc('month', day) AS m, EXTRACT(year FROM day) AS y, date_part('dow', day) AS w, "
         "YEAR(day) AS yy, MONTH(day) AS mm, strftime(day, '%Y-%m') AS s, CAST(day AS DATE) AS d, COUNT(*) AS n "
         "FROM visits GROUP BY 1, 2, 3, 4, 5, 6, 7",
+        "SELECT date_trunc('week', day + INTERVAL 1 DAY) - INTERVAL 1 DAY AS w, day - INTERVAL 2 WEEK AS v, "
+        "COUNT(*) AS n FROM visits GROUP BY 1, 2",
     ),
     "JOIN": (
         "SELECT d.department, COUNT(*) AS n FROM visits v INNER JOIN departments d ON v.category = d.category "

@@ -104,3 +104,24 @@ def test_rollup_is_refused_naming_it_with_one_group_by_per_level_as_the_hint(gro
     error = refused.value
     assert error.detail["construct"] == construct and construct in error.message
     assert "one query per level" in str(error.detail["hint"])
+
+
+@pytest.mark.parametrize("key", [
+    "date_trunc('week', day + INTERVAL 1 DAY) - INTERVAL 1 DAY",  # Metabase's Sunday-start weeks
+    "day - INTERVAL 2 WEEK", "INTERVAL 3 DAY + day", "date_trunc('month', day - INTERVAL '7' DAYS)",
+])
+def test_a_day_shifted_key_is_each_days_value_in_duckdb(con: duckdb.DuckDBPyConnection, key: str) -> None:
+    p = plan(f"SELECT {key} AS w, COUNT(*) FROM t GROUP BY 1", CATALOG, epsilon=1.0, delta=0.0, mechanism="laplace")
+    ((_, sql),) = p.analysis.computed
+    rows = con.execute(f"SELECT u, CAST({sql.sql('duckdb')} AS VARCHAR), CAST(CAST({key} AS DATE) AS VARCHAR) "
+                       "FROM t ORDER BY u").fetchall()
+    assert all(ours == theirs for _, ours, theirs in rows), rows  # DuckDB's TIMESTAMP at 00:00 is that DATE
+    days = con.execute(f"SELECT DISTINCT CAST(CAST({key} AS DATE) AS VARCHAR) FROM t WHERE day IS NOT NULL").fetchall()
+    assert set(p.analysis.domains[0]) == {d for (d,) in days}  # the public domain: the declared days' values
+
+
+@pytest.mark.parametrize("key", ["day + INTERVAL 1 MONTH", "day + INTERVAL 6 HOUR", "day - INTERVAL 'x' DAY"])
+def test_a_shift_that_is_not_whole_days_is_refused_naming_interval(key: str) -> None:
+    with pytest.raises(UnsupportedQuery) as refused:
+        plan(f"SELECT {key} AS w, COUNT(*) FROM t GROUP BY 1", CATALOG, epsilon=1.0, delta=0.0, mechanism="laplace")
+    assert refused.value.detail["construct"] == "INTERVAL"
