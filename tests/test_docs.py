@@ -71,11 +71,24 @@ SUPPORTED: dict[str, tuple[str, ...]] = {  # README row -> queries it promises a
         "SELECT region AS r, COUNT(*) + 1 AS a, COUNT(*) - 1 AS b, COUNT(*) * 2 AS c, SUM(amount) / 2 AS d "
         "FROM visits GROUP BY region",
     ),
+    "post-processing": (
+        "SELECT region, COUNT(*)::int AS n, CAST(COUNT(*) AS BIGINT) AS b, TRY_CAST(AVG(amount) AS INTEGER) AS i, "
+        "CAST(SUM(amount) AS DOUBLE) AS s, CAST(AVG(amount) AS REAL) AS r, CAST(region AS VARCHAR) AS v, "
+        "ROUND(AVG(amount), 2) AS a, FLOOR(AVG(amount)) AS f, CEIL(AVG(amount)) AS c, COALESCE(SUM(amount), 0) AS z, "
+        "NULLIF(COUNT(*), 0) AS nz, CASE WHEN COUNT(*) > 10 THEN 'many' ELSE 'few' END AS size, "
+        "CASE region WHEN 'north' THEN 1 END AS north, IF(COUNT(*) > 5, 'a', 'b') AS ab, "
+        "CONCAT(region, ': ', COUNT(*)) AS label, region || '!' AS shout FROM visits GROUP BY region "
+        "HAVING ROUND(COUNT(*)::DOUBLE, 0) > 0 ORDER BY FLOOR(COUNT(*) / 10) DESC",
+        "SELECT day, CAST(day AS DATE) AS d, COUNT(*) AS n FROM visits GROUP BY day",
+    ),
     "WHERE": (
         "SELECT COUNT(*) AS n FROM visits WHERE age = 30 OR age <> 31 AND NOT age < 20 AND age <= 80 "
         "AND age > 18 AND age >= 19 AND region IN ('north', 'south') AND amount BETWEEN 1 AND 2 "
         "AND amount IS NOT NULL AND category IS NULL OR category LIKE 'g%' OR category ILIKE 'G%'",
         "SELECT COUNT(*) AS n FROM visits WHERE ABS(age) < ABS(duration_s) OR FLOOR(age / 10) = 3",
+        "SELECT COUNT(*) AS n FROM visits WHERE day >= TIMESTAMP '2026-03-01 00:00:00' AND day < DATE '2026-03-01' "
+        "+ INTERVAL 1 MONTH OR day >= CURRENT_DATE - INTERVAL 7 DAY OR day >= '2026-03-01T00:00:00' "
+        "OR day < CURRENT_DATE - 7",
         "SELECT COUNT(*) AS n FROM visits v JOIN departments d ON v.category = d.category WHERE d.department = 'food'",
     ),
     "GROUP BY": (
@@ -97,6 +110,8 @@ SUPPORTED: dict[str, tuple[str, ...]] = {  # README row -> queries it promises a
         "SELECT date_trunc('month', day) AS m, EXTRACT(year FROM day) AS y, date_part('dow', day) AS w, "
         "YEAR(day) AS yy, MONTH(day) AS mm, strftime(day, '%Y-%m') AS s, CAST(day AS DATE) AS d, COUNT(*) AS n "
         "FROM visits GROUP BY 1, 2, 3, 4, 5, 6, 7",
+        "SELECT date_trunc('week', day + INTERVAL 1 DAY) - INTERVAL 1 DAY AS w, day - INTERVAL 2 WEEK AS v, "
+        "COUNT(*) AS n FROM visits GROUP BY 1, 2",
     ),
     "JOIN": (
         "SELECT d.department, COUNT(*) AS n FROM visits v INNER JOIN departments d ON v.category = d.category "

@@ -31,6 +31,8 @@ STATUS: dict[str, int] = {
     "policy": 400,
     "invalid_parameter": 400,
     "empty_scope": 400,
+    "literal_outside_domain": 400,
+    "no_reachable_group": 400,
     "budget_exceeded": 403,
     "payload_too_large": 413,
     "not_found": 404,

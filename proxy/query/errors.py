@@ -42,6 +42,22 @@ class EmptyScope(QueryError):
     code = "empty_scope"
 
 
+class NoReachableGroup(PolicyError):
+    """A GROUP BY key with a public domain of which the WHERE can reach no value (`WHERE region IS NULL GROUP BY
+    region`): rows outside the domain are dropped, so every released group would be noise alone. Unlike
+    `EmptyScope`, rows may pass the WHERE (with undeclared key values): it is the grouping that reaches nothing."""
+
+    code = "no_reachable_group"
+
+
+class LiteralOutsideDomain(PolicyError):
+    """A WHERE compares a column with a value its declared public domain does not hold (`region = 'North'`
+    where the domain has `north`): it can match nothing the policy declares, so it is refused before any charge,
+    with the nearest declared values as a hint."""
+
+    code = "literal_outside_domain"
+
+
 def construct_name(node: exp.Expr) -> str:
     """How an error names a node: a function as `NAME()`, anything else by its node kind.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import functools
 import hashlib
 from dataclasses import dataclass
@@ -156,6 +157,7 @@ def plan(
     bounding: Bounding = "per_query",
     auto_share: float = auto.DEFAULT_AUTO_SHARE,
     auto_quantile: float = auto.DEFAULT_AUTO_QUANTILE,
+    today: dt.date | None = None,
 ) -> QueryPlan:
     """Check, price and rewrite one query without touching data or budget.
 
@@ -170,6 +172,9 @@ def plan(
     With `bounding = "store"` the SQL reads the dataset's bounding store (proxy/query/rewrite/on_store.py).
     On a table with `max_rows = "auto"`, `auto_share` of ε chooses the bound (the `auto_quantile` of rows per
     unit and group) and the rest runs the query at it (auto/bounds.py); the plan's SQL is then at the limit.
+    `today` is the date CURRENT_DATE stands for (default: today in UTC, read once here): it is public, and
+    folded into the WHERE as a date literal, so the repeat identity (the analysis) holds it, and the same text
+    sent on another day is another query.
 
     Example:
         >>> from proxy.query.catalog import ColumnSpec, TableSchema
@@ -185,7 +190,9 @@ def plan(
             f"the query's expressions nest deeper than {MAX_TREE_DEPTH} levels", construct="nesting",
             limit=MAX_TREE_DEPTH,
         )
-    analysis = analyse(select, catalog, canonical_units=cells)
+    if today is None:
+        today = dt.datetime.now(dt.UTC).date()
+    analysis = analyse(select, catalog, canonical_units=cells, today=today)
     if analysis.scope.cells is not None and not analysis.scope.cells:
         # no unit can pass this WHERE: nothing to answer, and a charge on no cell must never be made (issue #10)
         raise EmptyScope(

@@ -15,6 +15,8 @@ from proxy.__main__ import main
 from proxy.cli.demo import REGIONS, DemoFiles
 from tests.support.live import Server, StartFresh, policy_copy, spend, sum_up
 
+_LISTED = ", ".join(f"'{r}'" for r in REGIONS)  # every declared region: NOT IN them reaches only OTHER
+
 AGES = 90 - 18 + 1 + 3  # 18..90, BELOW, ABOVE, NULL
 SPACE = (len(REGIONS) + 2) * AGES  # regions, OTHER, NULL
 
@@ -52,7 +54,7 @@ def test_a_drill_down_is_charged_the_maximum_over_cells(demo: DemoFiles, fresh_s
         _ok(client, "SELECT region, COUNT(*) FROM visits WHERE region IN ('east', 'west') GROUP BY region")  # IN
         _ok(client, "SELECT AVG(amount) FROM visits WHERE region = 'central' AND age < 30")  # mixed, range
         _ok(client, "SELECT AVG(amount) FROM visits WHERE region = 'central' AND age >= 30")  # its complement
-        _ok(client, "SELECT COUNT(*) FROM visits WHERE region = 'zz'")  # an undeclared value: only OTHER
+        _ok(client, f"SELECT COUNT(*) FROM visits WHERE region NOT IN ({_LISTED})")  # undeclared values: only OTHER
         # a row-level predicate never narrows: this covers every north cell again (0.5 + 0.5 = 1)
         rowlevel = _ok(client, "SELECT COUNT(*) FROM visits WHERE region = 'north' AND amount > 100")
         assert rowlevel["charge"]["scope"]["listed"] == scope["listed"]
@@ -98,7 +100,8 @@ def test_preview_and_repeat_follow_the_cells(demo: DemoFiles, fresh_server: Star
     with server.client(demo.analyst_key) as client:
         for region in REGIONS:
             _ok(client, f"SELECT COUNT(*) FROM visits WHERE region = '{region}'", 1.0)
-        preview = client.post("/v1/query/preview", json={"sql": "SELECT COUNT(*) FROM visits WHERE region = 'zz'",
+        other = f"SELECT COUNT(*) FROM visits WHERE region NOT IN ({_LISTED})"
+        preview = client.post("/v1/query/preview", json={"sql": other,
                                                          "epsilon": 1.0}).json()
         assert preview["admissible"] is True and preview["charge"]["scope"]["cells"] == AGES
         assert preview["budget_after"]["epsilon_spent"] == 1.0  # still the maximum over cells

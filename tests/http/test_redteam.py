@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from mechanisms.rounding import up
-from proxy.cli.demo import CATEGORIES, PLANS, REGIONS, DemoFiles
+from proxy.cli.demo import CATEGORIES, PLANS, DemoFiles
 from proxy.http.errors import STATUS
 from tests.support.live import Server, StartFresh, policy_copy, spend, sum_up
 
@@ -310,16 +310,18 @@ def test_undecodable_body_is_an_invalid_request(server: Server, demo: DemoFiles,
 @pytest.mark.parametrize(
     ("sql", "keys"),
     [
-        ("SELECT region, COUNT(*) AS n FROM visits WHERE region = 'north' GROUP BY region", REGIONS),
+        # the WHERE reaches only north (issue #28): the other regions would be noise alone
+        ("SELECT region, COUNT(*) AS n FROM visits WHERE region = 'north' GROUP BY region", ("north",)),
         ("SELECT category, COUNT(*) AS n FROM visits WHERE user_id = 42 GROUP BY category", CATEGORIES),
-        ("SELECT plan, SUM(age) AS s FROM users WHERE plan = 'nobody' GROUP BY plan", PLANS),
+        ("SELECT plan, SUM(age) AS s FROM users WHERE age > 1000 GROUP BY plan", PLANS),
     ],
     ids=["filtered-away", "one-person", "no-rows"],
 )
 def test_public_groups_appear_whether_or_not_they_have_rows(
     server: Server, demo: DemoFiles, sql: str, keys: tuple[str, ...]
 ) -> None:
-    """Group existence must not leak: a public domain is released in full, empty groups included."""
+    """Group existence must not leak: a public domain is released in full, empty groups included (all the values
+    the WHERE can reach, from the query and the declarations alone)."""
     with server.client(demo.analyst_key) as client:
         response = client.post("/v1/query", json={"sql": sql})
     assert response.status_code == 200, response.text

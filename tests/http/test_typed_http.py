@@ -105,7 +105,7 @@ def test_empty_scopes_are_refused_for_free(eve: httpx.Client, server: Server) ->
     before = _spent(eve)
     for sql in ("SELECT COUNT(*) FROM people WHERE r = 'N' AND r = 'S'",
                 "SELECT COUNT(*) FROM people WHERE d = 1 AND d = 9007199254740993",
-                "SELECT COUNT(*) FROM people WHERE day = '2024-01-01' AND day IN ('2024-01-02', '2030-01-01')"):
+                "SELECT COUNT(*) FROM people WHERE day = '2024-01-01' AND day IN ('2024-01-02')"):
         for _ in range(3):
             refused = _ask(eve, sql, 0.1)
             body = refused.json()

@@ -25,7 +25,7 @@ from accountant.ledger.memory import MemoryLedger
 from proxy.query import types
 from proxy.query.analyse.cell_space import cell_space
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-from proxy.query.errors import EmptyScope
+from proxy.query.errors import EmptyScope, LiteralOutsideDomain, NoReachableGroup
 from proxy.query.planner import plan
 from tests.query.test_scope import where_clauses
 from tests.support import scratch_db
@@ -46,7 +46,7 @@ SPACE = cell_space(TABLE)
 BUDGET = Budget(1.0, 0.0)
 
 ATOMS = (
-    "r = 'N'", "r = 'S'", "r IN ('N', 'E')", "r <> 'E'", "r IS NULL", "r = 'Z'",
+    "r = 'N'", "r = 'S'", "r IN ('N', 'E')", "r <> 'E'", "r IS NULL", "NOT r IN ('N', 'S', 'E')",
     "age < 22", "age >= 22", "age BETWEEN 21 AND 22", "age = 20", "age IS NULL", "age > 23", "age <= 19",
     "x > 3", "g = 'a'",  # row-level: they never narrow a scope
     # computed filters on unit-level columns (issue #14): analyse/cell_space.py cannot reason about them, so every cell
@@ -112,6 +112,8 @@ def test_the_ledger_never_reports_less_than_the_worst_units_true_loss(
     for where, key, epsilon in sequence:
         try:
             planned = plan(_sql(where, key), CATALOG, epsilon=epsilon, delta=0.0, mechanism="laplace", salt=7)
+        except NoReachableGroup:  # the WHERE reaches no value of the key's domain: refused for free (issue #28)
+            continue
         except EmptyScope:
             # refused for free, so it must be empty on any data: no row's values can satisfy it either
             assert db.run(f"SELECT COUNT(*) FROM t WHERE {where}") == [(0,)]
@@ -137,7 +139,8 @@ def test_the_ledger_never_reports_less_than_the_worst_units_true_loss(
 
 def test_a_drill_down_is_charged_the_maximum_over_cells_not_the_sum() -> None:
     ledger = MemoryLedger()
-    drill = [f"r = '{r}'" for r in ("N", "S", "E")] + ["r = 'Z'", "r IS NULL"] + ["age < 22 AND r = 'N'"]
+    drill = [f"r = '{r}'" for r in ("N", "S", "E")] + ["NOT r IN ('N', 'S', 'E')", "r IS NULL"]
+    drill += ["age < 22 AND r = 'N'"]
     admitted = 0
     for where in drill:
         planned = plan(_sql(where, None), CATALOG, epsilon=1.0, delta=0.0, mechanism="laplace")
@@ -232,7 +235,7 @@ def test_the_oracle_holds_for_real_decimal_and_collated_columns(
         sql = select + (f" WHERE {where}" if where else "") + (f" GROUP BY {key}" if key else "")
         try:
             planned = plan(sql, Catalog((TYPED,)), epsilon=epsilon, delta=0.0, mechanism="laplace", salt=7)
-        except EmptyScope:
+        except (EmptyScope, LiteralOutsideDomain, NoReachableGroup):  # refused for free
             continue
         try:
             ledger.admit(Admission(analyst="a", dataset="d", sql_sha256=planned.sql_sha256, event=planned.price.event,

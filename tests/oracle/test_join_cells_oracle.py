@@ -61,7 +61,7 @@ PUB_ROWS = [(0, "a"), (0, "b"), (1, "a"), (2, "b")]  # key 0 fans out, key 3 is 
 # (FROM …, predicates on the axes of its cell space): every pair in one space is checked
 SOURCES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("p", "p JOIN pub ON p.k = pub.k", "p LEFT JOIN pub USING (k)"),  # p's own space
-     ("r = 'N'", "r = 'S'", "r = 'E'", "r IS NULL", "r = 'N' AND x > 1", "r = 'S' AND x > 5")),
+     ("r = 'N'", "r = 'S'", "r NOT IN ('N', 'S')", "r IS NULL", "r = 'N' AND x > 1", "r = 'S' AND x > 5")),
     (("p JOIN z ON p.r = z.r", "p LEFT JOIN z ON p.r = z.r", "p JOIN z2 ON p.r = z2.r"),
      ("zone = 'z1'", "zone = 'z2'", "zone = 'z3'", "zone IS NULL", "p.r = 'N'", "p.r = 'S'",
       "zone = 'z2' AND x > 1")),

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from proxy.query.analyse.analysis import analyse
 from proxy.query.analyse.cell_space import cell_space
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+from proxy.query.errors import LiteralOutsideDomain
 from proxy.query.parse.statement import parse
 from proxy.query.rewrite.per_query import rewrite
 from tests.support import oracle_db, scratch_db
@@ -55,7 +56,7 @@ def every(ages: tuple[object, ...] = AGES, regions: tuple[object, ...] = REGIONS
     ("", None),
     ("r = 'N'", every(regions=("N",))),
     ("r IN ('N', 'S')", every(regions=("N", "S"))),
-    ("r = 'Z'", every(regions=("<other>",))),  # an undeclared value can only be OTHER
+    ("NOT r IN ('N', 'S', 'E')", every(regions=("<other>",))),  # only an undeclared value (`r = 'Z'` is refused)
     ("r <> 'N'", every(regions=("S", "E", "<other>"))),  # NULL <> 'N' is NULL, never TRUE
     ("NOT r = 'N'", every(regions=("S", "E", "<other>"))),
     ("r IS NULL", every(regions=(None,))),
@@ -163,7 +164,7 @@ TYPED_ATOMS = (
     "f = 0.1", "f <> 0.25", "f > 0.2", "f IN (0.3, 0.1)",
     "n = 11", "n < 11", "n >= 12", "n BETWEEN 11 AND 20", "n = 9007199254740993", "n > 9007199254740992",
     "n <= -7", "n IN (-7, 10)", "n <> 12", "n = -7",
-    "s = 'a'", "s IN ('b', 'zz')", "s <> 'a'", "s > 'a'", "s LIKE 'a%'", "s IS NULL",
+    "s = 'a'", "NOT s IN ('a', 'b')", "s <> 'a'", "s > 'a'", "s LIKE 'a%'", "s IS NULL",
     "x > 0.5",
 )
 
@@ -208,7 +209,10 @@ def test_every_cell_where_duckdb_finds_the_predicate_true_is_in_the_scope(
 ) -> None:
     # DuckDB casts a string literal to DATE, a decimal literal to DOUBLE, and reads 2**53 + 1 exactly:
     # the scope must follow its semantics, not Python's, or a unit would be charged outside its cell.
-    analysis = analyse(parse(f"SELECT COUNT(*) FROM u WHERE {where}"), Catalog((TYPED,)))
+    try:
+        analysis = analyse(parse(f"SELECT COUNT(*) FROM u WHERE {where}"), Catalog((TYPED,)))
+    except LiteralOutsideDomain:  # e.g. `n = -7`, no declared value: refused for free (issue #28)
+        return
     assert analysis.where is not None
     sql = f"SELECT DISTINCT uid FROM u WHERE {analysis.where.sql(dialect='duckdb')}"
     for (uid,) in every_cell.execute(sql).fetchall():

@@ -28,7 +28,7 @@ from proxy.query import types
 from proxy.query.analyse.analysis import analyse
 from proxy.query.analyse.cell_space import cell_space
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-from proxy.query.errors import EmptyScope
+from proxy.query.errors import EmptyScope, LiteralOutsideDomain
 from proxy.query.parse.statement import parse
 from proxy.query.planner import plan
 from proxy.query.release.publish import release
@@ -149,6 +149,8 @@ def test_every_unit_duckdb_finds_in_a_where_is_in_its_scope(
     try:
         planned = plan(f"SELECT COUNT(*) FROM t WHERE {where}", catalog, epsilon=1.0, delta=0.0,
                        mechanism="laplace")
+    except LiteralOutsideDomain:  # a literal no declared value equals: refused for free (issue #28)
+        return
     except EmptyScope:  # refused for free: then DuckDB must find no unit either
         rebuilt = analyse(parse(f"SELECT COUNT(*) FROM t WHERE {where}"), catalog).where
         assert rebuilt is not None

@@ -10,6 +10,7 @@ runs is generated from checked values alone (docs/architecture.md, the security 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import itertools
 import math
 from dataclasses import dataclass
@@ -28,7 +29,9 @@ from proxy.query.analyse.resolve import resolve_table
 from proxy.query.analyse.select_list import condition, limit, order, output
 from proxy.query.analyse.where import predicate
 from proxy.query.catalog import Catalog, Literal_, TableSchema
-from proxy.query.errors import PolicyError, UnsupportedQuery
+from proxy.query.computed.keys import ComputedKey
+from proxy.query.computed.reach import reachable_computed, reachable_plain
+from proxy.query.errors import NoReachableGroup, PolicyError, UnsupportedQuery
 from proxy.query.expr import Expr
 
 __all__ = ["MAX_PUBLIC_CELLS", "Analysis", "Output", "Partitions", "analyse", "public_cells"]
@@ -69,12 +72,14 @@ class Analysis:
         return self.max_groups == 1
 
 
-def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = False) -> Analysis:
+def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = False,
+            today: dt.date | None = None) -> Analysis:
     """Check `select` against the allow-list and the policy, and describe it.
 
     With `canonical_units`, a query whose scope leaves some cell out reads the cell-space columns as each
     unit's canonical value (see analyse/cell_space.py): needed only where charges are accounted per cell, and it costs a
     window over the table, so it is off by default and never used for a query that reaches every cell.
+    `today` is what CURRENT_DATE stands for (the planner fixes it; None refuses CURRENT_DATE).
 
     Example:
         >>> from proxy.query.parse.statement import parse
@@ -92,6 +97,7 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
     table, alias = (joined.table, None) if joined is not None else resolve_table(select, catalog)
     names = Names(table, alias, catalog, conditions=predicate)
     names.joined = joined
+    names.today = today
     keys = group_keys(select, names)
     names.keys = keys
     outputs = tuple(output(node, names) for node in select.expressions)
@@ -116,7 +122,7 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
     # One group per unit ⇒ parallel composition (§3). Unit-level keys are constant per unit by declaration;
     # the rewrite still enforces L0 = 1 for them, so a wrong declaration costs utility, never privacy.
     max_groups = 1 if all_unit_level else table.max_groups
-    domains = tuple(declared(table, k).domain for k in keys)
+    domains = reachable_domains(table, keys, names.computed, where_expr)
     partitions: Partitions
     if not keys:
         partitions = "none"
@@ -130,6 +136,9 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
     # the other table gives it an axis (its cells are read through that join: joins.py)
     space = cell_space(names.table) if joined is None else cell_space(names.table, joined.via, joined.foreign)
     reach = scope_of(space, where_expr)
+    unreached = _unreached(keys, domains, names.computed) if partitions == "public" else None
+    if unreached is not None and reach.cells != frozenset():  # an empty scope is refused as such (planner.py)
+        raise unreached  # public cells the WHERE cannot reach: noise alone, refused before any charge
     read_keys = tuple(k for k in keys if names.table.column(k) is not None) + tuple(
         c for key in names.computed for c in sorted(key.columns))
     canonical = canonical_columns(space, where_expr, read_keys) if canonical_units and reach.cells is not None else ()
@@ -146,6 +155,42 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
         canonical=canonical,
         computed=tuple((k.spec.name, k.sql) for k in names.computed),
         source=None if joined is None else joined.source, join=joined,
+    )
+
+
+def reachable_domains(table: TableSchema, keys: tuple[str, ...], computed: list[ComputedKey],
+                      where: exp.Expr | None) -> tuple[tuple[Literal_, ...] | None, ...]:
+    """Each key's public domain cut to the values the WHERE can reach (reach.py), in declared order; None for
+    a key without one."""
+    by_name = {k.spec.name: k for k in computed}
+    domains: list[tuple[Literal_, ...] | None] = []
+    for key in keys:
+        spec = declared(table, key)
+        full = spec.domain
+        if full is None or where is None:
+            domains.append(full)
+            continue
+        virtual = by_name.get(spec.name)
+        if virtual is None:
+            reach = reachable_plain(where, spec)
+        else:
+            sources = [c for name in sorted(virtual.columns) if (c := table.column(name)) is not None]
+            reach = full if len(sources) != 1 else reachable_computed(where, virtual.sql, spec.type, full, sources[0])
+        domains.append(reach)
+    return tuple(domains)
+
+
+def _unreached(keys: tuple[str, ...], domains: tuple[tuple[Literal_, ...] | None, ...],
+               computed: list[ComputedKey]) -> NoReachableGroup | None:
+    texts = {k.spec.name: k.text for k in computed}
+    empty = next((k for k, d in zip(keys, domains, strict=True) if d is not None and not d), None)
+    if empty is None:
+        return None
+    shown = texts.get(empty, empty)
+    return NoReachableGroup(
+        f"the WHERE clause reaches no value of the public domain of the group key {shown!r}: every group would be "
+        "noise alone", construct="GROUP BY", column=shown,
+        hint="check the WHERE against the key's declared values, or drop the key from GROUP BY",
     )
 
 

@@ -16,7 +16,7 @@ from sqlglot import exp
 
 from proxy.query.analyse.literals import number
 from proxy.query.analyse.names import Names
-from proxy.query.analyse.refusals import arg_construct
+from proxy.query.analyse.refusals import arg_construct, located, where
 from proxy.query.computed.keys import computed_key
 from proxy.query.errors import PolicyError, UnsupportedQuery
 
@@ -33,6 +33,8 @@ def group_keys(select: exp.Select, names: Names) -> tuple[str, ...]:
             )
     keys: list[str] = []
     for node in group.expressions:
+        if isinstance(node, exp.Rollup | exp.Cube | exp.GroupingSets):
+            raise _grouping_sets(node)
         node = _referenced(node, select, names)
         while isinstance(node, exp.Paren):
             node = node.this
@@ -56,6 +58,16 @@ def group_keys(select: exp.Select, names: Names) -> tuple[str, ...]:
         if spec.name not in keys:
             keys.append(spec.name)
     return tuple(keys)
+
+
+def _grouping_sets(node: exp.Expr) -> UnsupportedQuery:
+    """ROLLUP, CUBE and GROUPING SETS are a set of GROUP BYs, each its own release of its own cells: refused for
+    now (each level charged on its own is what sending them one by one does, and says so), with that hint."""
+    construct = {exp.Rollup: "ROLLUP", exp.Cube: "CUBE"}.get(type(node), "GROUPING SETS")
+    hint = ("send one query per level: e.g. GROUP BY ROLLUP(a, b) is GROUP BY a, b; GROUP BY a; and no GROUP BY, "
+            "each charged as its own release")
+    return UnsupportedQuery(f"GROUP BY {construct}(…) is not supported{where(node)}; {hint}", construct=construct,
+                            hint=hint, **located(node))
 
 
 def _referenced(node: exp.Expr, select: exp.Select, names: Names) -> exp.Expr:

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -52,6 +53,7 @@ class Names:
         self.aggregates: list[Aggregate] = []
         self.computed: list = []  # keys.ComputedKey, in GROUP BY order
         self.joined: Joined | None = None  # a JOIN's virtual table: columns resolve through its qualifiers
+        self.today: dt.date | None = None  # CURRENT_DATE, fixed at planning (public); None: CURRENT_DATE refused
 
     def condition(self, node: exp.Expr) -> exp.Expr:
         """`node` read as a row predicate (WHERE's rules), for a condition inside a computed value."""

@@ -21,7 +21,7 @@ from proxy.query.analyse.names import Names, Output
 from proxy.query.analyse.refusals import unsupported
 from proxy.query.computed.keys import match
 from proxy.query.errors import PolicyError, UnsupportedQuery
-from proxy.query.expr import Const, Expr, Key, Op
+from proxy.query.expr import CAST_TARGETS, Const, Expr, Key, Op
 
 MAX_LIMIT = 1_048_576  # BI tools send their row caps (Metabase exports 1048575, Superset 50000): post-processing only
 
@@ -76,12 +76,92 @@ def value(node: exp.Expr, names: Names, position: str) -> Expr:
         case _ if type(node) in _ARITHMETIC:
             op = _ARITHMETIC[type(node)]
             return Op(op, (numeric(node.this, names, position), numeric(node.expression, names, position)))
-    raise unsupported(node, f"{position} (allowed: group keys, aggregates, + - * / and numbers)")
+    post = post_processing(node, names, position)
+    if post is not None:
+        return post
+    raise unsupported(node, f"{position} (allowed: {POST_HINT})")
+
+
+POST_HINT = ("group keys, aggregates, numbers, + - * /, and over them CAST(… AS INTEGER|BIGINT|DOUBLE|VARCHAR|DATE …), "
+             "ROUND(x[, n]), FLOOR, CEIL, COALESCE, NULLIF, CASE WHEN … THEN … END, IF, CONCAT, ||")
+_TYPE_NAMES = {"INT": "INTEGER", "INT4": "INTEGER", "INT8": "BIGINT", "INT2": "SMALLINT", "INT1": "TINYINT",
+               "LONG": "BIGINT", "SHORT": "SMALLINT", "FLOAT8": "DOUBLE", "FLOAT": "REAL", "FLOAT4": "REAL",
+               "TEXT": "VARCHAR", "STRING": "VARCHAR", "CHAR": "VARCHAR", "BPCHAR": "VARCHAR",
+               "DOUBLE PRECISION": "DOUBLE", "NUMERIC": "DOUBLE"}
+
+
+def post_processing(node: exp.Expr, names: Names, position: str) -> Expr | None:
+    """A function over released values (expr.py computes it after noise: free), or None when `node` is none."""
+    match node:
+        case exp.Cast() | exp.TryCast():
+            target = _cast_target(node)
+            return Op("cast", (operand(node.this, names, position), Const(target)))
+        case exp.Round():
+            digits = node.args.get("decimals")
+            places = 0 if digits is None else _whole(digits, "ROUND")
+            return Op("round", (numeric(node.this, names, position), Const(places)))
+        case exp.Floor() | exp.Ceil():
+            if node.args.get("decimals") is not None:
+                raise UnsupportedQuery(f"{type(node).__name__.upper()} takes one argument here; use ROUND(x, n)",
+                                       construct=f"{type(node).__name__.upper()}()", position=position)
+            return Op("ceil" if isinstance(node, exp.Ceil) else "floor", (numeric(node.this, names, position),))
+        case exp.Coalesce():
+            args = [node.this, *(node.expressions or [])]
+            return Op("coalesce", tuple(operand(a, names, position) for a in args))
+        case exp.Nullif():
+            return Op("nullif", (operand(node.this, names, position), operand(node.expression, names, position)))
+        case exp.If():
+            otherwise = node.args.get("false")
+            return Op("case", (condition(node.this, names, position), operand(node.args["true"], names, position),
+                               Const(None) if otherwise is None else operand(otherwise, names, position)))
+        case exp.Case():
+            subject = node.this
+            args: list[Expr] = []
+            for branch in node.args.get("ifs") or []:
+                when = (condition(branch.this, names, position) if subject is None else
+                        Op("=", (operand(subject, names, position), operand(branch.this, names, position))))
+                args += [when, operand(branch.args["true"], names, position)]
+            default = node.args.get("default")
+            args.append(Const(None) if default is None else operand(default, names, position))
+            return Op("case", tuple(args))
+        case exp.Concat():
+            return Op("concat", tuple(operand(a, names, position) for a in node.expressions))
+        case exp.DPipe():
+            return Op("||", (operand(node.this, names, position), operand(node.expression, names, position)))
+    return None
+
+
+def _cast_target(node: exp.Cast) -> str:
+    to = node.to
+    name = to.sql(dialect="duckdb").upper()
+    name = _TYPE_NAMES.get(name, name)
+    if name not in CAST_TARGETS or to.expressions:
+        raise UnsupportedQuery(
+            f"CAST(… AS {to.sql(dialect='duckdb')}) is not supported over released values; cast to INTEGER, BIGINT, "
+            "DOUBLE, REAL, VARCHAR or DATE (ROUND(x, n) rounds to n places)",
+            construct="CAST", type=to.sql(dialect="duckdb"),
+        )
+    return name
+
+
+def _whole(node: exp.Expr, function: str) -> int:
+    negative = isinstance(node, exp.Neg)
+    inner = node.this if negative else node
+    places = number(inner) if isinstance(inner, exp.Literal) and not inner.is_string else None
+    if not isinstance(places, int) or abs(places) > 30:
+        raise UnsupportedQuery(f"{function}'s second argument is a whole number literal from -30 to 30",
+                               construct=f"{function}()")
+    return -places if negative else places
 
 
 def numeric(node: exp.Expr, names: Names, position: str) -> Expr:
     """An arithmetic operand: a number, an aggregate, or a numeric group key (never text or dates)."""
     result = value(node, names, position)
+    if _text(result):
+        raise UnsupportedQuery(
+            f"{node.sql(dialect='duckdb')[:80]} is text; arithmetic and rounding take numbers",
+            construct="ARITHMETIC", position=position,
+        )
     if isinstance(result, Key):
         spec = names.key_spec(names.keys[result.index])
         if not spec.numeric:
@@ -90,6 +170,13 @@ def numeric(node: exp.Expr, names: Names, position: str) -> Expr:
                 construct="ARITHMETIC", column=spec.name, position=position,
             )
     return result
+
+
+def _text(expr: Expr) -> bool:
+    """Whether `expr` is text by construction (a cast to VARCHAR, a concatenation): DuckDB would not bind
+    arithmetic on it, so neither do we."""
+    return isinstance(expr, Op) and (expr.op in ("concat", "||") or (
+        expr.op == "cast" and expr.args[1] in (Const("VARCHAR"), Const("DATE"))))
 
 
 def key_or_output(node: exp.Column, names: Names, position: str) -> Expr:

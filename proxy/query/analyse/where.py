@@ -10,10 +10,12 @@ Example:
 
 from __future__ import annotations
 
+import datetime as dt
+
 from sqlglot import exp
 
 from proxy.query import types
-from proxy.query.analyse.literals import literal
+from proxy.query.analyse.literals import date_value, in_domain, literal
 from proxy.query.analyse.names import Names
 from proxy.query.analyse.refusals import unsupported
 from proxy.query.catalog import ColumnSpec
@@ -54,7 +56,13 @@ def predicate(node: exp.Expr, names: Names) -> exp.Expr:
             extra = [k for k, v in node.args.items() if k not in ("this", "expressions") and v]
             if not extra and isinstance(node.this, exp.Column) and 0 < len(node.expressions) <= MAX_IN_LIST:
                 spec = names.column(node.this)
-                return types.member(spec.name, spec.type, [literal(v, spec) for v in node.expressions])
+                items = list(node.expressions)
+                if spec.kind == "date":  # a moment after midnight equals no day (DuckDB: the day at 00:00)
+                    items = [v for v in items if (d := date_value(v, spec, names.today)) is None or d[1]]
+                values = [literal(v, spec, names.today) for v in items]
+                for value, item in zip(values, items, strict=True):
+                    in_domain(spec, value, item)
+                return types.member(spec.name, spec.type, values)
         case exp.Between() if node.args.get("symmetric"):
             raise UnsupportedQuery(
                 "BETWEEN SYMMETRIC is not supported; write BETWEEN low AND high", construct="BETWEEN SYMMETRIC"
@@ -62,7 +70,7 @@ def predicate(node: exp.Expr, names: Names) -> exp.Expr:
         case exp.Between():
             if isinstance(node.this, exp.Column):
                 spec = names.column(node.this)
-                low, high = literal(node.args["low"], spec), literal(node.args["high"], spec)
+                low, high = (_day_bound(node.args[end], spec, names, end == "low") for end in ("low", "high"))
                 return types.between(spec.name, spec.type, low, high)
         case exp.Like() | exp.ILike():
             extra = [k for k, v in node.args.items() if k not in ("this", "expression", "negate") and v]
@@ -78,7 +86,13 @@ def predicate(node: exp.Expr, names: Names) -> exp.Expr:
                 left, right, cls = right, left, _FLIPPED[cls]
             if isinstance(left, exp.Column):
                 spec = names.column(left)
-                return types.compare(spec.name, spec.type, cls, literal(right, spec))
+                moment = _within_day(spec, cls, right, names)
+                if moment is not None:
+                    return moment
+                value = literal(right, spec, names.today)
+                if cls in (exp.EQ, exp.NEQ):  # equality with a value the domain lacks: a typo, refused
+                    in_domain(spec, value, right)
+                return types.compare(spec.name, spec.type, cls, value)
     computed = computed_condition(node, names)
     if computed is not None:
         return computed
@@ -88,6 +102,34 @@ def predicate(node: exp.Expr, names: Names) -> exp.Expr:
         "WHERE (allowed: a column or computed value compared with a literal or another, IN (literals), BETWEEN, "
         "IS [NOT] NULL, LIKE, AND, OR, NOT)",
     )
+
+
+def _within_day(spec: ColumnSpec, cls: type[exp.Expr], node: exp.Expr, names: Names) -> exp.Expr | None:
+    """A DATE column compared with a moment strictly inside a day (`TIMESTAMP '2024-03-01 06:00:00'`, or
+    `DATE '…' + INTERVAL 6 HOUR`), moved onto the days exactly as DuckDB compares them (the column as that day at
+    00:00): `>`/`>=` is from the next day, `<`/`<=` up to the day itself, `=` holds for no day, `<>` for every one."""
+    if spec.kind != "date":
+        return None
+    found = date_value(node, spec, names.today)
+    if found is None or found[1]:
+        return None
+    day = found[0]
+    if cls is exp.EQ:
+        return types.member(spec.name, spec.type, [])  # FALSE for each day, NULL for NULL
+    if cls is exp.NEQ:
+        return exp.Not(this=types.member(spec.name, spec.type, []))
+    if cls in (exp.GT, exp.GTE):
+        return types.compare(spec.name, spec.type, exp.GTE, (day + dt.timedelta(days=1)).isoformat())
+    return types.compare(spec.name, spec.type, exp.LTE, day.isoformat())
+
+
+def _day_bound(node: exp.Expr, spec: ColumnSpec, names: Names, low: bool) -> object:
+    """A BETWEEN end: on a DATE column, a moment inside a day bounds from the next day (low) or the day (high)."""
+    if spec.kind == "date":
+        found = date_value(node, spec, names.today)
+        if found is not None and not found[1]:
+            return (found[0] + dt.timedelta(days=1 if low else 0)).isoformat()
+    return literal(node, spec, names.today)
 
 
 def quoted(spec: ColumnSpec) -> exp.Column:

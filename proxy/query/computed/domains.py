@@ -52,9 +52,20 @@ def declared_values(spec: ColumnSpec) -> tuple[Literal_, ...] | None:
     return None
 
 
-def domain(sql: exp.Expr, type_name: str, columns: tuple[ColumnSpec, ...]) -> tuple[Literal_, ...] | None:
+def domain(sql: exp.Expr, type_name: str, columns: tuple[ColumnSpec, ...], where: exp.Expr | None = None
+           ) -> tuple[Literal_, ...] | None:
     """The distinct non-NULL values of `sql` (over `columns`) in `type_name`, in order; None when an input has
-    no finite domain or there are too many."""
+    no finite domain or there are too many. With `where` (a condition over `columns` only, in which NULL stands
+    for what is unknown: computed/reach.py), only the inputs where it is not FALSE count.
+
+    Example:
+        >>> from sqlglot import parse_one
+        >>> r = ColumnSpec("r", "VARCHAR", public_domain=("a", "b", "c"))
+        >>> domain(parse_one('"r"'), "VARCHAR", (r,), parse_one("r IN ('a', 'c') OR NULL"))
+        ('a', 'b', 'c')
+        >>> domain(parse_one('"r"'), "VARCHAR", (r,), parse_one("r IN ('a', 'c') AND NULL"))
+        ('a', 'c')
+    """
     inputs = []
     for spec in columns:
         values = declared_values(spec)
@@ -63,13 +74,14 @@ def domain(sql: exp.Expr, type_name: str, columns: tuple[ColumnSpec, ...]) -> tu
         inputs.append((spec.name, spec.type, values))
     if math.prod(len(v) + 1 for _, _, v in inputs) > MAX_INPUTS:
         return None
-    found = _evaluate(sql.sql(dialect="duckdb"), type_name, tuple(inputs))
+    condition = "" if where is None else f" AND ({where.sql(dialect='duckdb')}) IS NOT FALSE"
+    found = _evaluate(sql.sql(dialect="duckdb"), type_name, tuple(inputs), condition)
     return found if found is None or len(found) <= MAX_VALUES else None
 
 
 @functools.lru_cache(maxsize=256)
 def _evaluate(
-    sql: str, type_name: str, inputs: tuple[tuple[str, str, tuple[Literal_, ...]], ...]
+    sql: str, type_name: str, inputs: tuple[tuple[str, str, tuple[Literal_, ...]], ...], condition: str = ""
 ) -> tuple[Literal_, ...] | None:
     with _lock:
         connection = _connection()
@@ -83,7 +95,8 @@ def _evaluate(
             connection.execute(f"INSERT INTO {table} SELECT CAST(UNNEST(?::VARCHAR[]) AS {column_type})", [texts])
             tables.append(table)
         source = ", ".join(tables) if tables else "(SELECT 1)"
-        result = connection.execute(f"SELECT DISTINCT {sql} AS v FROM {source} WHERE v IS NOT NULL").fetchall()
+        query = f"SELECT DISTINCT {sql} AS v FROM {source} WHERE v IS NOT NULL{condition}"
+        result = connection.execute(query).fetchall()
     read = types.reader(type_name)
     values = {types.canonical(type_name, read(v)) for (v,) in result}
     return tuple(sorted(values, key=lambda v: (type(v).__name__, v)))  # type: ignore[arg-type, return-value]

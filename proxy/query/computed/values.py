@@ -113,6 +113,9 @@ def scalar(node: exp.Expr, names: Names) -> Scalar:
                 return inner
         case exp.Div() | exp.IntDiv():
             return _division(node, names)
+        case exp.Add() | exp.Sub() if isinstance(node.expression, exp.Interval) or (
+                isinstance(node, exp.Add) and isinstance(node.this, exp.Interval)):
+            return _day_shift(node, names)
         case _ if type(node) in _ARITHMETIC:
             left, right = _numbers(node, names)
             integer = left.kind == right.kind == "integer"
@@ -246,6 +249,34 @@ def _text(node: exp.Expr, names: Names, parent: exp.Expr) -> Scalar:
         raise UnsupportedQuery(f"{errors_name(parent)} takes text, not {value.type} ({node.sql()})",
                                construct=errors_name(parent))
     return value
+
+
+_SHIFT_UNITS = {"DAY": 1, "WEEK": 7}
+
+
+def _day_shift(node: exp.Add | exp.Sub, names: Names) -> Scalar:
+    """`day ± INTERVAL n DAY|WEEK`, as in Metabase's Sunday-start weeks (`date_trunc('week', day + INTERVAL 1 DAY)
+    - INTERVAL 1 DAY`): DuckDB's TIMESTAMP at that day's 00:00, kept as the DATE it is (months are not a fixed
+    number of days, and hours would leave the days: both refused)."""
+    interval, side = (node.this, node.expression) if isinstance(node.this, exp.Interval) else (
+        node.expression, node.this)
+    inner = _date(side, names, node)
+    unit = interval.args.get("unit")
+    unit_name = unit.name.upper().rstrip("S") if unit is not None else ""
+    amount = interval.this
+    try:
+        count = int(str(amount.this).strip()) if isinstance(amount, exp.Literal) else None
+    except ValueError:
+        count = None
+    if unit_name not in _SHIFT_UNITS or count is None or abs(count) > 100_000:
+        raise UnsupportedQuery(
+            f"{node.sql()}: a date is shifted here by INTERVAL n DAY or n WEEK (a whole number up to 100000)",
+            construct="INTERVAL",
+        )
+    days = count * _SHIFT_UNITS[unit_name] * (1 if isinstance(node, exp.Add) else -1)
+    shifted = exp.Add(this=exp.Paren(this=inner.sql), expression=exp.Interval(
+        this=exp.Literal.string(str(days)), unit=exp.var("DAY")))
+    return Scalar(exp.cast(shifted, "DATE"), "DATE", inner.columns)
 
 
 def _date(node: exp.Expr, names: Names, parent: exp.Expr) -> Scalar:
