@@ -292,11 +292,14 @@ class QueryResponse(BaseModel):
     dataset: str
     columns: list[str]
     rows: list[list[Any]]
-    charge: ChargeOut
+    charge: ChargeOut | None = Field(description="what this answer was charged; null for an exact answer over "
+                                                 "public tables alone (`public`), which is free")
     budget: BudgetOut
     noise: list[NoiseOut]
     partitions: PartitionsOut
     bounds: BoundsOut | None = Field(None, description='present when the table chose its max_rows ("auto")')
+    public: bool | None = Field(None, description="present, true, on an exact answer over public tables alone: "
+                                                  "no noise, no charge (docs/privacy.md §1)")
 
 
 class PreviewResponse(BaseModel):

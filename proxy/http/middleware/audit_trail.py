@@ -170,13 +170,16 @@ def audit_record(
         query.sql, _dialect(env, dataset, query))
     status = 500 if raised else held.status
     code: str | None = None
+    decision: Decision
     charge_id = None if charge is None else charge.id
     epsilon, delta = (0.0, 0.0) if charge is None else (charge.epsilon, charge.delta)
     if status < 400:
         if query is None:
             raise ValueError("an answer to a request the route did not parse")
-        if held.headers.get("x-dp-repeat") == "true":
-            decision: Decision = "repeat"
+        if state.get("public") and charge is None:  # exact, over public tables alone: free, nothing charged
+            decision = "answered"
+        elif held.headers.get("x-dp-repeat") == "true":
+            decision = "repeat"
             charge_id, epsilon, delta = held.headers.get("x-dp-charge-id"), 0.0, 0.0
         elif charge is None or held.headers.get("x-dp-charge-id") != charge.id:
             raise ValueError("an answer without the charge that paid for it")
