@@ -76,6 +76,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {  # README row -> queries it promises a
         "AND age > 18 AND age >= 19 AND region IN ('north', 'south') AND amount BETWEEN 1 AND 2 "
         "AND amount IS NOT NULL AND category IS NULL OR category LIKE 'g%' OR category ILIKE 'G%'",
         "SELECT COUNT(*) AS n FROM visits WHERE ABS(age) < ABS(duration_s) OR FLOOR(age / 10) = 3",
+        "SELECT COUNT(*) AS n FROM visits WHERE age < duration_s AND day <= day AND region <> category",
         "SELECT COUNT(*) AS n FROM visits v JOIN departments d ON v.category = d.category WHERE d.department = 'food'",
     ),
     "GROUP BY": (
