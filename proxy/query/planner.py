@@ -16,12 +16,12 @@ from proxy.query.analyse.analysis import Analysis, analyse
 from proxy.query.auto import bounds as auto
 from proxy.query.auto.quantile import serves as quantiles_serve
 from proxy.query.catalog import Catalog, Mechanism
-from proxy.query.errors import EmptyScope, UnsupportedQuery
+from proxy.query.errors import EmptyScope, PolicyError, UnsupportedQuery
 from proxy.query.parse.comma_joins import explicit_joins
 from proxy.query.parse.flatten import flatten
 from proxy.query.parse.statement import normalised, parse
 from proxy.query.price.charge import Price, price, price_for_noise
-from proxy.query.public import PublicQuery, public_query
+from proxy.query.public import PublicQuery, public_query, reads_public
 from proxy.query.rewrite.on_store import rewrite_ranked
 from proxy.query.rewrite.per_query import rewrite_tree, store_canonical
 from proxy.query.rewrite.store_layout import ranked_columns
@@ -224,6 +224,13 @@ def plan(
         ('SELECT COUNT(*) FROM orders', 0.5)
     """
     parsed, select = _select(sql, dialect)
+    if reads_public(select, catalog):  # answered exactly by plan_public, never planned as a DP release
+        name = select.args["from_"].this.name
+        raise PolicyError(
+            f"{name!r} is a public table: a query over public tables alone is answered exactly and free by POST "
+            "/v1/query, with no DP plan or charge to preview; join it to a protected table to aggregate "
+            "protected rows", construct="TABLE", table=name,
+        )
     analysis = analyse(select, catalog, canonical_units=cells)
     if analysis.scope.cells is not None and not analysis.scope.cells:
         # no unit can pass this WHERE: nothing to answer, and a charge on no cell must never be made (issue #10)

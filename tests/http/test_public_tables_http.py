@@ -18,15 +18,18 @@ from tests.support.live import Server, policy_copy, spend
 MAX_ROWS = 5  # the dataset's max_release_cells: departments has 8 rows
 
 
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, DemoFiles]]:
+@pytest.fixture(scope="module", params=["store", "per_query"])
+def live(request: pytest.FixtureRequest,
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, DemoFiles]]:
+    """The demo with `departments` declared public, read from the bounding store or from the source itself."""
     demo = build_demo(tmp_path_factory.mktemp("public-demo"), users=60, rows=600)
     departments.create(demo.database)
     directory = tmp_path_factory.mktemp("public-server")
     policy = policy_copy(demo, directory, epsilon=10.0, delta=1e-4)
     text = departments.declared(policy.read_text())
     assert text.count('bounding = "store"') == 1
-    policy.write_text(text.replace('bounding = "store"', f'bounding = "store"\nmax_release_cells = {MAX_ROWS}'))
+    bounding = f'bounding = "{request.param}"\nmax_release_cells = {MAX_ROWS}'
+    policy.write_text(text.replace('bounding = "store"', bounding))
     server = Server(directory / "server.log").start(policy)
     try:
         yield server, demo
@@ -115,3 +118,17 @@ def test_what_a_public_query_may_not_do_is_refused_free(client: httpx.Client, sq
     error = response.json()
     assert (response.status_code, error["code"], error["detail"]["construct"]) == (400, code, construct), error
     assert spend(client) == before
+
+
+def test_csv_and_preview(client: httpx.Client) -> None:
+    sql = "SELECT DISTINCT department FROM departments ORDER BY 1"
+    csv = client.post("/v1/query", json={"dataset": "demo", "sql": sql}, headers={"Accept": "text/csv"})
+    assert csv.status_code == 200 and csv.text.splitlines() == ["department", "food", "goods", "leisure"]
+    assert csv.headers["x-dp-public"] == "true"
+    arrow = client.post("/v1/query", json={"dataset": "demo", "sql": sql},
+                        headers={"Accept": "application/vnd.apache.arrow.stream"})
+    assert arrow.status_code == 200, arrow.text
+    preview = client.post("/v1/query/preview", json={"dataset": "demo", "sql": sql})  # nothing to charge or preview
+    error = preview.json()
+    assert (preview.status_code, error["code"], error["detail"]["construct"]) == (400, "policy", "TABLE")
+    assert "public table" in error["error"] and "free" in error["error"]

@@ -56,12 +56,6 @@ def resolve_table(select: exp.Select, catalog: Catalog) -> tuple[TableSchema, st
             raise UnsupportedQuery("column aliases in FROM are not supported", construct="TABLE ALIAS")
         alias = table_alias.name
     schema = catalog.table(table.name)
-    if schema is None and catalog.public_table(table.name) is not None:
-        raise PolicyError(
-            f"{table.name!r} is a public table: a query over it alone is answered exactly and free by POST "
-            "/v1/query, with no DP plan or charge to preview; join it to a protected table to aggregate "
-            "protected rows", construct="TABLE", table=table.name,
-        )
     if schema is None:
         raise PolicyError(
             f"unknown table {table.name!r}", construct="TABLE", table=table.name,
