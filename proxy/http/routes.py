@@ -115,7 +115,9 @@ async def query(
         description="your key for this request (1-128 of A-Z a-z 0-9 _ . : -, e.g. a UUID): a retry with it "
                     "is never charged twice")] = None,
 ) -> Response:
-    """Answer one SQL query with a differentially private release, charging the budget first.
+    """Answer one SQL query with a differentially private release, charging the budget first. A query over a
+    table the policy declares public, alone, is answered exactly and free (`public: true`, `charge` null, no
+    `X-DP-Charge-Id`).
 
     Repeating an identical request returns the first answer byte for byte, without a new charge
     (header `X-DP-Repeat: true`): repeats cannot average the noise away. A repeat at another `confidence`

@@ -13,7 +13,9 @@ by the pipeline with the answer's stored release, in one durable transaction of 
 (`Ledger.store_release(release, audit)`), before the answer leaves the query thread, and the route marks the
 request `audited`; so an answer costs one commit after its charge, not two, and no extra thread hop. Every
 other outcome (`failed` with its code, e.g. `timeout`; `repeat`; `rejected`) is appended here, as is a
-failure after an answer was stored (a second entry for that charge: the answer was not sent).
+failure after an answer was stored (a second entry for that charge: the answer was not sent). An exact answer
+over a public table alone (`request.state.public`, pipeline.answer_public) is an `answered` entry with no
+charge id and ε = δ = 0, appended here: nothing was admitted for it.
 
 What is recorded is what the route parsed, never a re-read of the raw body: the route leaves the
 `QueryRequest` it validated in `request.state.query`, and the pipeline's admit leaves the `Charge` in
