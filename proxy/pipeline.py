@@ -38,7 +38,7 @@ from proxy.query import auto_release
 from proxy.query.analyse.analysis import public_cells
 from proxy.query.auto.bounds import ChosenBounds
 from proxy.query.errors import InvalidParameter, PolicyError
-from proxy.query.planner import QueryPlan, plan, repeat_identity
+from proxy.query.planner import PublicPlan, QueryPlan, plan, plan_public, repeat_identity
 from proxy.query.release.publish import Release, release
 from proxy.query.rewrite.render import render, render_text
 from proxy.run import faults, padding
@@ -109,6 +109,53 @@ def engine_sql(planned: QueryPlan, engine: QueryEngine | StoreEngine) -> str:
     if planned.tree is None:  # a bounding store's SQL: DuckDB's text, rendered for Spark's store (render_text)
         return planned.sql if target.dialect == "duckdb" else render_text(planned.sql, target)
     return render(planned.tree, target)
+
+
+@dataclass(frozen=True, slots=True)
+class PublicAnswer:
+    """The exact answer to a query over public tables alone: no noise, no charge (docs/privacy.md §1)."""
+
+    dataset: DatasetPolicy
+    budget: Budget  # the analyst's, unchanged: shown in the answer
+    plan: PublicPlan
+    rows: tuple[tuple[object, ...], ...]
+
+
+def answer_public(req: QueryRequest, analyst: AnalystPolicy, env: Env, deadline: Deadline | None = None
+                  ) -> PublicAnswer | None:
+    """The exact answer of `req` when it reads public tables alone (planner.plan_public), else None (a DP query:
+    `reply`). Authorised like any query (the dataset must be granted); nothing is admitted or charged, since the
+    declared public table is the same in every pair of neighbouring datasets; it runs on the dataset's engine
+    (read-only, hardened) within the query's time limit. An answer with more rows than the dataset's
+    `max_release_cells` is refused, free: the rule asks for one row more than it may release."""
+    name, budget = dataset_for(analyst, req.dataset)
+    dataset = policy_dataset(env.policy, name)
+    # untimed: a DP query is planned (and timed) again by `prepare`, and the stage metrics count each query once
+    planned = plan_public(req.sql, dataset.catalog, max_rows=dataset.max_release_cells,
+                          dialect=req.dialect or dataset.dialect)
+    if planned is None:
+        return None
+    deadline = deadline or Deadline(env.settings.query_timeout_s)
+    engine = env.engine(name)
+    sql = render(planned.tree, engine.target)
+    engine.refresh()  # a bounding store copies the public table: read the current one
+    deadline.start()
+    with env.timed("execute"):
+        rows = tuple(tuple(row) for row in engine.run(sql, deadline.remaining()).rows)
+    if len(rows) > planned.query.max_rows:
+        raise PolicyError(
+            f"this query over the public table {planned.query.table.name} returns more than "
+            f"{planned.query.max_rows} rows, this dataset's max_release_cells: filter with WHERE, aggregate, or "
+            "add a LIMIT", construct="ROWS", max_release_cells=planned.query.max_rows,
+        )
+    deadline.deliver()
+    return PublicAnswer(dataset, budget, planned, rows)
+
+
+def policy_dataset(policy: Policy, name: str) -> DatasetPolicy:
+    dataset = policy.dataset(name)
+    assert dataset is not None  # the policy loader checks that budgets name known datasets
+    return dataset
 
 
 def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int) -> Prepared:

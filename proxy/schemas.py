@@ -298,7 +298,8 @@ class QueryResponse(BaseModel):
     dataset: str
     columns: list[str]
     rows: list[list[Any]]
-    charge: ChargeOut
+    charge: ChargeOut | None = Field(description="what this answer was charged; null for an exact answer over "
+                                                 "public tables alone (`public`), which is free")
     budget: BudgetOut
     noise: list[NoiseOut]
     partitions: PartitionsOut
@@ -309,6 +310,8 @@ class QueryResponse(BaseModel):
                     "is wider than the value itself (STDDEV: its variance): noise dominates it. Post-processing of "
                     "public numbers, free (docs/privacy.md §6)",
     )
+    public: bool | None = Field(None, description="present, true, on an exact answer over public tables alone: "
+                                                  "no noise, no charge (docs/privacy.md §1)")
 
 
 class PreviewResponse(BaseModel):

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 CSV = "text/csv"
 ARROW = "application/vnd.apache.arrow.stream"
-_METADATA = ("charge", "noise", "partitions", "budget", "dataset")
+_METADATA = ("charge", "noise", "partitions", "budget", "dataset", "public")  # public: only on exact answers
 # OWASP (CSV Injection): a cell starting with one of these is a formula to Excel, LibreOffice or Sheets; NUL
 # from ASVS 1.2.10, the full-width forms because some spreadsheets fold them to the ASCII ones
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\0", "\uff1d", "\uff0b", "\uff0d", "\uff20")

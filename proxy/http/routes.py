@@ -22,7 +22,7 @@ from proxy.http.views.answer import charge_out, partitions_out, unreliable, with
 from proxy.http.views.answer import noise as noise_out
 from proxy.http.views.budget import budget_now, budget_out, json_value, plus, refusal, scope_out
 from proxy.http.views.budget import stored as history
-from proxy.pipeline import Answer, Env, Prepared, Reply, prepare, reply, settle_keyed
+from proxy.pipeline import Answer, Env, Prepared, PublicAnswer, Reply, answer_public, prepare, reply, settle_keyed
 from proxy.policy import access
 from proxy.policy.load import AnalystPolicy
 from proxy.query import auto_release
@@ -36,6 +36,7 @@ from proxy.schemas import (
     ErrorResponse,
     LedgerEntry,
     LedgerResponse,
+    PartitionsOut,
     PreviewResponse,
     QueryRequest,
     QueryResponse,
@@ -114,7 +115,9 @@ async def query(
         description="your key for this request (1-128 of A-Z a-z 0-9 _ . : -, e.g. a UUID): a retry with it "
                     "is never charged twice")] = None,
 ) -> Response:
-    """Answer one SQL query with a differentially private release, charging the budget first.
+    """Answer one SQL query with a differentially private release, charging the budget first. A query over a
+    table the policy declares public, alone, is answered exactly and free (`public: true`, `charge` null, no
+    `X-DP-Charge-Id`).
 
     Repeating an identical request returns the first answer byte for byte, without a new charge
     (header `X-DP-Repeat: true`): repeats cannot average the noise away. A repeat at another `confidence`
@@ -135,7 +138,9 @@ async def query(
         charged = bool(getattr(request.state, "charged", False))
         result = await run_in_threadpool(settle_keyed, env, analyst.name, idempotency_key, err, charged)
     request.state.audited = result.audited and not result.repeat  # committed with the release: AuditTrail skips it
-    headers = {"X-DP-Repeat": str(result.repeat).lower(), "X-DP-Charge-Id": result.charge_id}
+    headers = {"X-DP-Repeat": str(result.repeat).lower()}
+    if result.charge_id:  # none on a free answer over public tables alone
+        headers["X-DP-Charge-Id"] = result.charge_id
     if wanted == formats.CSV:
         text, metadata = formats.to_csv(result.body)
         return Response(text, media_type="text/csv; charset=utf-8", headers={**headers, **metadata})
@@ -164,6 +169,11 @@ def query_work(
             state.column_types = formats.column_types(prepared.plan.analysis)
 
     def work(deadline: Deadline) -> Reply:
+        public = answer_public(body, analyst, env, deadline)  # over public tables alone: exact and free
+        if public is not None:
+            state.public = True  # the audit trail records a free answer (no charge id, ε = δ = 0)
+            state.normalized_sql = public.plan.normalized_sql
+            return Reply(_render_public(public, env, analyst.name), "", repeat=False, audited=False)
         return reply(body, analyst, env, admitted, lambda answer: _render(answer, env), deadline,
                      rebar=lambda stored, prepared: repeat_error_bars.at_confidence(stored, prepared, noise_out),
                      on_planned=planned,
@@ -188,7 +198,26 @@ def _render(result: Answer, env: Env) -> bytes:
         partitions=partitions_out(prepared),
         bounds=None if result.bounds is None else BoundsOut(**result.bounds.report()),
         unreliable=unreliable(analysis, result.release.rows, noise),
-    ).model_dump_json(exclude=None if result.bounds is not None else {"bounds"}).encode()  # only on auto tables
+    ).model_dump_json(exclude={"public"} if result.bounds is not None else {"bounds", "public"}).encode()  # bounds:
+    # only on auto tables
+
+
+_PUBLIC_NOTE = ("the rows of a table the policy declares public, released exactly: no noise, no charge, and "
+                "no partition selection")
+
+
+def _render_public(result: PublicAnswer, env: Env, analyst: str) -> bytes:
+    """An exact answer over public tables alone: the answer's shape, with no charge, no noise, and `public`."""
+    return QueryResponse(
+        dataset=result.dataset.name,
+        columns=list(result.plan.query.columns),
+        rows=[[json_value(v) for v in row] for row in result.rows],
+        charge=None,
+        budget=budget_now(env, analyst, result.dataset, result.budget),
+        noise=[],
+        partitions=PartitionsOut(kind="public", note=_PUBLIC_NOTE),
+        public=True,
+    ).model_dump_json(exclude={"bounds"}).encode()
 
 
 @router.post("/v1/query/preview", response_model=PreviewResponse, tags=["query"], responses=RATE_LIMITED)

@@ -17,10 +17,12 @@ from proxy.query.analyse.analysis import Analysis, analyse
 from proxy.query.auto import bounds as auto
 from proxy.query.auto.quantile import serves as quantiles_serve
 from proxy.query.catalog import Catalog, Mechanism
-from proxy.query.errors import EmptyScope, UnsupportedQuery
+from proxy.query.errors import EmptyScope, PolicyError, UnsupportedQuery
+from proxy.query.parse.comma_joins import explicit_joins
 from proxy.query.parse.flatten import flatten
 from proxy.query.parse.statement import normalised, parse
 from proxy.query.price.charge import Price, price, price_for_noise
+from proxy.query.public import PublicQuery, public_query, reads_public
 from proxy.query.rewrite.on_store import rewrite_ranked
 from proxy.query.rewrite.per_query import rewrite_tree, store_canonical
 from proxy.query.rewrite.store_layout import ranked_columns
@@ -142,6 +144,49 @@ def _base_rows(analysis: Analysis, catalog: Catalog | None) -> bool:
         base.max_rows, base.max_groups)
 
 
+@dataclass(frozen=True, slots=True)
+class PublicPlan:
+    """A query over public tables alone (proxy/query/public.py): answered exactly, free; `tree` is what runs."""
+
+    source_sql: str
+    normalized_sql: str  # audited, as for a QueryPlan
+    query: PublicQuery
+
+    @property
+    def tree(self) -> exp.Select:
+        return self.query.tree
+
+
+def _select(sql: str, dialect: str) -> tuple[exp.Select, exp.Select]:
+    """The parsed statement and the SELECT the rules analyse: flattened, comma joins made explicit, depth bounded."""
+    parsed = parse(sql, dialect)
+    select = explicit_joins(flatten(parsed))  # a BI tool's wrapper is flattened; `FROM a, b WHERE a.k = b.k` joins
+    if _depth(select) > MAX_TREE_DEPTH:
+        raise UnsupportedQuery(
+            f"the query's expressions nest deeper than {MAX_TREE_DEPTH} levels", construct="nesting",
+            limit=MAX_TREE_DEPTH,
+        )
+    return parsed, select
+
+
+def plan_public(sql: str, catalog: Catalog, *, max_rows: int, dialect: str = "duckdb") -> PublicPlan | None:
+    """The plan of a query over public tables alone, or None for any query that reads a protected table (it is a
+    DP query: `plan`). Pure and free, like `plan`; at most `max_rows` rows may be released.
+
+    Example:
+        >>> from proxy.query.catalog import ColumnSpec, PublicTable, TableSchema
+        >>> c = Catalog((TableSchema("t", "u", (ColumnSpec("u", "BIGINT"),)),),
+        ...     public=(PublicTable("cal", (ColumnSpec("day", "DATE"),), ("day",)),))
+        >>> plan_public("select count(*) as n from cal", c, max_rows=10).tree.sql()
+        'SELECT COUNT(*) AS "n" FROM "cal" LIMIT 11'
+        >>> plan_public("select count(*) from t", c, max_rows=10) is None
+        True
+    """
+    parsed, select = _select(sql, dialect)
+    query = public_query(select, catalog, max_rows=max_rows)
+    return None if query is None else PublicPlan(sql, normalised(parsed, dialect), query)
+
+
 def plan(
     sql: str,
     catalog: Catalog,
@@ -183,12 +228,13 @@ def plan(
         >>> p.normalized_sql, p.price.epsilon
         ('SELECT COUNT(*) FROM orders', 0.5)
     """
-    parsed = parse(sql, dialect)
-    select = flatten(parsed)  # a BI tool's wrapping subquery or CTE becomes one SELECT
-    if _depth(select) > MAX_TREE_DEPTH:
-        raise UnsupportedQuery(
-            f"the query's expressions nest deeper than {MAX_TREE_DEPTH} levels", construct="nesting",
-            limit=MAX_TREE_DEPTH,
+    parsed, select = _select(sql, dialect)
+    if reads_public(select, catalog):  # answered exactly by plan_public, never planned as a DP release
+        name = select.args["from_"].this.name
+        raise PolicyError(
+            f"{name!r} is a public table: a query over public tables alone is answered exactly and free by POST "
+            "/v1/query, with no DP plan or charge to preview; join it to a protected table to aggregate "
+            "protected rows", construct="TABLE", table=name,
         )
     if today is None:
         today = dt.datetime.now(dt.UTC).date()

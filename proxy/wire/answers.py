@@ -138,7 +138,9 @@ def notice(body: dict[str, Any], repeat: bool, charge_id: str) -> str:
         remaining epsilon=4.9 delta=1e-06
         noise: n laplace scale=10 ±29.96 at 95%
     """
-    charge = body.get("charge", {})
+    if body.get("public"):
+        return "dp: a table the policy declares public, answered exactly: nothing charged, no noise"
+    charge = body.get("charge") or {}
     noises = []
     for item in body.get("noise", []):
         half = item.get("ci") if item.get("ci") is not None else item.get("ci95")

@@ -94,7 +94,7 @@ CASES: dict[str, Case] = {
                    detail={"construct": "INSERT"}),
     "raw-rows": Case(400, "unsupported", {"sql": "SELECT * FROM visits"}),
     "join-preview": Case(400, "unsupported", {"sql": "SELECT COUNT(*) FROM visits, users"},
-                         path="/v1/query/preview", detail={"construct": "JOIN"}),
+                         path="/v1/query/preview", detail={"construct": "CROSS JOIN"}),
     # policy: 400
     "unknown-column": Case(400, "policy", {"sql": "SELECT COUNT(nope) FROM visits"},
                            detail={"column": "nope"}),

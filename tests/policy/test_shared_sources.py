@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from proxy.policy.load import PolicyFileError, load_policy, policy_problems
+from tests.support.live import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 ANALYST = "0123456789abcdef" * 4
@@ -118,3 +119,20 @@ def test_spark_datasets_over_different_sources_load(tmp_path: Path) -> None:
     policy = _policy(tmp_path, _spark("big", 'parquet = "lake/visits"'), _spark("copy", 'parquet = "lake/visits2"'),
                      _spark("cat", 'table = "warehouse.visits"'))
     assert policy_problems(policy) == ()
+
+
+def test_serve_refuses_it_at_start_up_naming_both_datasets_not_with_duckdbs_error(data: Path) -> None:
+    """Issue #31, as reported: a `per_query` dataset declared before another on the same DuckDB file made `serve`
+    exit with DuckDB's "Can't open a connection to same database file with a different configuration". It now
+    exits at the policy's load, before any engine opens the file, with the message `check-policy` prints."""
+    policy = _policy(data, ("first", 'path = "data/people.duckdb"\nbounding = "per_query"'),
+                     ("second", 'path = "data/people.duckdb"'))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPPROXY_")}
+    env["PYTHONPATH"] = str(REPO)
+    port = str(free_port())  # never bound: the policy is refused first
+    done = subprocess.run([sys.executable, "-m", "proxy", "serve", "--policy", str(policy), "--port", port],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert "datasets.second.path: reads " in out and "datasets.first" in out, out
+    assert "same database file" not in out

@@ -13,7 +13,9 @@ by the pipeline with the answer's stored release, in one durable transaction of 
 (`Ledger.store_release(release, audit)`), before the answer leaves the query thread, and the route marks the
 request `audited`; so an answer costs one commit after its charge, not two, and no extra thread hop. Every
 other outcome (`failed` with its code, e.g. `timeout`; `repeat`; `rejected`) is appended here, as is a
-failure after an answer was stored (a second entry for that charge: the answer was not sent).
+failure after an answer was stored (a second entry for that charge: the answer was not sent). An exact answer
+over a public table alone (`request.state.public`, pipeline.answer_public) is an `answered` entry with no
+charge id and ε = δ = 0, appended here: nothing was admitted for it.
 
 What is recorded is what the route parsed, never a re-read of the raw body: the route leaves the
 `QueryRequest` it validated in `request.state.query`, and the pipeline's admit leaves the `Charge` in
@@ -170,13 +172,16 @@ def audit_record(
         query.sql, _dialect(env, dataset, query))
     status = 500 if raised else held.status
     code: str | None = None
+    decision: Decision
     charge_id = None if charge is None else charge.id
     epsilon, delta = (0.0, 0.0) if charge is None else (charge.epsilon, charge.delta)
     if status < 400:
         if query is None:
             raise ValueError("an answer to a request the route did not parse")
-        if held.headers.get("x-dp-repeat") == "true":
-            decision: Decision = "repeat"
+        if state.get("public") and charge is None:  # exact, over public tables alone: free, nothing charged
+            decision = "answered"
+        elif held.headers.get("x-dp-repeat") == "true":
+            decision = "repeat"
             charge_id, epsilon, delta = held.headers.get("x-dp-charge-id"), 0.0, 0.0
         elif charge is None or held.headers.get("x-dp-charge-id") != charge.id:
             raise ValueError("an answer without the charge that paid for it")

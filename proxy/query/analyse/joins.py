@@ -108,6 +108,11 @@ def _check_shape(node: exp.Join) -> None:
     construct = " ".join(x for x in (node.args.get("method") or "", side, kind, "JOIN") if x).upper()
     if extra or side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER") or (kind == "INNER" and side):
         raise UnsupportedQuery(f"{construct} is not supported; {_HINT}", construct=construct)
+    if not any(v for k, v in node.args.items() if k != "this"):  # `FROM a, b`: no WHERE equality connected them
+        raise UnsupportedQuery(
+            f"FROM …, {node.this.sql()} with no equality in WHERE between a column of each table is a cross join, "
+            f"which is not supported: compare the tables' join columns in WHERE, qualified (a.k = b.k), or write "
+            f"JOIN … ON; {_HINT}", construct="CROSS JOIN")
     if bool(node.args.get("on")) == bool(node.args.get("using")):
         raise UnsupportedQuery(f"a JOIN needs ON a = b or USING (column); {_HINT}", construct=construct)
 

@@ -20,7 +20,7 @@ from proxy.query.analyse.names import Names
 from proxy.query.analyse.refusals import unsupported
 from proxy.query.catalog import ColumnSpec
 from proxy.query.computed.filters import MAX_IN_LIST, computed_condition
-from proxy.query.errors import UnsupportedQuery
+from proxy.query.errors import PolicyError, UnsupportedQuery
 
 _COMPARISONS = {exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
 _FLIPPED = {exp.EQ: exp.EQ, exp.NEQ: exp.NEQ, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}
@@ -84,6 +84,8 @@ def predicate(node: exp.Expr, names: Names) -> exp.Expr:
             left, right, cls = node.this, node.expression, type(node)
             if not isinstance(left, exp.Column) and isinstance(right, exp.Column):
                 left, right, cls = right, left, _FLIPPED[cls]
+            if isinstance(left, exp.Column) and isinstance(right, exp.Column):
+                return columns_compared(cls, names.column(left), names.column(right))
             if isinstance(left, exp.Column):
                 spec = names.column(left)
                 moment = _within_day(spec, cls, right, names)
@@ -130,6 +132,30 @@ def _day_bound(node: exp.Expr, spec: ColumnSpec, names: Names, low: bool) -> obj
         if found is not None and not found[1]:
             return (found[0] + dt.timedelta(days=1 if low else 0)).isoformat()
     return literal(node, spec, names.today)
+
+
+def columns_compared(cls: type[exp.Expr], a: ColumnSpec, b: ColumnSpec) -> exp.Expr:
+    """`a <op> b` for two declared columns of one comparable family (numbers, dates, text, booleans), as DuckDB
+    compares them (its common type: an INTEGER with a DECIMAL as a DECIMAL, with a DOUBLE as a DOUBLE; text
+    under binary collation, as every text comparison here), inside TRY: where DuckDB's common type cannot hold a
+    row's value (a HUGEINT or a DECIMAL(38, s) beyond a DECIMAL of another scale) the comparison is NULL on that
+    row, never an error after admission, as for computed values.
+
+    Example:
+        >>> columns_compared(exp.LT, ColumnSpec("shipped", "DATE"), ColumnSpec("received", "DATE")).sql("duckdb")
+        'TRY("shipped" < "received")'
+        >>> columns_compared(exp.EQ, ColumnSpec("a", "VARCHAR"), ColumnSpec("b", "VARCHAR")).sql("duckdb")
+        'TRY("a" COLLATE "binary" = "b" COLLATE "binary")'
+    """
+    if _family(a) != _family(b):
+        raise PolicyError(f"cannot compare {a.name} ({a.type}) with {b.name} ({b.type}): compare columns of one "
+                          "kind (numbers, dates, text or booleans)", construct="WHERE", column=b.name)
+    compared = cls(this=types.column(a.name, a.type), expression=types.column(b.name, b.type))
+    return exp.Anonymous(this="TRY", expressions=[compared])
+
+
+def _family(spec: ColumnSpec) -> str:
+    return "number" if spec.numeric else spec.kind
 
 
 def quoted(spec: ColumnSpec) -> exp.Column:
