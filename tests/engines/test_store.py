@@ -465,6 +465,6 @@ def test_a_failed_rebuild_while_serving_is_refused_with_a_fixed_message(tmp_path
         os.replace(_source(tmp_path / "next.duckdb", _rows(3), users=[(1, "free"), (1, "pro")]), source)
         with pytest.raises(StoreUnavailable) as raised:
             engine.refresh()
-        assert str(raised.value) == StoreUnavailable.message and raised.value.code == "execution_failed"
+        assert str(raised.value) == StoreUnavailable.default_message and raised.value.code == "execution_failed"
     finally:
         engine.close()
