@@ -78,6 +78,11 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
                                   expression=exp.Literal.number(analysis.max_groups)))
     if analysis.where is not None:
         conditions.append(analysis.where.copy())
+    if (reranked or windowed) and analysis.partitions == "public":
+        # a window ranks the unit's cells: rows outside a public domain are dropped first, as per query
+        # (rewrite/per_query.py), so no unit spends one of its max_groups on a group that is never released
+        for key, domain in zip(analysis.keys, analysis.domains, strict=True):
+            conditions.append(types.member(*_typed(analysis, key), list(domain)))
     # A cell of at most k rows in the store (before the WHERE) is within every bound whatever the WHERE keeps:
     # its rows are added up directly (grouped with __unit NULL, which no stored row has), and only the rows of
     # larger cells are aggregated per cell first: one scan. Not with a window over cells (it must see every
