@@ -71,7 +71,11 @@ def _build(node: exp.Expr, names: Names, function: str) -> tuple[exp.Expr, float
             lo, hi = spec.bounds
             value = exp.cast(exp.column(spec.name, quoted=True), exp.DataType.Type.DOUBLE)
             clamped = exp.func("LEAST", exp.func("GREATEST", value, _literal(lo)), _literal(hi))
-            return clamped, float(lo), float(hi)
+            # DuckDB's GREATEST skips a NULL: without the CASE a NULL column read as its lower bound, so
+            # `SUM(x + n)` added lo for every row missing x (issue #28, the differential tester). NULL stays NULL,
+            # and the expression is NULL as SQL has it: the row adds nothing.
+            missing = exp.Is(this=exp.column(spec.name, quoted=True), expression=exp.Null())
+            return exp.Case(ifs=[exp.If(this=missing, true=exp.Null())], default=clamped), float(lo), float(hi)
         case exp.Literal() if not node.is_string:
             value = float(number(node))
             return _literal(value), value, value

@@ -51,7 +51,9 @@ def predicate(node: exp.Expr, names: Names) -> exp.Expr:
             return quoted(spec)
         case exp.Is():
             if isinstance(node.this, exp.Column) and isinstance(node.expression, exp.Null):
-                return exp.Is(this=quoted(names.column(node.this)), expression=exp.Null())
+                test = exp.Is(this=quoted(names.column(node.this)), expression=exp.Null())
+                # PostgreSQL's `IS NOT NULL` reads as Is(negate=True): dropping the flag answered IS NULL (#28)
+                return exp.Not(this=test) if node.args.get("negate") else test
         case exp.In():
             extra = [k for k, v in node.args.items() if k not in ("this", "expressions") and v]
             if not extra and isinstance(node.this, exp.Column) and 0 < len(node.expressions) <= MAX_IN_LIST:

@@ -60,7 +60,8 @@ def computed_condition(node: exp.Expr, names: Names) -> exp.Expr | None:
             if _is_literal(low) and _is_literal(high):
                 return exp.Between(this=_side(value, names), low=_typed(low, value), high=_typed(high, value))
         case exp.Is() if isinstance(node.expression, exp.Null):
-            return exp.Is(this=_side(scalar(node.this, names), names), expression=exp.Null())
+            test = exp.Is(this=_side(scalar(node.this, names), names), expression=exp.Null())
+            return exp.Not(this=test) if node.args.get("negate") else test  # PostgreSQL's IS NOT NULL (#28)
         case exp.Like() | exp.ILike() if not any(v for k, v in node.args.items()
                                                  if k not in ("this", "expression", "negate")):
             value = scalar(node.this, names)
