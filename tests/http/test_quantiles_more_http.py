@@ -86,10 +86,18 @@ def test_a_repeat_at_another_confidence_keeps_the_answer_and_recomputes_the_erro
     assert again.headers["x-dp-repeat"] == "true" and spend(client) == spent
     assert again.headers["x-dp-charge-id"] == first.headers["x-dp-charge-id"]
     one, other = first.json(), again.json()
-    assert {k: v for k, v in one.items() if k != "noise"} == {k: v for k, v in other.items() if k != "noise"}
-    # the error bars are the preview's at 0.99: public functions of the scales, nothing new released
+    recomputed = ("noise", "unreliable")  # the bars, and the flags read from them, follow the confidence
+    assert {k: v for k, v in one.items() if k not in recomputed} == {
+        k: v for k, v in other.items() if k not in recomputed}
+    # the error bars are the preview's at 0.99: public functions of the scales, nothing new released; an AVG's
+    # per-row bars (which a preview, having no released counts, cannot give) scale with its bar
     at_99 = post(client, sql, path="/v1/query/preview", epsilon=0.3, confidence=0.99).json()["noise"]
-    assert other["noise"] == at_99
+    assert [{**n, "ci_rows": None} for n in other["noise"]] == at_99
+    for before, after in zip(one["noise"], other["noise"], strict=True):
+        if before["ci_rows"] is not None:
+            factor = after["ci_times_count"] / before["ci_times_count"]
+            assert all((a is None and b is None) or a == pytest.approx(b * factor, rel=1e-12)
+                       for b, a in zip(before["ci_rows"], after["ci_rows"], strict=True))
     assert {n["confidence"] for n in other["noise"] if n["ci"] or n["ci_times_count"] or n["rank_error"]} == {0.99}
     # back at the first confidence (the default): the stored answer, byte for byte
     assert post(client, sql, epsilon=0.3, confidence=0.95).content == first.content

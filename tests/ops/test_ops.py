@@ -125,7 +125,9 @@ def access_line(server: Server, rid: str, timeout_s: float = 10.0) -> dict[str, 
 
 
 def test_one_json_access_line_per_request_without_sql_or_data(server: Server, analyst: httpx.Client) -> None:
-    sql = f"SELECT category, SUM(amount) AS total FROM visits WHERE category LIKE '{LITERAL}' GROUP BY category"
+    # grouped by region, filtered on category: a LIKE on the key itself that matches no declared value would be
+    # refused, free, before it is charged (no_reachable_group)
+    sql = f"SELECT region, SUM(amount) AS total FROM visits WHERE category LIKE '{LITERAL}' GROUP BY region"
     ok = analyst.post("/v1/query", json={"sql": sql, "epsilon": 0.1}, headers={"X-Request-Id": "log-ok-1"})
     assert ok.status_code == 200, ok.text
     bad = analyst.post("/v1/query", json={"sql": f"SELECT '{LITERAL}' FROM visits", "dataset": "demo"},

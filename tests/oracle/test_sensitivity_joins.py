@@ -99,7 +99,7 @@ def test_bounds_and_composition_of_joins() -> None:
     ("SELECT COUNT(*) FROM p JOIN q USING (uid) JOIN pub USING (k)", "JOIN"),
     ("SELECT COUNT(*) FROM p CROSS JOIN pub", "CROSS JOIN"),
     ("SELECT COUNT(*) FROM p NATURAL JOIN q", "NATURAL JOIN"),
-    ("SELECT COUNT(*) FROM p, q", "JOIN"),
+    ("SELECT COUNT(*) FROM p, q", "CROSS JOIN"),  # a comma join no equality connects
     ("SELECT COUNT(*) FROM pub LEFT JOIN p USING (k)", "LEFT JOIN"),
     ("SELECT COUNT(*) FROM p JOIN p AS p2 USING (uid)", "JOIN"),
     ("SELECT COUNT(*) FROM p JOIN (SELECT * FROM q) AS s USING (uid)", "JOIN"),

@@ -41,7 +41,7 @@ def at_confidence(body: bytes, prepared: Prepared, noise_of: NoiseOf) -> bytes:
     noise = [_rescaled(new, old) for new, old in zip(noise_of(planned.analysis, planned.price, level), stored.noise,
                                                      strict=True)]
     again = stored.model_copy(update={"noise": noise, "unreliable": unreliable(planned.analysis, stored.rows, noise)})
-    return again.model_dump_json(exclude=None if stored.bounds is not None else {"bounds"}).encode()
+    return again.model_dump_json(exclude={"public"} if stored.bounds is not None else {"bounds", "public"}).encode()
 
 
 def _rescaled(new: NoiseOut, old: NoiseOut) -> NoiseOut:
