@@ -16,42 +16,24 @@ import contextlib
 import datetime
 import ipaddress
 import itertools
-import json
 import logging
 import os
 import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
-from accountant.errors import ProxyError
 from proxy.policy import access as auth
 from proxy.policy.load import AnalystPolicy
-from proxy.query.errors import QueryError
 from proxy.query.wire_sql import bind, parameter_columns, parameter_count
 from proxy.settings import Settings
 from proxy.wire import answers, messages, pgtypes
-from proxy.wire.catalog import SERVER_VERSION, CatalogAnswers, describe_error, is_duckdb_error
+from proxy.wire.catalog import SERVER_VERSION, CatalogAnswers
+from proxy.wire.errors import error_message
 from proxy.wire.messages import Column, ProtocolViolation
 from proxy.wire.session import Command, Session, WireError
 
 log = logging.getLogger(__name__)
 
-# the product's error codes (proxy/errors.py) as SQLSTATEs
-SQLSTATE = {
-    "unauthenticated": "28P01", "forbidden": "42501", "invalid_request": "22023", "sql_syntax": "42601",
-    "unsupported": "0A000", "policy": "42501", "invalid_parameter": "22023", "empty_scope": "22023",
-    "budget_exceeded": "53400", "payload_too_large": "54000", "rate_limited": "53300", "execution_failed": "XX000",
-    "timeout": "57014", "unavailable": "57P03", "ledger_busy": "55P03", "ledger_uncertain": "40003",
-    "idempotency_key_reused": "22023", "idempotency_key_spent": "22023", "internal": "XX000",
-}
-HINTS = {
-    "budget_exceeded": "SHOW dp.budget shows what is left; ask an operator for more budget",
-    "policy": "ask for aggregates (COUNT, SUM, AVG, ...) grouped by groupable columns: rows are never released",
-    "unsupported": "see docs/wire.md for what this server answers",
-    "rate_limited": "wait a moment and retry",
-    "ledger_busy": "retry in a moment: nothing was charged",
-    "ledger_uncertain": "the charge may or may not be committed: repeat the query, a repeat is never charged twice",
-}
 _PROCESS_IDS = itertools.count(1)
 STARTUP_TIMEOUT_S = 30.0  # from connecting to ReadyForQuery: TLS, the startup packet, the password
 STARTUP_MAX_BYTES = 10_000  # the startup packet's largest size (PostgreSQL's limit)
@@ -483,30 +465,3 @@ class Connection:
 
 
 _DESCRIBED = Command("DESCRIBED")  # a data query's portal described from its plan, not yet run
-
-
-def error_message(err: Exception) -> bytes:
-    """The ErrorResponse for `err`: SQLSTATE, `code: message`, the detail (code, charged, the error's detail)
-    and a hint."""
-    charged = bool(getattr(err, "wire_charged", False))
-    if isinstance(err, WireError):
-        sqlstate, code, message, detail, hint = err.sqlstate, err.code, err.message, {}, err.hint
-    elif is_duckdb_error(err):
-        sqlstate, code, message, detail = "0A000", "unsupported", (
-            f"the emulated catalog cannot answer this query: {describe_error(err)}"), {}
-        hint = HINTS["unsupported"]
-    elif isinstance(err, ProxyError):  # the product's errors, with their stable codes (proxy/http/errors.py)
-        code = err.code
-        sqlstate, message = SQLSTATE.get(code, "XX000"), str(err)
-        detail, hint = dict(err.detail), HINTS.get(code)
-        if code == "internal":
-            message = "internal error"
-    elif isinstance(err, QueryError | ValueError):
-        sqlstate, code, message, detail, hint = "22023", "invalid_parameter", str(err), {}, None
-    else:
-        log.exception("internal error on the PostgreSQL protocol", exc_info=err)
-        sqlstate, code, message, detail, hint = "XX000", "internal", "internal error", {}, None
-    text = f"code={code}; charged={'true' if charged else 'false'}"
-    if detail:
-        text += "; " + json.dumps(detail, default=str, sort_keys=True)
-    return messages.error_response(sqlstate, f"{code}: {message}", text, hint)
