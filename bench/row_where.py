@@ -32,13 +32,14 @@ import duckdb
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from proxy.app import open_bounding_store, store_dir  # noqa: E402
+from proxy.app import store_dir  # noqa: E402
 from proxy.policy.load import load_policy  # noqa: E402
 from proxy.query.planner import plan  # noqa: E402
 from proxy.query.rewrite.cells import rewrite_cells  # noqa: E402
 from proxy.query.rewrite.on_store import rewrite_ranked  # noqa: E402
 from proxy.query.rewrite.per_query import rewrite  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
+from proxy.store.open import open_bounding_store  # noqa: E402
 
 QUERIES = (
     "SELECT category, COUNT(*) FROM visits WHERE day BETWEEN DATE '2026-03-01' AND DATE '2026-05-31' GROUP BY category",
