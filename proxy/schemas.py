@@ -132,11 +132,13 @@ class ScopeOut(BaseModel):
     of: int = Field(description="how many cells the table's cell space has")
     listed: list[dict[str, Any]] = Field(
         description="the cells by coordinate ('<other>': a value outside the declared domain, null: NULL), "
-                    "at most 100; empty when the policy's cell space has changed since the charge"
+                    "at most 100; empty when the policy's cell space has changed since the charge, and in a summary "
+                    "answer (POST /v1/query without ?detail=cells)"
     )
     truncated: bool = Field(description="true when more cells are covered than listed")
-    bitmap: str = Field(
-        description="every covered cell, as stored: base64 of the zlib-compressed bitmap (bit i: cell i, "
+    bitmap: str | None = Field(
+        description="null in a summary answer (POST /v1/query without ?detail=cells); every covered cell, as "
+                    "stored: base64 of the zlib-compressed bitmap (bit i: cell i, "
                     "numpy packbits order); `space` names the cell space it indexes"
     )
     space: str = Field(description="the cell space's fingerprint (table, privacy unit, axes and domains)")
@@ -148,7 +150,9 @@ class ChargeOut(BaseModel):
     delta: float
     mechanism: Literal["laplace", "gaussian"]
     composition: Literal["parallel", "sequential"]
-    events: dict[str, Any]
+    events: dict[str, Any] | None = Field(
+        description="the charge's privacy events as accounted; null in a summary answer (POST /v1/query "
+                    "without ?detail=cells)")
     accounting: Accounting = Field("basic", description="the dataset's admit rule")
     costs: list[CostOut] = Field(
         default_factory=list,

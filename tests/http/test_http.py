@@ -32,7 +32,7 @@ NOISE_KEYS = {"column", "mechanism", "scale", "ci95", "confidence", "ci", "ci_ti
 # confidence/ci/ci_times_count/rank_error: error bars for every aggregate (issue #15)
 
 
-def post(client: httpx.Client, sql: str, path: str = "/v1/query", **params: object) -> dict[str, Any]:
+def post(client: httpx.Client, sql: str, path: str = "/v1/query?detail=cells", **params: object) -> dict[str, Any]:
     response = client.post(path, json={"sql": sql, **params})
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
