@@ -89,3 +89,14 @@ def test_detail_cells_gives_the_charge_scope_in_full(client: httpx.Client) -> No
     assert full["truncated"] is False and full["bitmap"]
     wrong = client.post("/v1/query?detail=everything", json={"sql": sql})
     assert wrong.status_code == 400 and wrong.json()["charged"] is False
+
+
+def test_the_budget_has_exact_figures_for_programs_and_rounded_text_for_people(client: httpx.Client) -> None:
+    budget = spend(client)
+    assert budget["display"].startswith(f"ε {budget['epsilon_spent']:.4g} of 1000 spent (basic), ")
+    assert f"{budget['epsilon_remaining']:.4g} left (basic)" in budget["display"]
+    assert budget["epsilon_spent"] + budget["epsilon_remaining"] == pytest.approx(1000.0, rel=1e-12)  # exact, unrounded
+    (basic,) = budget["accounts"]  # one rule in force, basic: one account, its `spent` is Σε itself
+    assert basic["spent"] == basic["epsilon_spent"] == budget["epsilon_spent"]
+    answer = client.post("/v1/query", json={"sql": README, "epsilon": 0.125}).json()
+    assert answer["budget"]["display"] == spend(client)["display"]  # the summary keeps the text too

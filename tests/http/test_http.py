@@ -25,7 +25,7 @@ QUERY_KEYS = {"ok", "dataset", "columns", "rows", "charge", "budget", "noise", "
 CHARGE_KEYS = {"id", "epsilon", "delta", "mechanism", "composition", "events", "accounting", "costs", "scope"}
 BUDGET_KEYS = {
     "dataset", "epsilon", "delta", "epsilon_spent", "delta_spent", "epsilon_remaining", "delta_remaining",
-    "accounting", "accounts", "reported", "shared", "cells",
+    "accounting", "accounts", "reported", "shared", "cells", "display",
 }
 NOISE_KEYS = {"column", "mechanism", "scale", "ci95", "confidence", "ci", "ci_times_count", "rank_error",
               "ci_rows"}
