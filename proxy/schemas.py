@@ -132,11 +132,13 @@ class ScopeOut(BaseModel):
     of: int = Field(description="how many cells the table's cell space has")
     listed: list[dict[str, Any]] = Field(
         description="the cells by coordinate ('<other>': a value outside the declared domain, null: NULL), "
-                    "at most 100; empty when the policy's cell space has changed since the charge"
+                    "at most 100; empty when the policy's cell space has changed since the charge, and in a summary "
+                    "answer (POST /v1/query without ?detail=cells)"
     )
     truncated: bool = Field(description="true when more cells are covered than listed")
-    bitmap: str = Field(
-        description="every covered cell, as stored: base64 of the zlib-compressed bitmap (bit i: cell i, "
+    bitmap: str | None = Field(
+        description="null in a summary answer (POST /v1/query without ?detail=cells); every covered cell, as "
+                    "stored: base64 of the zlib-compressed bitmap (bit i: cell i, "
                     "numpy packbits order); `space` names the cell space it indexes"
     )
     space: str = Field(description="the cell space's fingerprint (table, privacy unit, axes and domains)")
@@ -148,7 +150,9 @@ class ChargeOut(BaseModel):
     delta: float
     mechanism: Literal["laplace", "gaussian"]
     composition: Literal["parallel", "sequential"]
-    events: dict[str, Any]
+    events: dict[str, Any] | None = Field(
+        description="the charge's privacy events as accounted; null in a summary answer (POST /v1/query "
+                    "without ?detail=cells)")
     accounting: Accounting = Field("basic", description="the dataset's admit rule")
     costs: list[CostOut] = Field(
         default_factory=list,
@@ -163,11 +167,13 @@ class AccountOut(BaseModel):
     """A budget's history under one accounting (see docs/privacy.md §5)."""
 
     accounting: Accounting
-    epsilon_spent: float = Field(description="the ε the history amounts to (at delta_spent)")
+    epsilon_spent: float = Field(description="the history as an ε (at delta_spent): basic: Σε, the same number as "
+                                             "`spent`; zcdp/gdp: the ε its ρ or μ converts to")
     delta_spent: float
     epsilon_remaining: float = Field(description="the ε still available, at the budget's δ")
     delta_remaining: float = Field(description="basic: δ left; zcdp/gdp: δ left for partition selection")
-    spent: float = Field(description="Σε (basic), Σρ (zcdp) or √Σμ² (gdp)")
+    spent: float = Field(description="the history in this accounting's own currency, which `capacity` bounds: Σε "
+                                     "(basic: equal to epsilon_spent), Σρ (zcdp) or √Σμ² (gdp)")
     capacity: float = Field(description="the budget in this accounting's currency: ε, ρ or μ")
     selection_delta_spent: float | None = None
     selection_delta_capacity: float | None = Field(None, description="the δ reserved for partition selection")
@@ -236,24 +242,38 @@ class HistoryReportOut(BaseModel):
 
 
 class BudgetOut(BaseModel):
+    """A budget: one spent figure per rule. `epsilon_spent`/`delta_spent` here are always basic composition's
+    (Σε, Σδ); `epsilon_remaining`/`delta_remaining` are the rule in force's (`accounting`). Under zcdp or gdp the
+    rule in force's own spent figure is its entry in `accounts` (`spent` in ρ or μ, and the ε it converts to):
+    a different accounting of the same charges, not a second count. Every number is exact (e.g.
+    4.699999999999999 where decimal arithmetic says 4.7): compare and compute with them; `display` is the
+    rounded text for people."""
+
     dataset: str
     epsilon: float
     delta: float
     epsilon_spent: float = Field(
-        description="the worst-off privacy unit's Σε (basic composition): the maximum over cells, which is "
-                    "Σε of your charges when none is scoped to some cells"
+        description="basic composition, whatever the rule in force: the worst-off privacy unit's Σε, the maximum "
+                    "over cells, which is Σε of your charges when none is scoped to some cells"
     )
     delta_spent: float = Field(description="the same for Σδ")
     epsilon_remaining: float = Field(description="the ε left under the accounting in force, at the budget's δ")
     delta_remaining: float
     accounting: Accounting = Field("basic", description="the dataset's admit rule")
     accounts: list[AccountOut] = Field(
-        default_factory=list, description="your history under basic composition and under the rule in force"
+        default_factory=list, description="your history under basic composition and under the rule in force; "
+                                          "empty in a summary answer (POST /v1/query without ?detail=cells)"
     )
     reported: ReportedOut | None = None
     shared: SharedBudgetOut | None = Field(None, description="the dataset's total budget over all analysts")
     cells: list[CellSpaceOut] = Field(
-        default_factory=list, description="per cell, for each table some charge is scoped to (docs/privacy.md §7)"
+        default_factory=list, description="per cell, for each table some charge is scoped to (docs/privacy.md §7); "
+                                          "empty in a summary answer (POST /v1/query without ?detail=cells)"
+    )
+    display: str | None = Field(
+        None, description="for people: spent and remaining rounded to 4 significant digits, e.g. 'ε 0.3 of 5 "
+                          "spent (basic), 4.7 left (basic); δ 0 of 1e-06 spent, 1e-06 left'; display only, "
+                          "programs read the exact fields"
     )
 
 

@@ -3,8 +3,9 @@
 
 Both are derived from the JSON answer's bytes, the one body the ledger stores for repeats, so every format
 carries the same numbers, a repeat answers in any format, and nothing here sees more than the JSON holds. The
-charge, noise, partitions and budget travel as JSON in headers (CSV: `X-DP-Charge`, `X-DP-Noise`,
-`X-DP-Partitions`, `X-DP-Budget`) or in the Arrow schema's metadata (`dp.charge`, …).
+charge, noise, partitions and budget travel as JSON in headers (CSV: `X-DP-Charge`, `X-DP-Noise` without the
+per-row `ci_rows` and null fields, `X-DP-Partitions`, `X-DP-Budget`; the route passes the summary answer, so
+each stays under 1 KB) or in the Arrow schema's metadata (`dp.charge`, …).
 
 Both conversions are total: they run after the charge, so no value a release can hold may make them fail.
 - CSV (RFC 4180: CRLF line ends; a field holding a comma, quote, CR or LF is quoted): a text cell (a JSON
@@ -79,7 +80,13 @@ def to_csv(body: bytes) -> tuple[bytes, dict[str, str]]:
     writer = csv.writer(out, lineterminator="\r\n")  # RFC 4180; and a field holding CR or LF is then quoted
     writer.writerow([_cell(name) for name in answer["columns"]])  # an alias is text the analyst chose
     writer.writerows([_cell(v) for v in row] for row in answer["rows"])
-    headers = {f"X-DP-{key.capitalize()}": _compact(answer[key]) for key in _METADATA if key in answer}
+    # a header carries no per-row list (the AVG/VAR bars `ci_rows`: in the JSON answer and the Arrow metadata),
+    # so that its size does not grow with the rows, and no null field: headers stay under 1 KB for reverse
+    # proxies (X-DP-Noise: about 100 bytes per noised column)
+    noise = [{k: v for k, v in n.items() if v is not None and k != "ci_rows"} if isinstance(n, dict) else n
+             for n in answer.get("noise") or []]
+    metadata = {**answer, "noise": noise} if "noise" in answer else answer
+    headers = {f"X-DP-{key.capitalize()}": _compact(metadata[key]) for key in _METADATA if key in metadata}
     return out.getvalue().encode(errors="backslashreplace"), headers  # a lone surrogate cannot fail it
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from pydantic import AfterValidator
@@ -18,7 +18,7 @@ from proxy.http import formats
 from proxy.http.decimal_json import DecimalJSONRoute
 from proxy.http.middleware.audit_trail import answered
 from proxy.http.views import budget_curves, repeat_error_bars
-from proxy.http.views.answer import charge_out, partitions_out, unreliable, with_row_bars
+from proxy.http.views.answer import charge_out, partitions_out, summarised, unreliable, with_row_bars
 from proxy.http.views.answer import noise as noise_out
 from proxy.http.views.budget import budget_now, budget_out, json_value, plus, refusal, scope_out
 from proxy.http.views.budget import stored as history
@@ -114,6 +114,12 @@ async def query(
     idempotency_key: Annotated[str | None, Header(
         description="your key for this request (1-128 of A-Z a-z 0-9 _ . : -, e.g. a UUID): a retry with it "
                     "is never charged twice")] = None,
+    detail: Annotated[Literal["summary", "cells"], Query(
+        description="summary (default): the answer's `budget` is the summary (spent and remaining under the "
+                    "rule in force, the shared budget) and its `charge` has no event tree, per-rule costs or "
+                    "cell list (`events` null, `costs` and `scope.listed` empty, `scope.bitmap` null); cells: "
+                    "both in full, with the per-rule accounts and the spend per cell (as GET /v1/budget). CSV "
+                    "headers always carry the summary")] = "summary",
 ) -> Response:
     """Answer one SQL query with a differentially private release, charging the budget first. A query over a
     table the policy declares public, alone, is answered exactly and free (`public: true`, `charge` null, no
@@ -141,13 +147,15 @@ async def query(
     headers = {"X-DP-Repeat": str(result.repeat).lower()}
     if result.charge_id:  # none on a free answer over public tables alone
         headers["X-DP-Charge-Id"] = result.charge_id
-    if wanted == formats.CSV:
-        text, metadata = formats.to_csv(result.body)
+    brief = summarised(result.body)  # what is stored and repeated is the full answer; this is how it is shown
+    if wanted == formats.CSV:  # headers stay under 1 KB (reverse proxies' buffers): the summary, whatever detail
+        text, metadata = formats.to_csv(brief)
         return Response(text, media_type="text/csv; charset=utf-8", headers={**headers, **metadata})
+    body = result.body if detail == "cells" else brief
     if wanted == formats.ARROW:
-        arrow = formats.to_arrow(result.body, getattr(request.state, "column_types", ()))
+        arrow = formats.to_arrow(body, getattr(request.state, "column_types", ()))
         return Response(arrow, media_type=wanted, headers=headers)
-    return Response(result.body, media_type="application/json", headers=headers)
+    return Response(body, media_type="application/json", headers=headers)
 
 
 def query_work(

@@ -36,7 +36,7 @@ def _serve(demo: DemoFiles, directory: Path, servers: list[Server], lines: str, 
     return server.start(policy)
 
 
-def _query(client: httpx.Client, sql: str, path: str = "/v1/query", **params: object) -> httpx.Response:
+def _query(client: httpx.Client, sql: str, path: str = "/v1/query?detail=cells", **params: object) -> httpx.Response:
     return client.post(path, json={"sql": sql, **params})
 
 

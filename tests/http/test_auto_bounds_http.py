@@ -15,6 +15,8 @@ from mechanisms import laplace
 from proxy.cli.demo import DemoFiles
 from tests.support.live import Server, policy_copy, spend
 
+FULL = "/v1/query?detail=cells"  # the answer with its full charge and per-cell budget (default: summary)
+
 LIMIT = 200
 
 
@@ -63,7 +65,7 @@ def test_an_auto_query_is_charged_once_and_reports_its_bound(client: httpx.Clien
     assert target > 0
     if sql == "SELECT region, COUNT(*) FROM visits GROUP BY region":  # 5 regions, the count's ε 0.5 − 0.1
         assert target == pytest.approx(math.sqrt(2) * 5 / 0.4, rel=1e-9)
-    response = client.post("/v1/query", json={"dataset": "demo", "sql": sql, "epsilon": 0.5})
+    response = client.post("/v1/query?detail=cells", json={"dataset": "demo", "sql": sql, "epsilon": 0.5})
     assert response.status_code == 200, response.text
     body = response.json()
     bounds = body["bounds"]
@@ -82,13 +84,13 @@ def test_an_auto_query_is_charged_once_and_reports_its_bound(client: httpx.Clien
             assert ratio == pytest.approx(bounds["max_rows"] / LIMIT, rel=1e-9)
     assert math.isclose(_spent(client), before + charge["epsilon"], rel_tol=1e-12)
     # a repeat is the stored answer, free
-    again = client.post("/v1/query", json={"dataset": "demo", "sql": sql, "epsilon": 0.5})
+    again = client.post("/v1/query?detail=cells", json={"dataset": "demo", "sql": sql, "epsilon": 0.5})
     assert again.content == response.content and again.headers.get("x-dp-repeat") == "true"
 
 
 def test_the_ledger_stores_the_auto_event(client: httpx.Client, demo: DemoFiles, auto_server: Server) -> None:
     sql = "SELECT day, COUNT(*) FROM visits WHERE day >= '2026-01-10' GROUP BY day"
-    response = client.post("/v1/query", json={"dataset": "demo", "sql": sql, "epsilon": 0.25})
+    response = client.post("/v1/query?detail=cells", json={"dataset": "demo", "sql": sql, "epsilon": 0.25})
     assert response.status_code == 200, response.text
     with auto_server.client(demo.admin_key) as admin:
         entries = admin.get("/v1/ledger", params={"analyst": "analyst", "limit": 1000}).json()["charges"]
@@ -112,7 +114,7 @@ def test_gaussian_and_quantiles_choose_and_other_shapes_run_at_the_limits(
 ) -> None:
     """Nothing is refused: what the selection cannot read runs at the declared limits, free of selection."""
     before = _spent(client)
-    response = client.post("/v1/query", json={"dataset": "demo", **body})
+    response = client.post("/v1/query?detail=cells", json={"dataset": "demo", **body})
     assert response.status_code == 200, response.text
     answer = response.json()
     bounds = answer["bounds"]
@@ -128,7 +130,7 @@ def test_gaussian_and_quantiles_choose_and_other_shapes_run_at_the_limits(
 
 def test_fixed_tables_beside_an_auto_one_report_no_bounds(client: httpx.Client) -> None:
     sql = "SELECT plan, COUNT(*) FROM users GROUP BY plan"
-    response = client.post("/v1/query", json={"dataset": "demo", "sql": sql})
+    response = client.post("/v1/query?detail=cells", json={"dataset": "demo", "sql": sql})
     assert response.status_code == 200, response.text
     assert "bounds" not in response.json()  # present only where the table chooses its bound
 
@@ -163,7 +165,7 @@ def test_every_bound_is_chosen_charged_once_and_reported(all_auto: httpx.Client)
     assert parts[2]["q"] > 0  # the target t = √2·G/ε_sum: units left above C
     assert all(p["epsilon"] == pytest.approx(0.02, rel=1e-12) for p in parts)  # 10 % of 0.6, split in three
     assert planned["bounds"]["epsilon"] == pytest.approx(0.06, rel=1e-12)
-    response = all_auto.post("/v1/query", json={"dataset": "demo", "sql": sql, "epsilon": 0.6})
+    response = all_auto.post("/v1/query?detail=cells", json={"dataset": "demo", "sql": sql, "epsilon": 0.6})
     assert response.status_code == 200, response.text
     body = response.json()
     chosen = {p["bound"]: p["value"] for p in body["bounds"]["parts"]}
@@ -178,6 +180,6 @@ def test_every_bound_is_chosen_charged_once_and_reported(all_auto: httpx.Client)
     assert loss.epsilon_delta(event, 0.0)[0] == body["charge"]["epsilon"] <= 0.6
     assert body["charge"]["events"] == planned["charge"]["events"]
     assert math.isclose(_spent(all_auto), before + body["charge"]["epsilon"], rel_tol=1e-12)
-    counted = all_auto.post("/v1/query", json={"dataset": "demo", "sql": "SELECT region, COUNT(*) FROM visits "
+    counted = all_auto.post(FULL, json={"dataset": "demo", "sql": "SELECT region, COUNT(*) FROM visits "
                                                "GROUP BY region", "epsilon": 0.2}).json()
     assert [p["bound"] for p in counted["bounds"]["parts"]] == ["max_rows"]  # a unit-level key: no max_groups

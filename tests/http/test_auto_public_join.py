@@ -67,7 +67,7 @@ def client(demo: DemoFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 def test_a_join_grouped_by_a_public_column_chooses_its_bounds_and_answers(client: httpx.Client) -> None:
     before = float(spend(client)["epsilon_spent"])
-    response = client.post("/v1/query", json={"dataset": "demo", "sql": BY_DEPARTMENT, "epsilon": 0.5})
+    response = client.post("/v1/query?detail=cells", json={"dataset": "demo", "sql": BY_DEPARTMENT, "epsilon": 0.5})
     assert response.status_code == 200, response.text
     body = response.json()
     assert [row[0] for row in body["rows"]] == ["food", "goods", "leisure"]

@@ -16,6 +16,8 @@ from mechanisms import laplace
 from proxy.cli.demo import CATEGORIES, DemoFiles
 from tests.support.live import Server, policy_copy, spend
 
+FULL = "/v1/query?detail=cells"  # the answer with its full charge and per-cell budget (default: summary)
+
 README = "SELECT region, COUNT(*) AS visits, AVG(amount) AS avg_amount FROM visits GROUP BY region"
 
 
@@ -50,7 +52,7 @@ def test_the_readme_example_chooses_rows_and_the_amount_cap_from_a_tenth_of_epsi
                    "epsilon": pytest.approx(0.025, rel=1e-12),
                    "q": pytest.approx(math.sqrt(2) * 5 / 0.15, rel=1e-9)}]}  # region is unit-level: no max_groups
     before = float(spend(client)["epsilon_spent"])
-    answer = _ask(client, "/v1/query", sql=README, epsilon=0.5)
+    answer = _ask(client, "/v1/query?detail=cells", sql=README, epsilon=0.5)
     bounds, charge = answer["bounds"], answer["charge"]
     assert isinstance(bounds, dict) and isinstance(charge, dict)
     k, cap = (p["value"] for p in bounds["parts"])
@@ -66,7 +68,7 @@ def test_the_readme_example_chooses_rows_and_the_amount_cap_from_a_tenth_of_epsi
 
 def test_a_gaussian_grouped_count_chooses_its_bounds(client: httpx.Client) -> None:
     sql = "SELECT category, COUNT(*) FROM visits GROUP BY category"
-    answer = _ask(client, "/v1/query", sql=sql, epsilon=0.5, mechanism="gaussian", delta=1e-7)
+    answer = _ask(client, "/v1/query?detail=cells", sql=sql, epsilon=0.5, mechanism="gaussian", delta=1e-7)
     bounds = answer["bounds"]
     assert isinstance(bounds, dict) and [p["bound"] for p in bounds["parts"]] == ["max_rows", "max_groups"]
     g = bounds["parts"][1]["value"]
@@ -78,7 +80,7 @@ def test_a_gaussian_grouped_count_chooses_its_bounds(client: httpx.Client) -> No
 
 
 def test_a_median_chooses_rows_groups_and_its_grid(client: httpx.Client) -> None:
-    answer = _ask(client, "/v1/query", sql="SELECT category, MEDIAN(amount) FROM visits GROUP BY category",
+    answer = _ask(client, "/v1/query?detail=cells", sql="SELECT category, MEDIAN(amount) FROM visits GROUP BY category",
                   epsilon=0.5)
     bounds = answer["bounds"]
     assert isinstance(bounds, dict)
@@ -89,7 +91,7 @@ def test_a_median_chooses_rows_groups_and_its_grid(client: httpx.Client) -> None
 
 
 def test_a_sum_and_a_median_of_one_column_choose_its_cap_and_its_clamp(client: httpx.Client) -> None:
-    answer = _ask(client, "/v1/query", sql="SELECT category, SUM(amount), MEDIAN(amount) FROM visits "
+    answer = _ask(client, "/v1/query?detail=cells", sql="SELECT category, SUM(amount), MEDIAN(amount) FROM visits "
                   "GROUP BY category", epsilon=0.5)
     bounds = answer["bounds"]
     assert isinstance(bounds, dict)
@@ -100,7 +102,7 @@ def test_a_sum_and_a_median_of_one_column_choose_its_cap_and_its_clamp(client: h
 
 
 def test_a_join_chooses_its_bound_from_the_joined_rows(client: httpx.Client) -> None:
-    answer = _ask(client, "/v1/query", sql="SELECT plan, COUNT(*) FROM visits JOIN users USING (user_id) "
+    answer = _ask(client, "/v1/query?detail=cells", sql="SELECT plan, COUNT(*) FROM visits JOIN users USING (user_id) "
                   "WHERE plan <> 'free' GROUP BY plan", epsilon=0.5)
     bounds = answer["bounds"]
     assert isinstance(bounds, dict) and [p["bound"] for p in bounds["parts"]] == ["max_rows"]  # plan: unit-level
@@ -108,7 +110,7 @@ def test_a_join_chooses_its_bound_from_the_joined_rows(client: httpx.Client) -> 
 
 
 def test_a_spread_chooses_rows_and_its_clamp(client: httpx.Client) -> None:
-    answer = _ask(client, "/v1/query", sql="SELECT region, STDDEV(duration_s) FROM visits GROUP BY region",
+    answer = _ask(client, "/v1/query?detail=cells", sql="SELECT region, STDDEV(duration_s) FROM visits GROUP BY region",
                   epsilon=0.5)
     bounds = answer["bounds"]
     assert isinstance(bounds, dict)
@@ -116,7 +118,7 @@ def test_a_spread_chooses_rows_and_its_clamp(client: httpx.Client) -> None:
 
 
 def test_an_expression_runs_at_the_declared_limits_and_says_so(client: httpx.Client) -> None:
-    answer = _ask(client, "/v1/query", sql="SELECT region, AVG(duration_s / 60) FROM visits GROUP BY region",
+    answer = _ask(client, FULL, sql="SELECT region, AVG(duration_s / 60) FROM visits GROUP BY region",
                   epsilon=0.5)
     bounds = answer["bounds"]
     assert isinstance(bounds, dict)
@@ -131,9 +133,9 @@ def test_a_repeat_at_another_confidence_keeps_every_chosen_bounds_noise(client: 
     # scales at the new confidence, not the scales at the declared limits of the bounds other than max_rows
     sql = ("SELECT category, COUNT(*) AS n, SUM(amount) AS total, AVG(amount) AS mean, MEDIAN(amount) AS mid "
            "FROM visits GROUP BY category")
-    first = _ask(client, "/v1/query", sql=sql, epsilon=0.4)
+    first = _ask(client, "/v1/query?detail=cells", sql=sql, epsilon=0.4)
     spent = spend(client)
-    again = _ask(client, "/v1/query", sql=sql, epsilon=0.4, confidence=0.99)
+    again = _ask(client, "/v1/query?detail=cells", sql=sql, epsilon=0.4, confidence=0.99)
     assert spend(client) == spent and again["rows"] == first["rows"] and again["bounds"] == first["bounds"]
     bounds = first["bounds"]
     assert isinstance(bounds, dict)
@@ -153,10 +155,10 @@ def test_a_repeat_at_another_confidence_keeps_every_chosen_bounds_noise(client: 
 def test_daily_and_weekly_series_have_a_public_domain(client: httpx.Client) -> None:
     """The demo declares day's bounds (2026): a daily series releases all 365 days and a weekly one all 53
     weeks, with no threshold and no δ; each is noised for min(g, d) groups per user (g chosen, at most 8)."""
-    daily = _ask(client, "/v1/query", sql="SELECT day, COUNT(*) AS n FROM visits GROUP BY day")
+    daily = _ask(client, "/v1/query?detail=cells", sql="SELECT day, COUNT(*) AS n FROM visits GROUP BY day")
     assert len(daily["rows"]) == 365 and daily["partitions"] == {"kind": "public", "threshold": None, "note": None}
     assert daily["charge"]["delta"] == 0.0  # type: ignore[index]
-    weekly = _ask(client, "/v1/query", sql="SELECT date_trunc('week', day) AS week, COUNT(*) AS n FROM visits "
+    weekly = _ask(client, FULL, sql="SELECT date_trunc('week', day) AS week, COUNT(*) AS n FROM visits "
                                            "GROUP BY 1 ORDER BY 1")
     weeks = [row[0] for row in weekly["rows"]]  # type: ignore[union-attr]
     assert len(weeks) == 53 and weeks[0] == "2025-12-29" and weeks == sorted(weeks)

@@ -22,7 +22,7 @@ SPACE = (len(REGIONS) + 2) * AGES  # regions, OTHER, NULL
 
 
 def _ask(client: httpx.Client, sql: str, epsilon: float = 0.5) -> httpx.Response:
-    return client.post("/v1/query", json={"sql": sql, "epsilon": epsilon})
+    return client.post("/v1/query?detail=cells", json={"sql": sql, "epsilon": epsilon})
 
 
 def _ok(client: httpx.Client, sql: str, epsilon: float = 0.5) -> dict[str, Any]:

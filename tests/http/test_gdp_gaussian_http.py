@@ -9,6 +9,7 @@ from mechanisms.gaussian import gdp_bound
 from proxy.cli.demo import DemoFiles
 from tests.support.live import Server, policy_copy, spend
 
+FULL = "/v1/query?detail=cells"  # the answer with its full charge and per-cell budget (default: summary)
 
 def test_a_gaussian_query_on_a_gdp_dataset(demo: DemoFiles, tmp_path: Path) -> None:
     policy = policy_copy(demo, tmp_path, epsilon=3.0, delta=1e-6)
@@ -18,7 +19,7 @@ def test_a_gaussian_query_on_a_gdp_dataset(demo: DemoFiles, tmp_path: Path) -> N
     server = Server(tmp_path / "server.log").start(policy)
     try:
         with server.client(demo.analyst_key) as analyst:
-            response = analyst.post("/v1/query", json={
+            response = analyst.post("/v1/query?detail=cells", json={
                 "sql": "SELECT region, COUNT(*) AS n FROM visits GROUP BY region", "epsilon": 1, "delta": 1e-7})
             assert response.status_code == 200, response.text
             charge = response.json()["charge"]
@@ -32,7 +33,7 @@ def test_a_gaussian_query_on_a_gdp_dataset(demo: DemoFiles, tmp_path: Path) -> N
             assert budget["accounting"] == "gdp" and 0 < budget["epsilon_remaining"] < 3.0
 
             # ε = 0.01 for a COUNT with Δ2 = 20 needs σ of thousands of grid units: the large-σ bound (§8.7)
-            small = analyst.post("/v1/query", json={"sql": "SELECT COUNT(*) AS m FROM visits", "epsilon": 0.01,
+            small = analyst.post(FULL, json={"sql": "SELECT COUNT(*) AS m FROM visits", "epsilon": 0.01,
                                                     "delta": 1e-7})
             assert small.status_code == 200, small.text
             event = small.json()["charge"]["events"]["events"][0]
@@ -43,7 +44,7 @@ def test_a_gaussian_query_on_a_gdp_dataset(demo: DemoFiles, tmp_path: Path) -> N
             budget = spend(analyst)
 
             # a SUM of seconds (Δ2 = 72000 grid units) at ε = 0.01 needs σ beyond 2²⁰: refused, nothing charged
-            refused = analyst.post("/v1/query", json={"sql": "SELECT SUM(duration_s) AS s FROM visits",
+            refused = analyst.post("/v1/query?detail=cells", json={"sql": "SELECT SUM(duration_s) AS s FROM visits",
                                                       "epsilon": 0.01, "delta": 1e-7})
             assert refused.status_code == 400, refused.text
             body = refused.json()

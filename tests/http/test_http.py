@@ -25,14 +25,14 @@ QUERY_KEYS = {"ok", "dataset", "columns", "rows", "charge", "budget", "noise", "
 CHARGE_KEYS = {"id", "epsilon", "delta", "mechanism", "composition", "events", "accounting", "costs", "scope"}
 BUDGET_KEYS = {
     "dataset", "epsilon", "delta", "epsilon_spent", "delta_spent", "epsilon_remaining", "delta_remaining",
-    "accounting", "accounts", "reported", "shared", "cells",
+    "accounting", "accounts", "reported", "shared", "cells", "display",
 }
 NOISE_KEYS = {"column", "mechanism", "scale", "ci95", "confidence", "ci", "ci_times_count", "rank_error",
               "ci_rows"}
 # confidence/ci/ci_times_count/rank_error: error bars for every aggregate (issue #15)
 
 
-def post(client: httpx.Client, sql: str, path: str = "/v1/query", **params: object) -> dict[str, Any]:
+def post(client: httpx.Client, sql: str, path: str = "/v1/query?detail=cells", **params: object) -> dict[str, Any]:
     response = client.post(path, json={"sql": sql, **params})
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()

@@ -66,7 +66,7 @@ def server(policy: Path) -> Iterator[Server]:
 def test_thirty_disjoint_zone_queries_are_admitted_and_each_lists_its_cells(demo: DemoFiles, server: Server) -> None:
     with server.client(demo.analyst_key) as client:
         for zone in ZONES:
-            response = client.post("/v1/query", json={"sql": QUERY.format(zone=zone), "epsilon": 1.0})
+            response = client.post("/v1/query?detail=cells", json={"sql": QUERY.format(zone=zone), "epsilon": 1.0})
             assert response.status_code == 200, (zone, response.text)
             scope = response.json()["charge"]["scope"]
             assert scope["table"] == "visits" and scope["listed"], scope  # it used to be [] for every join

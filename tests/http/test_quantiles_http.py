@@ -17,7 +17,7 @@ MEDIAN_BY_REGION = ("SELECT region, MEDIAN(amount) AS median, QUANTILE_CONT(amou
                     "COUNT(*) AS n FROM visits GROUP BY region")
 
 
-def post(client: httpx.Client, sql: str, path: str = "/v1/query", **params: object) -> dict[str, Any]:
+def post(client: httpx.Client, sql: str, path: str = "/v1/query?detail=cells", **params: object) -> dict[str, Any]:
     response = client.post(path, json={"sql": sql, **params})
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
@@ -89,7 +89,7 @@ def test_bad_quantiles_are_refused_with_a_clear_error_and_nothing_charged(
     analyst: httpx.Client, sql: str, code: str, construct: str
 ) -> None:
     before = spend(analyst)
-    response = analyst.post("/v1/query", json={"sql": sql, "epsilon": 0.1})
+    response = analyst.post("/v1/query?detail=cells", json={"sql": sql, "epsilon": 0.1})
     body = response.json()
     assert response.status_code == 400, body
     assert (body["code"], body["detail"].get("construct"), body["charged"]) == (code, construct, False)

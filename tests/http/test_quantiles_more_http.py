@@ -38,7 +38,7 @@ def client(served: tuple[Server, DemoFiles]) -> Iterator[httpx.Client]:
         yield analyst
 
 
-def post(client: httpx.Client, sql: str, path: str = "/v1/query", **params: object) -> httpx.Response:
+def post(client: httpx.Client, sql: str, path: str = "/v1/query?detail=cells", **params: object) -> httpx.Response:
     response = client.post(path, json={"sql": sql, **params})
     assert response.status_code == 200, response.text
     return response
@@ -70,7 +70,7 @@ def test_quantile_alias_and_a_list_of_quantiles_refused_free(client: httpx.Clien
     assert all(0 <= m <= 500 and (2 * m).is_integer() for _, m in body["rows"])
     assert body["noise"][0]["mechanism"] == "exponential"
     before = spend(client)
-    refused = client.post("/v1/query", json={"sql": "SELECT QUANTILE(amount, [0.1, 0.9]) FROM visits"})
+    refused = client.post("/v1/query?detail=cells", json={"sql": "SELECT QUANTILE(amount, [0.1, 0.9]) FROM visits"})
     assert refused.status_code == 400
     error = refused.json()
     assert (error["code"], error["detail"]["construct"], error["charged"]) == ("unsupported", "QUANTILE", False)

@@ -139,7 +139,7 @@ def send(client: httpx.Client, case: Case) -> Outcome:
     # 500 makes the server close the connection and the next request on it would fail in transport.
     content = json.dumps(case.body).encode()
     response = client.post(
-        "/v1/query", content=content, headers={"Content-Type": "application/json", "Connection": "close"}
+        "/v1/query?detail=cells", content=content, headers={"Content-Type": "application/json", "Connection": "close"}
     )
     body = response.json()
     assert isinstance(body, dict), response.text

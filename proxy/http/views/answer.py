@@ -11,6 +11,7 @@ Example (does an output expression use an aggregate):
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -157,4 +158,38 @@ def partitions_out(prepared: Prepared) -> PartitionsOut:
     threshold = None if selection is None else selection.threshold
     return PartitionsOut(kind=prepared.plan.analysis.partitions, threshold=threshold,
                          note=hidden_groups(prepared.plan.analysis, threshold))
+
+
+def summarised(body: bytes) -> bytes:
+    """An answer as sent by default (`detail=summary`): its budget without the per-rule accounts and the per-cell
+    spend, and its charge without the event tree, the per-rule costs and the scope's cell list and bitmap
+    (`?detail=cells` and GET /v1/budget give them). Display only: the answer as stored, repeated and audited is
+    the full one, and every exact figure a program reads stays (ε, δ, spent, remaining, the shared budget).
+
+    Example:
+        >>> full = {"ok": True, "charge": {"epsilon": 0.5, "events": {"kind": "laplace"}, "costs": [{}],
+        ...         "scope": {"cells": 2, "listed": [{"r": "a"}, {"r": "b"}], "truncated": False, "bitmap": "eJ"}},
+        ...         "budget": {"epsilon_remaining": 4.5, "accounts": [{}], "cells": [{}],
+        ...                    "shared": {"epsilon_remaining": 9.5, "accounts": [{}]}}}
+        >>> charge = json.loads(summarised(json.dumps(full).encode()))["charge"]
+        >>> charge["events"], charge["costs"], charge["scope"]
+        (None, [], {'cells': 2, 'listed': [], 'truncated': True, 'bitmap': None})
+        >>> json.loads(summarised(json.dumps(full).encode()))["budget"]
+        {'epsilon_remaining': 4.5, 'accounts': [], 'cells': [], 'shared': {'epsilon_remaining': 9.5, 'accounts': []}}
+    """
+    answer = json.loads(body)
+    if not isinstance(answer, dict) or answer.get("ok") is not True:
+        return body  # an error travels as it is
+    charge = answer.get("charge")
+    if isinstance(charge, dict):
+        charge.update(events=None, costs=[])
+        scope = charge.get("scope")
+        if isinstance(scope, dict):
+            scope.update(listed=[], truncated=scope.get("cells", 0) > 0, bitmap=None)
+    budget = answer.get("budget")
+    if isinstance(budget, dict):
+        budget.update(accounts=[], cells=[])
+        if isinstance(budget.get("shared"), dict):
+            budget["shared"]["accounts"] = []
+    return json.dumps(answer, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 

@@ -170,18 +170,37 @@ def budget_out(dataset: DatasetPolicy, allowed: Budget, mine: View, everyone: Vi
             epsilon_remaining=0.0 if total_in_force is None else total_in_force.epsilon_remaining,
             delta_remaining=0.0 if total_in_force is None else total_in_force.delta_remaining,
         )
-    return BudgetOut(
+    return displayed(BudgetOut(
         dataset=dataset.name, epsilon=allowed.epsilon, delta=allowed.delta,
         epsilon_spent=basic.epsilon_spent, delta_spent=basic.delta_spent,
         epsilon_remaining=0.0 if in_force is None else in_force.epsilon_remaining,
         delta_remaining=0.0 if in_force is None else in_force.delta_remaining,
         accounting=accounting.rule, accounts=accounts, reported=reported, shared=shared,
         cells=_cells(dataset, allowed, mine),
-    )
+    ))
 
 
 def json_value(value: object) -> object:
     if isinstance(value, dt.date | dt.datetime):
         return value.isoformat()
     return value
+
+
+def displayed(budget: BudgetOut) -> BudgetOut:
+    """`budget` with its `display` text: the figures a person reads, rounded to 4 significant digits (the exact
+    fields stay as they are, for programs).
+
+    Example:
+        >>> b = BudgetOut(dataset="d", epsilon=5.0, delta=1e-6, epsilon_spent=0.30000000000000004, delta_spent=0.0,
+        ...               epsilon_remaining=4.699999999999999, delta_remaining=1e-6)
+        >>> displayed(b).display
+        'ε 0.3 of 5 spent (basic), 4.7 left (basic); δ 0 of 1e-06 spent, 1e-06 left'
+    """
+    text = (f"ε {budget.epsilon_spent:.4g} of {budget.epsilon:.4g} spent (basic), "
+            f"{budget.epsilon_remaining:.4g} left ({budget.accounting}); "
+            f"δ {budget.delta_spent:.4g} of {budget.delta:.4g} spent, {budget.delta_remaining:.4g} left")
+    if budget.shared is not None:
+        shared = budget.shared
+        text += f"; the dataset's shared budget: ε {shared.epsilon_remaining:.4g} of {shared.epsilon:.4g} left"
+    return budget.model_copy(update={"display": text})
 
