@@ -14,7 +14,7 @@ SQL = "SELECT region, COUNT(*) AS n FROM visits GROUP BY region"
 def test_charge_survives_kill9_and_restart(fresh_server: StartFresh, demo: DemoFiles) -> None:
     server = fresh_server()
     with server.client(demo.analyst_key) as analyst:
-        response = analyst.post("/v1/query", json={"sql": SQL, "epsilon": 0.3})
+        response = analyst.post("/v1/query", params={"detail": "cells"}, json={"sql": SQL, "epsilon": 0.3})
         assert response.status_code == 200, response.text
         charge: dict[str, Any] = response.json()["charge"]
         before = spend(analyst)

@@ -428,3 +428,16 @@ def test_groups_are_never_chosen_beyond_what_the_public_domain_holds() -> None:
     free = plan("SELECT g, COUNT(*) FROM t GROUP BY g", Catalog((table,)), epsilon=1.0, delta=1e-7,
                 mechanism="laplace", bounding="store")
     assert auto_groups.domain_limit(free.analysis) == 8
+
+
+def test_a_chosen_clamp_stays_inside_bounds_that_hold_no_whole_number() -> None:
+    """A BIGINT column declared within [1e-300, 0.5] holds no whole number, so its clamp grid's points (whole
+    numbers) lie outside it and the draw chose [0, 0]: the plan at the chosen bounds failed after the charge
+    (an assertion). The clamp is kept inside the declared one (found by tests/query/test_totality.py)."""
+    t = TableSchema("t", "uid", (ColumnSpec("uid", "BIGINT"), ColumnSpec("x", "BIGINT", bounds=(1e-300, 0.5),
+                                                                          auto_bounds=True)), max_rows=5)
+    analysis = analyse(parse("SELECT MEDIAN(x) FROM t"), Catalog((t,)))
+    at = auto.at_bound(analysis, 5, clamps=(("x", 0, 0),))
+    assert at.table.column("x").bounds == (1e-300, 0.5)  # the declared clamp: nothing of [0, 0] is inside it
+    inside = auto.at_bound(analysis, 5, clamps=(("x", 0, 0.25),))
+    assert inside.table.column("x").bounds == (1e-300, 0.25)

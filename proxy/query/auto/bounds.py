@@ -459,7 +459,12 @@ def at_bound(analysis: Analysis, k: int, g: int | None = None,
                 assert c.auto_bounds and cap_of[c.name.lower()] >= 1
                 c = dataclasses.replace(c, total_cap=cap_of[c.name.lower()])
             if bounds is not None:
-                assert c.auto_bounds and c.bounds is not None and c.bounds[0] <= bounds[0] <= bounds[1] <= c.bounds[1]
+                assert c.auto_bounds and c.bounds is not None and bounds[0] <= bounds[1]
+                # kept inside the declared clamp: an integer column's grid points are whole numbers, which can lie
+                # outside declared bounds holding no whole number (BIGINT within [1e-300, 0.5] chose [0, 0]). A
+                # data-independent step after the draw (post-processing); the declared clamp when nothing is left
+                inside = (max(c.bounds[0], bounds[0]), min(c.bounds[1], bounds[1]))
+                bounds = inside if inside[0] <= inside[1] else c.bounds
                 # a capped sum keeps the declared clamp (cap_bounds) when the column's quantiles or spreads chose
                 # a tighter one: the cap, not the clamp, bounds it (the rewrite clamps each measure at its own)
                 c = dataclasses.replace(c, bounds=bounds, cap_bounds=c.bounds if capped(c, table) else None)
