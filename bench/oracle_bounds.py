@@ -131,7 +131,7 @@ def candidates(planned: Any) -> tuple[list[str], list[list[float]]]:
             grid = [c / unit for c in caps[::2] if c >= 2 * unit] + [caps[-1] / unit]
         else:
             spec = analysis.table.column(part.column)
-            points = clamp.clamp_grid(spec.bounds, spec.kind)
+            points = clamp.clamp_grid(spec.bounds, spec.type)
             grid = [p for p in points if p > 0][::2] if part.bound == "upper" else [spec.bounds[0]]
         names.append(part.bound if part.column is None else f"{part.bound}({part.column})")
         grids.append(grid)

@@ -91,7 +91,7 @@ def draw(analysis: Analysis, chooser: auto.AutoBounds, rows: Sequence[Sequence[o
         else:
             spec = table.column(part.column or "")
             assert spec is not None and spec.bounds is not None
-            grid_, up, down = clamp.histograms(got, spec.bounds, spec.kind)
+            grid_, up, down = clamp.histograms(got, spec.bounds, spec.type)
             upper = part.bound == "upper"
             value = grid_[dp_quantile.quantile_index(up if upper else down, part.q if upper else 1 - part.q,
                                                      part.epsilon, part.sensitivity, sampler)]

@@ -39,6 +39,9 @@ class ColumnSpec:
     # the declared limits a capped SUM/AVG keeps when the query chose a tighter clamp (`bounds`) for the column's
     # quantiles or spreads: the cap's sensitivity min(C, g·k·M) reads M of these (bounds.at_bound)
     cap_bounds: tuple[float, float] | None = None
+    # the declared clamp a chosen one lies within: its fixed-point grids are the ones the charge was priced on
+    # (measures.fixed_point, spread_grid), so the chosen clamp's integer sensitivity is never above the charged one
+    grid_bounds: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -55,6 +58,9 @@ class ColumnSpec:
                 raise ValueError(f"column {self.name}: bounds are only for numeric columns")
             if max(abs(lo), abs(hi)) > MAX_ABS_BOUND:
                 raise ValueError(f"column {self.name}: bounds must lie within ±{MAX_ABS_BOUND:.0e}, got {self.bounds}")
+            if types.grid_span(self.type, lo, hi) is None:  # a clamp to it would move every value off the type's grid
+                raise ValueError(f"column {self.name}: bounds {self.bounds} hold no {self.type} value; widen them to "
+                                 "include one")
         if self.public_domain is not None:
             try:  # one value per type, as the engine returns it: keys then match (types.canonical)
                 domain = tuple(types.canonical(self.type, v) for v in self.public_domain)

@@ -100,6 +100,40 @@ def grid(type_name: str) -> tuple[int, Decimal, Decimal] | None:
     return None
 
 
+def grid_span(type_name: str, lo: float, hi: float) -> tuple[float, float] | None:
+    """The least and greatest values of the type within [lo, hi], as the DOUBLEs a clamp compares them as, or
+    None when there is none; (lo, hi) itself for a floating type (every DOUBLE is one of its values).
+
+    Example:
+        >>> grid_span("BIGINT", -2.5, 7.0), grid_span("BIGINT", 1e-300, 0.5), grid_span("UTINYINT", -5.0, 3.0)
+        ((-2.0, 7.0), None, (0.0, 3.0))
+        >>> grid_span("DECIMAL(5,2)", 0.001, 0.019), grid_span("DOUBLE", 1e-300, 2e-300)
+        ((0.01, 0.01), (1e-300, 2e-300))
+    """
+    found = grid(type_name)
+    if found is None:
+        return lo, hi
+    scale, least, most = found
+    if Decimal(lo) > most or Decimal(hi) < least:
+        return None
+    first = max(Decimal(lo), least).scaleb(scale, context=_EXACT).to_integral_value(rounding=decimal.ROUND_CEILING)
+    last = min(Decimal(hi), most).scaleb(scale, context=_EXACT).to_integral_value(rounding=decimal.ROUND_FLOOR)
+    # as DOUBLEs: n·10^-scale rounds, so the one below the exact first may round onto lo (the map is monotone)
+    low = next(v for n in (first - 1, first) if (v := grid_double(n, scale)) >= lo and n >= least.scaleb(scale))
+    high = next(v for n in (last + 1, last) if (v := grid_double(n, scale)) <= hi and n <= most.scaleb(scale))
+    return (low, high) if low <= high else None
+
+
+def grid_double(n: Decimal | int, scale: int) -> float:
+    """n·10^-scale as the nearest DOUBLE (what CAST(x AS DOUBLE) gives for that DECIMAL value).
+
+    Example:
+        >>> grid_double(7, 0), grid_double(1, 3)
+        (7.0, 0.001)
+    """
+    return float(Decimal(n).scaleb(-scale, context=_EXACT))
+
+
 def canonical(type_name: str, value: object) -> Value | None:
     """The one Python value standing for `value` in a column of this type (None stays None).
 
@@ -315,6 +349,7 @@ def _rounded(type_name: str, value: object) -> Value:
 
 
 _LOOSE = decimal.Context(prec=200)
+_EXACT = decimal.Context(prec=800)  # a DOUBLE's exact decimal expansion has at most 767 digits: none rounds
 
 
 def _on(x: Decimal, scale: int) -> bool:

@@ -377,3 +377,23 @@ def test_check_accountable_refuses_before_any_charge(tmp_path: Path) -> None:
         check_accountable(no_share, "laplace", "private")
     check_accountable(no_share, "gaussian", "public")
     check_accountable(DatasetPolicy("d", tmp_path, Catalog(())), "gaussian", "private")  # basic: anything
+
+
+@pytest.mark.parametrize(("type_", "bounds", "refused"), [
+    ("BIGINT", "[1e-300, 0.5]", True),  # found by the totality property: a clamp to it holds no whole number
+    ("DECIMAL(38,0)", "[-3.7e-09, -1.3e-09]", True),
+    ("DECIMAL(18,3)", "[0.0001, 0.0009]", True),
+    ("UTINYINT", "[-5.0, -1.0]", True),  # below the type's least value
+    ("BIGINT", "[0.5, 1.0]", False),  # holds 1
+    ("DECIMAL(18,3)", "[0.0001, 0.001]", False),  # holds 0.001
+    ("DOUBLE", "[1e-300, 2e-300]", False),  # every number is a DOUBLE value
+])
+def test_bounds_must_hold_a_value_of_the_columns_type(tmp_path: Path, type_: str, bounds: str,
+                                                      refused: bool) -> None:
+    old = 'amount = { type = "DOUBLE", bounds = [0.0, 500.0] }'
+    assert old in VALID
+    text = VALID.replace(old, f'amount = {{ type = "{type_}", bounds = {bounds} }}')
+    problems = policy_problems(write(tmp_path, text))
+    expected = [f"{C}.amount: column amount: bounds"] if refused else []
+    assert [p.partition(" hold no ")[0].rsplit(" (", 1)[0] for p in problems] == expected, problems
+    assert all(f"hold no {type_} value" in p for p in problems)

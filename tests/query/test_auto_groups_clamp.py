@@ -126,7 +126,7 @@ def test_the_charge_bounds_every_part_at_every_chosen_bound(query: str) -> None:
     for c in columns:
         spec = AUTO.column(c)
         assert spec is not None and spec.bounds is not None
-        grid = clamp.clamp_grid(spec.bounds, spec.kind)
+        grid = clamp.clamp_grid(spec.bounds, spec.type)
         pairs[c] = [(grid[i], grid[j]) for i, j in ((0, -1), (0, 0), (-1, -1), (len(grid) // 2, -1), (1, 2))]
     clamp_choices = [tuple((c, lo, hi) for c, (lo, hi) in zip(columns, combo, strict=True))
                      for combo in zip(*(pairs[c] for c in columns), strict=True)] or [()]
@@ -267,8 +267,8 @@ def _distances(part: auto.AutoPart, big: list[tuple[object, ...]], small: list[t
                      dict(enumerate(auto_groups.histogram(small_rows, limit)))), 1)]
     spec = AUTO.column(part.column or "")
     assert spec is not None and spec.bounds is not None
-    _, up_big, down_big = clamp.histograms(big_rows, spec.bounds, spec.kind)
-    _, up_small, down_small = clamp.histograms(small_rows, spec.bounds, spec.kind)
+    _, up_big, down_big = clamp.histograms(big_rows, spec.bounds, spec.type)
+    _, up_small, down_small = clamp.histograms(small_rows, spec.bounds, spec.type)
     return [(_l1(dict(enumerate(up_big)), dict(enumerate(up_small))), part.sensitivity),
             (_l1(dict(enumerate(down_big)), dict(enumerate(down_small))), part.sensitivity)]
 
@@ -430,14 +430,16 @@ def test_groups_are_never_chosen_beyond_what_the_public_domain_holds() -> None:
     assert auto_groups.domain_limit(free.analysis) == 8
 
 
-def test_a_chosen_clamp_stays_inside_bounds_that_hold_no_whole_number() -> None:
-    """A BIGINT column declared within [1e-300, 0.5] holds no whole number, so its clamp grid's points (whole
-    numbers) lie outside it and the draw chose [0, 0]: the plan at the chosen bounds failed after the charge
-    (an assertion). The clamp is kept inside the declared one (found by tests/query/test_totality.py)."""
-    t = TableSchema("t", "uid", (ColumnSpec("uid", "BIGINT"), ColumnSpec("x", "BIGINT", bounds=(1e-300, 0.5),
+def test_bounds_holding_no_whole_number_are_refused_and_candidates_are_whole_numbers() -> None:
+    """A BIGINT column declared within [1e-300, 0.5] holds no whole number: its clamp grid's points lay outside it,
+    the draw chose [0, 0] and the plan at the chosen bounds failed after the charge (found by
+    tests/query/test_totality.py). Such bounds are refused when the policy loads, and every candidate clamp is a
+    value of the column's type inside the declared clamp."""
+    with pytest.raises(ValueError, match="hold no BIGINT value"):
+        ColumnSpec("x", "BIGINT", bounds=(1e-300, 0.5), auto_bounds=True)
+    assert clamp.clamp_grid((0.5, 9.5), "BIGINT") == (1, 2, 3, 4, 5, 7, 9)  # 9.5·2^(−j/2), moved up, in [1, 9]
+    assert clamp.clamp_grid((-0.004, 0.0021), "DECIMAL(9,3)") == (-0.004, -0.002, -0.001, 0.0, 0.001, 0.002)
+    t = TableSchema("t", "uid", (ColumnSpec("uid", "BIGINT"), ColumnSpec("x", "BIGINT", bounds=(0.5, 9.5),
                                                                           auto_bounds=True)), max_rows=5)
     analysis = analyse(parse("SELECT MEDIAN(x) FROM t"), Catalog((t,)))
-    at = auto.at_bound(analysis, 5, clamps=(("x", 0, 0),))
-    assert at.table.column("x").bounds == (1e-300, 0.5)  # the declared clamp: nothing of [0, 0] is inside it
-    inside = auto.at_bound(analysis, 5, clamps=(("x", 0, 0.25),))
-    assert inside.table.column("x").bounds == (1e-300, 0.25)
+    assert auto.at_bound(analysis, 5, clamps=(("x", 1, 4),)).table.column("x").bounds == (1, 4)

@@ -249,7 +249,7 @@ def test_joins_computed_keys_spreads_and_filters_move_every_step_within_its_sens
     clamps = []
     for name, (i, j) in (("x", ends[:2]), ("n", ends[2:])):
         if chooser.part("upper", name) is not None:  # the columns whose clamp the query chooses
-            grid = auto_clamp.clamp_grid(AUTO.column(name).bounds, AUTO.column(name).kind)  # type: ignore[union-attr, arg-type]
+            grid = auto_clamp.clamp_grid(AUTO.column(name).bounds, AUTO.column(name).type)  # type: ignore[union-attr, arg-type]
             a, b = grid[min(i, len(grid) - 1)], grid[min(j, len(grid) - 1)]
             clamps.append((name, min(a, b), max(a, b)))
     at = auto_release.plan_at(planned, auto.ChosenBounds((), k, min(g, analysis.max_groups), tuple(clamps)))
@@ -282,7 +282,7 @@ def test_spreads_and_filters_cost_no_more_than_charged_at_every_chosen_bound(que
     assert planned.auto is not None and planned.auto.parts and isinstance(planned.price.event, AutoBoundsEvent)
     recorded = [laplace.epsilon(e.sensitivity, e.scale) for e in _laplace(planned.price.event.query)]
     columns = [c for c in ("x", "n") if planned.auto.part("upper", c) is not None]
-    ends = {c: auto_clamp.clamp_grid(AUTO.column(c).bounds, AUTO.column(c).kind)  # type: ignore[union-attr, arg-type]
+    ends = {c: auto_clamp.clamp_grid(AUTO.column(c).bounds, AUTO.column(c).type)  # type: ignore[union-attr, arg-type]
             for c in columns}
     clamp_choices = [tuple((c, ends[c][i], ends[c][j]) for c in columns) for i, j in ((0, -1), (0, 1), (2, -3))]
     groups = (1, 3) if planned.analysis.max_groups > 1 else (1,)

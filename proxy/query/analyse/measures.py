@@ -110,19 +110,23 @@ def fixed_point(spec: ColumnSpec) -> tuple[int, int, int]:
     """(grid, lo, hi) for a bounded column: integers with integral bounds keep grid 1.
 
     The integer bounds are rounded inwards (ceil lo, floor hi), so clamped values never exceed the
-    declared bounds and the sensitivity derived from them is never below the truth.
+    declared bounds and the sensitivity derived from them is never below the truth. A chosen clamp keeps the
+    grid of the declared one it lies within (`grid_bounds`).
 
     Example:
         >>> fixed_point(ColumnSpec("age", "INTEGER", bounds=(18, 90)))
         (1, 18, 90)
         >>> fixed_point(ColumnSpec("amount", "DOUBLE", bounds=(0.0, 500.0)))
         (2097152, 0, 1048576000)
+        >>> fixed_point(ColumnSpec("amount", "DOUBLE", bounds=(0.0, 500.0), grid_bounds=(0.0, 1e5)))
+        (8192, 0, 4096000)
     """
     assert spec.bounds is not None
     lo, hi = spec.bounds
-    if spec.kind == "integer" and float(lo).is_integer() and float(hi).is_integer():
-        return 1, int(lo), int(hi)
-    magnitude = max(abs(lo), abs(hi), 2.0**-20)
+    basis_lo, basis_hi = spec.grid_bounds or spec.bounds
+    if spec.kind == "integer" and float(basis_lo).is_integer() and float(basis_hi).is_integer():
+        return 1, math.ceil(lo), math.floor(hi)
+    magnitude = max(abs(basis_lo), abs(basis_hi), 2.0**-20)
     bits = min(50, max(0, GRID_BITS - math.ceil(math.log2(magnitude))))
     grid = 2**bits
     return grid, math.ceil(lo * grid), math.floor(hi * grid)
@@ -145,10 +149,11 @@ def spread_grid(spec: ColumnSpec) -> tuple[int, int, int]:
     """
     assert spec.bounds is not None
     lo, hi = spec.bounds
-    integral = spec.kind == "integer" and float(lo).is_integer() and float(hi).is_integer()
-    if integral and hi - lo <= MAX_SPREAD_STEPS:
-        return 1, int(lo), int(hi)
-    width = hi - lo
+    basis_lo, basis_hi = spec.grid_bounds or spec.bounds  # a chosen clamp keeps the declared one's grid
+    integral = spec.kind == "integer" and float(basis_lo).is_integer() and float(basis_hi).is_integer()
+    if integral and basis_hi - basis_lo <= MAX_SPREAD_STEPS:
+        return 1, math.ceil(lo), math.floor(hi)
+    width = basis_hi - basis_lo
     ratio = SPREAD_STEPS / width if width else 1.0  # inf for a width of 1e-310: the finest grid, 2^50
     bits = 50 if math.isinf(ratio) else max(0, min(50, math.floor(math.log2(ratio))))
     grid = 2**bits
@@ -228,7 +233,7 @@ def measures_of(aggregate: Aggregate, table: TableSchema) -> tuple[Measure, ...]
     grid, lo, hi = fixed_point(column)
     if capped(column, table) and aggregate.kind in ("sum", "avg"):  # AVG = capped SUM / COUNT, uncentred
         if column.cap_bounds is not None:  # clamped at the declared limits, whatever the column's quantiles chose
-            grid, lo, hi = fixed_point(dataclasses.replace(column, bounds=column.cap_bounds))
+            grid, lo, hi = fixed_point(dataclasses.replace(column, bounds=column.cap_bounds, grid_bounds=None))
         total = Measure("sum", column.name, grid, lo, hi, cap=column.total_cap)
         return (total,) if aggregate.kind == "sum" else (total, Measure("values", column.name))
     if aggregate.kind in SPREAD_KINDS:  # count, centred sum and centred sum of squares, on a coarser grid

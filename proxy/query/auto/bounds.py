@@ -460,20 +460,52 @@ def at_bound(analysis: Analysis, k: int, g: int | None = None,
                 c = dataclasses.replace(c, total_cap=cap_of[c.name.lower()])
             if bounds is not None:
                 assert c.auto_bounds and c.bounds is not None and bounds[0] <= bounds[1]
-                # kept inside the declared clamp: an integer column's grid points are whole numbers, which can lie
-                # outside declared bounds holding no whole number (BIGINT within [1e-300, 0.5] chose [0, 0]). A
-                # data-independent step after the draw (post-processing); the declared clamp when nothing is left
+                # kept inside the declared clamp (candidates are: auto/clamp.py), a data-independent step after
+                # the draw (post-processing); the declared clamp when nothing is left
                 inside = (max(c.bounds[0], bounds[0]), min(c.bounds[1], bounds[1]))
                 bounds = inside if inside[0] <= inside[1] else c.bounds
                 # a capped sum keeps the declared clamp (cap_bounds) when the column's quantiles or spreads chose
-                # a tighter one: the cap, not the clamp, bounds it (the rewrite clamps each measure at its own)
-                c = dataclasses.replace(c, bounds=bounds, cap_bounds=c.bounds if capped(c, table) else None)
+                # a tighter one: the cap, not the clamp, bounds it (the rewrite clamps each measure at its own).
+                # The grids start at the declared clamp's (grid_bounds; refined below by `_finest_grids`)
+                c = dataclasses.replace(c, bounds=bounds, cap_bounds=c.bounds if capped(c, table) else None,
+                                        grid_bounds=c.grid_bounds or c.bounds)
             columns.append(c)
-        table = dataclasses.replace(table, columns=tuple(columns))
+        table = _finest_grids(analysis, dataclasses.replace(table, columns=tuple(columns)), k, set(chosen))
         measures = measures_for(analysis.aggregates, table)
         assert [m.kind for m in measures] == [m.kind for m in analysis.measures]
     bounded = dataclasses.replace(table, max_rows=k, max_groups=g if analysis.max_groups > 1 else table.max_groups)
     return dataclasses.replace(analysis, table=bounded, max_groups=g, measures=measures)
+
+
+def _finest_grids(analysis: Analysis, table: TableSchema, k: int, names: set[str]) -> TableSchema:
+    """`table` with each chosen clamp (columns `names`) on the finest fixed-point grid, 2^j times the declared
+    clamp's (its `grid_bounds` scaled by 2^-j), at which no measure's integer sensitivity at k exceeds the charged
+    one at the limit. The noise is an integer mechanism on the grid: its privacy is that of its integer (Δ, σ),
+    so a tighter clamp's own finer grid, whose Δ in grid units can exceed the charged Δ, would fail the noise's
+    calibration after the charge; j = 0 (the declared grid, where the clamp inside the declared one and k <= the
+    limit give Δ_k <= Δ_L) always fits. A data-independent function of the chosen bounds: post-processing."""
+    limit_k = analysis.table.max_rows
+
+    def fits(candidate: TableSchema) -> bool:
+        return all(m.sensitivity(k) <= old.sensitivity(limit_k) for m, old in
+                   zip(measures_for(analysis.aggregates, candidate), analysis.measures, strict=True))
+
+    assert fits(table)
+    for name in sorted(names):
+        spec = table.column(name)
+        assert spec is not None and spec.bounds is not None and spec.grid_bounds is not None
+        lo, hi = spec.grid_bounds
+        if spec.kind == "integer" and float(lo).is_integer() and float(hi).is_integer():
+            continue  # grid 1, as declared: whole numbers are exact
+        magnitude = max(abs(b) for b in spec.bounds) or 2.0**-20
+        top = min(50, max(0, math.ceil(math.log2(max(abs(lo), abs(hi)) / magnitude)) + 1))
+        for j in range(top, 0, -1):
+            scaled = dataclasses.replace(spec, grid_bounds=(math.ldexp(lo, -j), math.ldexp(hi, -j)))
+            candidate = dataclasses.replace(table, columns=tuple(scaled if c is spec else c for c in table.columns))
+            if fits(candidate):
+                table = candidate
+                break
+    return table
 
 
 def for_sql(analysis: Analysis, declared: TableSchema) -> Analysis:

@@ -15,7 +15,7 @@ contribution bounded. Where this improves: the quantile is of the query's own ro
 the same engine call as the other bounds, and its cost is part of one exactly re-accountable charge.
 
 Example:
-    >>> grid = clamp_grid((0.0, 100.0), "float")
+    >>> grid = clamp_grid((0.0, 100.0), "DOUBLE")
     >>> len(grid), grid[0], [round(p, 2) for p in grid[-4:]]
     (66, 0.0, [35.36, 50.0, 70.71, 100.0])
 """
@@ -23,29 +23,34 @@ Example:
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Sequence
+from decimal import ROUND_CEILING, Context, Decimal
 
 from sqlglot import exp
 
+from proxy.query import types
 from proxy.query.analyse.analysis import Analysis
 from proxy.query.catalog import ColumnSpec
 from proxy.query.rewrite import store_layout
 
 VALUES_PER_UNIT = 8  # m: the selection reads at most m rows of each unit (its L1 sensitivity)
 STEPS = 64  # J: the geometric grid reaches down to M·2^−32
+_EXACT = Context(prec=800)  # a DOUBLE's exact decimal expansion has at most 767 digits
 
 
 def _points(magnitude: float) -> list[float]:
     return [magnitude / 2 ** (j / 2) for j in range(STEPS + 1)]
 
 
-def clamp_grid(limit: tuple[float, float], kind: str) -> tuple[float, ...]:
-    """The candidate bounds within `limit`, ascending (integers only for an integer column).
+def clamp_grid(limit: tuple[float, float], type_name: str) -> tuple[float, ...]:
+    """The candidate bounds within `limit`, ascending: values of the column's type only (whole numbers for an
+    integer column, multiples of 10^-scale for a DECIMAL), so every chosen clamp holds a value of the type.
 
     Example:
-        >>> clamp_grid((-4, 10), "integer")
+        >>> clamp_grid((-4, 10), "BIGINT")
         (-4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 8, 10)
+        >>> clamp_grid((0.0, 0.01), "DECIMAL(9,3)")
+        (0.0, 0.001, 0.002, 0.003, 0.004, 0.006, 0.008, 0.01)
     """
     lo, hi = limit
     magnitude = max(abs(lo), abs(hi))
@@ -53,9 +58,19 @@ def clamp_grid(limit: tuple[float, float], kind: str) -> tuple[float, ...]:
     values = {lo, hi, *(p for p in points if lo <= p <= hi), *(-p for p in points if lo <= -p <= hi)}
     if lo <= 0 <= hi:
         values.add(0)
-    if kind == "integer":
-        values = {min(max(math.ceil(v), math.ceil(lo)), math.floor(hi)) for v in values}
+    found = types.grid(type_name)
+    if found is not None:  # each point moved up onto the type's grid, within the type's values inside the limit
+        span = types.grid_span(type_name, lo, hi)
+        assert span is not None, "the catalog refuses bounds holding no value of the type"
+        scale = found[0]
+        values = {min(max(types.grid_double(_ceil_units(v, scale), scale), span[0]), span[1]) + 0.0 for v in values}
+        if scale == 0:  # whole numbers stay integers: the rewrite's clamp keeps an integer column's exact sum
+            values = {int(v) for v in values}
     return tuple(sorted(values))
+
+
+def _ceil_units(value: float, scale: int) -> Decimal:
+    return Decimal(value).scaleb(scale, context=_EXACT).to_integral_value(rounding=ROUND_CEILING)
 
 
 def clamp_sql(analysis: Analysis, spec: ColumnSpec, part: int, source: exp.Expr, stored_ranks: bool,
@@ -113,18 +128,18 @@ def clamp_sql(analysis: Analysis, spec: ColumnSpec, part: int, source: exp.Expr,
             .group_by(exp.column("__a"), exp.column("__b"), copy=False))
 
 
-def histograms(rows: Sequence[Sequence[object]], limit: tuple[float, float], kind: str
+def histograms(rows: Sequence[Sequence[object]], limit: tuple[float, float], type_name: str
                ) -> tuple[tuple[float, ...], list[int], list[int]]:
     """(grid, up, down): each value counted at the smallest grid point >= it (for the upper bound) and at the
     largest <= it (for the lower), from the (sign, j, count) rows of `clamp_sql`.
 
     Example:
-        >>> grid, up, down = histograms([(1, 0, 5), (1, 2, 3), (0, 0, 1)], (0, 8), "integer")
+        >>> grid, up, down = histograms([(1, 0, 5), (1, 2, 3), (0, 0, 1)], (0, 8), "BIGINT")
         >>> grid, up, down
         ((0, 1, 2, 3, 4, 6, 8), [1, 0, 0, 0, 3, 0, 5], [1, 0, 3, 0, 5, 0, 0])
     """
     lo, hi = limit
-    grid = clamp_grid(limit, kind)
+    grid = clamp_grid(limit, type_name)
     magnitude = max(abs(lo), abs(hi))
     points = [*_points(magnitude), 0.0]  # points[STEPS + 1] = 0: below the last step
     up, down = [0] * len(grid), [0] * len(grid)
