@@ -2,10 +2,12 @@
 
 Query and preview requests wait here for one of `workers` threads; every other route (budget, ledger,
 datasets, the dashboard) keeps Starlette's own thread pool, and /healthz and /readyz answer without either,
-so queries can never hold up those. Waiting requests get a thread in turn by analyst (round robin, not
-first come, first served), and no analyst ever runs on more than `workers - 1` of them (at least one), so a
-thread is free, or next to be free, for everyone else: one analyst's burst of heavy queries waits for its own
-earlier queries, never in front of another analyst's.
+so queries can never hold up those. The pool is work-conserving and fair: a free thread never idles while a
+query waits, so one analyst alone (a dashboard's eight tiles under one key) uses every thread; waiting
+requests get a thread in turn by analyst (round robin, not first come, first served), and an analyst running
+on `workers - 1` threads or more (at least one) gets another only when no other analyst waits. So when another
+analyst arrives, the next thread to free is theirs: one analyst's burst of heavy queries waits for its own
+earlier queries, never in front of another analyst's, which wait at most for one running query to end.
 
 A query's post-admit time limit (proxy/run/deadline.py) is kept here too: when it passes, the request ends as a
 `timeout` at once; the thread finishes its query (the engine is interrupted; release cannot be) and only
@@ -29,19 +31,28 @@ T = TypeVar("T")
 
 
 class FairSlots:
-    """`size` slots handed out round robin by owner; an owner never holds more than `per_owner` of them.
-    Event-loop only (no locks).
+    """`size` slots handed out round robin by owner, work-conserving: a free slot goes to a waiter at once. An
+    owner holding `per_owner` slots or more gets the next only when no owner below its share waits, so under
+    contention each owner is served in turn, and one that arrives takes the next slot to free. Event-loop only
+    (no locks).
 
-    Example:
-        >>> async def demo():
+    Example (two slots, a share of one): `demo` lets the owners in `arrivals` ask for a slot in that order,
+    then frees one slot of each owner in `frees`, and prints who got a slot when (`|`: a slot freed). Alone, "a"
+    holds both slots and its third request waits for one; "b", arriving while "a" holds both, gets the next slot
+    to free, before a's third; then turns alternate:
+        >>> async def demo(arrivals, frees):
         ...     slots, order = FairSlots(2, per_owner=1), []
-        ...     async def use(owner, i):
-        ...         await slots.acquire(owner); order.append(f"{owner}{i}"); await asyncio.sleep(0.01)
-        ...         slots.release(owner)
-        ...     await asyncio.gather(*(use("a", i) for i in range(3)), use("b", 0))
-        ...     return order
-        >>> asyncio.run(demo())
-        ['a0', 'b0', 'a1', 'a2']
+        ...     async def take(owner):
+        ...         await slots.acquire(owner); order.append(owner)
+        ...     tasks = [asyncio.create_task(take(owner)) for owner in arrivals]
+        ...     await asyncio.sleep(0)
+        ...     for owner in frees:
+        ...         order.append("|"); slots.release(owner); await asyncio.sleep(0)
+        ...     return " ".join(order)
+        >>> asyncio.run(demo("aaa", "a"))
+        'a a | a'
+        >>> asyncio.run(demo("aaabb", "aab"))
+        'a a | b | a | b'
     """
 
     def __init__(self, size: int, per_owner: int) -> None:
@@ -51,7 +62,7 @@ class FairSlots:
         self._waiting: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
 
     async def acquire(self, owner: str) -> None:
-        if self.free > 0 and self._held.get(owner, 0) < self.per_owner:
+        if self.free > 0:  # a free slot means nobody waits (`_hand_on` leaves none free while anyone does)
             self._grant(owner)
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -79,11 +90,12 @@ class FairSlots:
         self._held[owner] = self._held.get(owner, 0) + 1
 
     def _hand_on(self) -> None:
-        """Give free slots to waiters, one owner after another, skipping owners at their share."""
-        while self.free > 0:
+        """Give free slots to waiters, one owner after another: first to owners below their share, and only when
+        none waits to those at or above it (work-conserving), in the same turn order."""
+        while self.free > 0 and self._waiting:
             owner = next((o for o in self._waiting if self._held.get(o, 0) < self.per_owner), None)
             if owner is None:
-                return
+                owner = next(iter(self._waiting))
             queue = self._waiting.pop(owner)
             waiter = queue.popleft()
             if queue:
