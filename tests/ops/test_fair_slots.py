@@ -1,4 +1,5 @@
-"""The query pool's slots (proxy/run/query_pool.py, FairSlots): work-conserving, round robin by owner.
+"""The query pool's slots (proxy/run/query_pool.py, FairSlots): work-conserving, round robin by owner, and
+the slots an owner runs on beyond its share are lent: another owner below its share starts beside them.
 
 Each test lets owners ask for slots in a fixed order, frees slots one at a time, and reads the exact order in
 which requests were granted: no clock, no sleeps (every step runs the event loop until it is idle).
@@ -48,9 +49,20 @@ def test_one_owner_alone_uses_every_slot() -> None:
     assert grants(4, 3, ["a0", "a1", "a2", "a3", "a4"], ["a"]) == ["a0", "a1", "a2", "a3", "|", "a4"]
 
 
-def test_an_owner_arriving_under_load_gets_the_next_freed_slot() -> None:
-    # "a" holds both slots; b0 arrives after a2 but is below its share, so the freed slot is b's
-    assert grants(2, 1, ["a0", "a1", "a2", "b0"], ["a", "a"]) == ["a0", "a1", "|", "b0", "|", "a2"]
+def test_an_owner_arriving_under_load_starts_at_once_beside_the_lent_slot() -> None:
+    # "a" runs on both slots (one lent); b0 arrives after a2 and, below its share, starts at once (3 running).
+    # When a frees one, the pool is back at 2 (a1, b0): a2, beyond a's share, waits for a slot that would idle
+    assert grants(2, 1, ["a0", "a1", "a2", "b0"], ["a", "a"]) == ["a0", "a1", "b0", "|", "|", "a2"]
+
+
+def test_at_most_two_size_minus_share_run_and_a_lent_slot_is_not_lent_again() -> None:
+    slots = FairSlots(2, per_owner=1)
+    assert slots.threads == 3
+    # a0, a1 (lent), b0 beside them: 3 run; c0 waits (the slots within shares, a0 and b0, fill the 2). a frees
+    # one: 2 run, nothing starts; b frees: c0 starts within its share
+    assert grants(2, 1, ["a0", "a1", "a2", "b0", "c0"], ["a", "b"]) == ["a0", "a1", "b0", "|", "|", "c0"]
+    # three slots, share 2: a2 is lent, b0 starts beside it (4 = 2·3 − 2 run), b1 waits: a0, a1, b0 fill the 3
+    assert grants(3, 2, ["a0", "a1", "a2", "b0", "b1", "c0"]) == ["a0", "a1", "a2", "b0"]
 
 
 def test_an_owner_below_its_share_goes_first_even_if_it_asked_later() -> None:
@@ -60,14 +72,16 @@ def test_an_owner_below_its_share_goes_first_even_if_it_asked_later() -> None:
 
 
 def test_turns_alternate_round_robin_between_waiting_owners() -> None:
-    arrivals = ["a0", "a1", "a2", "a3", "b0", "b1", "c0"]
-    assert grants(2, 1, arrivals, ["a", "a", "b", "c", "a", "b"]) == [
-        "a0", "a1", "|", "b0", "|", "a2", "|", "c0", "|", "b1", "|", "a3", "|"]  # b, a, c, b, a: in turn
+    # a0, a1 (lent), b0 beside them; b1, c0 and c1 wait with a2. Each freed slot goes to the next owner in the
+    # line who may start, owners below their share first: b, a, c, and then c's second (lent: nobody else waits)
+    arrivals = ["a0", "a1", "a2", "b0", "b1", "c0", "c1"]
+    assert grants(2, 1, arrivals, ["a", "b", "a", "b", "a"]) == [
+        "a0", "a1", "b0", "|", "|", "b1", "|", "a2", "|", "c0", "|", "c1"]
 
 
 def test_idle_slots_go_to_owners_above_their_share_in_turn() -> None:
-    # three slots, share 1: a and b each take one; the third is free and goes to a1 (work-conserving), then
-    # with both a and b above their share the next freed slot follows the waiting line: b1 then a2
+    # three slots, share 1: a and b each take one; the third would idle and goes to a1 (lent), then with
+    # both a and b at their share the next freed slot follows the waiting line: b1 then a2
     assert grants(3, 1, ["a0", "b0", "a1", "b1", "a2"], ["a", "b"]) == ["a0", "b0", "a1", "|", "b1", "|", "a2"]
 
 
