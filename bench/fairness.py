@@ -2,9 +2,18 @@
 clients of one analyst send heavy queries to a live `python -m proxy serve`.
 
     python bench/fairness.py [--rows 1000000] [--users 50000] [--seconds 30] [--clients 8] [--workers N]
-                             [--dir bench/data/fairness]
+                             [--dir bench/data/fairness] [--pad-ms 250]
 
-Phases, one after the other, each `--seconds` long, against one server (127.0.0.1 only):
+First, on a server whose dataset pads every answer to `--pad-ms` after its admission (`answer_time =
+"padded"`, docs/policy.md), a query holds its worker for exactly that window whatever its data, so answers
+per second times the window is the number of workers one analyst keeps busy:
+
+    dashboard  `--clients` threads of the first analyst alone send distinct small queries back to back (a
+               dashboard's tiles under one key): with the work-conserving pool (proxy/run/query_pool.py) they
+               use every worker, where the old rule (at most workers − 1 per analyst) kept one busy on 2
+
+Then, on the dataset as the demo declares it, phases one after the other, each `--seconds` long, against one
+server (127.0.0.1 only):
 
     idle     the second analyst ("admin" in the demo policy) sends small queries (COUNT by region over
              users, a fresh ε each time, so none is a free repeat) and GET /v1/budget, while a prober sends
@@ -42,6 +51,7 @@ if str(ROOT) not in sys.path:
 import httpx  # noqa: E402
 
 from proxy.cli.demo import build_demo  # noqa: E402
+from proxy.settings import Settings  # noqa: E402
 
 HEAVY = ("SELECT day, age, category, region, COUNT(*) AS n{tag}, SUM(amount) AS s FROM visits "
          "GROUP BY day, age, category, region")
@@ -102,6 +112,55 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def dashboard(base: str, key: str, seconds: float, clients: int) -> tuple[int, float]:
+    """`clients` threads of one analyst sending distinct small queries back to back: (answers, wall seconds)."""
+    answered, stop, lock = [0], threading.Event(), threading.Lock()
+
+    def tile(number: int) -> None:
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=120) as c:
+            i = 0
+            while not stop.is_set():
+                sql = SMALL.replace(" AS n ", f" AS n{number}_{i} ")  # a fresh alias: never a stored repeat
+                if c.post("/v1/query", json={"sql": sql}).status_code == 200:
+                    with lock:
+                        answered[0] += 1
+                i += 1
+
+    threads = [threading.Thread(target=tile, args=(n,)) for n in range(clients)]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    return answered[0], time.perf_counter() - began
+
+
+def padded_policy(directory: Path, pad_ms: int) -> Path:
+    """A copy of the demo policy whose dataset pads every answer to `pad_ms` after its admission."""
+    text = (directory / "policy.toml").read_text()
+    padded = directory / "policy-padded.toml"
+    padded.write_text(text.replace("[datasets.demo]\n", f'[datasets.demo]\nanswer_time = "padded"\n'
+                                   f"padded_ms = {pad_ms}\n", 1))  # beside the original: the same relative paths
+    return padded
+
+
+def serve(policy: Path, env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`python -m proxy serve` on `policy` on a free loopback port, once /healthz answers: (process, base URL)."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--policy", str(policy), "--port", str(port)],
+                              cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    return server, base
+
+
 def phase(base: str, keys: dict[str, str], seconds: float, clients: int) -> dict[str, Samples]:
     """Run one phase: the second analyst, the prober and (if clients > 0) the heavy clients."""
     kinds = {name: Samples() for name in ("second analyst: query", "second analyst: /v1/budget",
@@ -153,29 +212,28 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "data" / "fairness")
     parser.add_argument("--workers", type=int, default=None, help="DPPROXY_QUERY_WORKERS (default: the product's)")
+    parser.add_argument("--pad-ms", type=int, default=250, help="the dashboard phase's answer window (ms)")
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     keys = dataset(args.dir, args.rows, args.users)
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPPROXY_")}
     env["PYTHONPATH"] = str(ROOT)
     if args.workers is not None:
         env["DPPROXY_QUERY_WORKERS"] = str(args.workers)
-    log = (args.dir / "server.log").open("w")
-    server = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--policy", str(args.dir / "policy.toml"),
-                               "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+    workers = args.workers or Settings.model_fields["query_workers"].default
+    print(f"{args.rows:,} visits, {args.users:,} users; {os.cpu_count()} CPUs; query workers: {workers}; "
+          f"{args.seconds:g} s per phase; heavy query at ε = 1e-5: {HEAVY.format(tag='')}")
+    server, base = serve(padded_policy(args.dir, args.pad_ms), env, args.dir / "server-padded.log")
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        workers = args.workers or "default"
-        print(f"{args.rows:,} visits, {args.users:,} users; {os.cpu_count()} CPUs; query workers: {workers}; "
-              f"{args.seconds:g} s per phase; "
-              f"heavy query at ε = 1e-5: {HEAVY.format(tag='')}")
+        answers, wall = dashboard(base, keys["DPPROXY_ANALYST_KEY"], args.seconds, args.clients)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    busy = answers / wall * args.pad_ms / 1000  # each answer held its worker for the window: Little's law
+    print(f"\ndashboard ({args.clients} clients of one analyst, answers padded to {args.pad_ms} ms): "
+          f"{answers / wall:.1f} answers/s, {busy:.2f} of {workers} workers busy on average")
+    server, base = serve(args.dir / "policy.toml", env, args.dir / "server.log")
+    try:
         for name, clients in (("idle", 0), (f"loaded ({args.clients} heavy clients)", args.clients)):
             print(f"\n{name}: latency in ms")
             for kind, samples in phase(base, keys, args.seconds, clients).items():
@@ -184,8 +242,6 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=60)
-        log.close()
-
 
 if __name__ == "__main__":
     main()

@@ -12,6 +12,11 @@ For each workload query it measures, with time.perf_counter, one untimed warm-up
     (b) pipeline  proxy.pipeline.answer in process: plan, real SQLite ledger admit, engine, release with the
                   real OpenDP sampler (on_admitted does nothing)
     (c) HTTP      POST /v1/query to a real `python -m proxy serve` (uvicorn) on 127.0.0.1, httpx client
+    (d) baseline  POST /v1/query of the plain SQL to bench/baseline_server.py, started beside the product:
+                  plain DuckDB on the same file behind the product's HTTP stack (issue #32's denominator);
+                  its requests alternate with (c)'s, one each, so both see the same minutes of a shared
+                  machine; (c)/(d) at p50 and p90 is the DP overhead end to end, and so is a stored
+                  release's answer (an identical request) over (d)
 
 plus the proxy's own stages (prepare/plan, ledger admit, release, ledger spent) in isolation.
 
@@ -173,6 +178,42 @@ def measure(fn: Callable[[], object], *, repeat: int, max_seconds: float,
     return {**_stats(samples), "cpu_ms_mean": (cpu() - cpu_started) * 1000 / len(samples)}
 
 
+def measure_pair(first: Callable[[], object], second: Callable[[], object], *, repeat: int, max_seconds: float,
+                 servers: tuple[Callable[[], float], Callable[[], float]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`first` and `second` alternately (one warm-up each), `repeat` times each or until `max_seconds`: two cells
+    as `measure` gives, each with `cpu_ms_mean` (its server's CPU, `servers`, plus this client's) and
+    `server_cpu_ms_mean` (its server's alone)."""
+    fns = (first, second)
+    for fn in fns:
+        try:
+            fn()
+        except Exception as err:
+            failed = {"error": _describe(err), "phase": "warm-up"}
+            return failed, failed
+    samples: tuple[list[float], list[float]] = ([], [])
+    client, server = [0.0, 0.0], [0.0, 0.0]
+    started = time.perf_counter()
+    while len(samples[1]) < repeat:
+        for i, fn in enumerate(fns):
+            s0, c0, t0 = servers[i](), time.process_time(), time.perf_counter()
+            try:
+                fn()
+            except Exception as err:
+                cell = {"error": _describe(err), "phase": f"run {len(samples[i]) + 1}", **_stats(samples[i])}
+                return (cell, {**_stats(samples[1])}) if i == 0 else ({**_stats(samples[0])}, cell)
+            samples[i].append((time.perf_counter() - t0) * 1000)
+            client[i] += time.process_time() - c0
+            server[i] += servers[i]() - s0
+        if time.perf_counter() - started >= max_seconds and len(samples[1]) >= MIN_RUNS:
+            break
+    cells = []
+    for i in range(2):
+        n = len(samples[i])
+        cells.append({**_stats(samples[i]), "cpu_ms_mean": (client[i] + server[i]) * 1000 / n,
+                      "server_cpu_ms_mean": server[i] * 1000 / n})
+    return cells[0], cells[1]
+
+
 def _stats(samples_ms: list[float]) -> dict[str, Any]:
     if not samples_ms:
         return {"n": 0}
@@ -181,6 +222,7 @@ def _stats(samples_ms: list[float]) -> dict[str, Any]:
         "n": len(samples_ms),
         "loadavg_1min_after": round(os.getloadavg()[0], 2),
         "p50_ms": float(np.percentile(a, 50)),
+        "p90_ms": float(np.percentile(a, 90)),
         "p95_ms": float(np.percentile(a, 95)),
         "mean_ms": float(a.mean()),
         "min_ms": float(a.min()),
@@ -323,6 +365,7 @@ def phase_in_process(settings: Settings, analyst_key: str, results: dict[str, di
             r = results[w.name]
             prepared = prepare(QueryRequest(sql=w.sql), analyst, env)
             r["rewritten_sql"] = prepared.plan.sql
+            r["auto_bounds"] = prepared.plan.auto is not None  # the server runs other SQL, at the chosen bounds
             r["unbounded_sql"] = unbounded(prepared.plan.sql)
             r["price"] = {"epsilon": prepared.plan.price.epsilon, "delta": prepared.plan.price.delta,
                           "partitions": prepared.plan.analysis.partitions}
@@ -416,36 +459,51 @@ def measure_stages(sql: str, analyst: AnalystPolicy, env: Any, args: argparse.Na
 
 def phase_http(settings: Settings, policy: Path, ledger: Path, analyst_key: str, directory: Path,
                results: dict[str, dict[str, Any]], args: argparse.Namespace, facts: dict[str, Any]) -> None:
-    port = _free_port()
+    port, baseline_port = _free_port(), _free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "DPPROXY_LEDGER": str(ledger), "DPPROXY_THREADS": str(settings.threads),
            "DPPROXY_MEMORY_LIMIT": settings.memory_limit, "DPPROXY_QUERY_TIMEOUT_S": str(settings.query_timeout_s)}
-    log_path = directory / "server.log"
+    log_path, baseline_log = directory / "server.log", directory / "baseline-server.log"
     with log_path.open("w") as log, _server(
         [sys.executable, "-m", "proxy", "serve", "--policy", str(policy), "--port", str(port)], env, log
-    ) as proc:
+    ) as proc, baseline_log.open("w") as blog, _server(
+        [sys.executable, str(ROOT / "bench" / "baseline_server.py"), "--policy", str(policy), "--port",
+         str(baseline_port)], env, blog
+    ) as baseline:
         base = f"http://127.0.0.1:{port}"
+        servers = (lambda: _process_cpu_seconds(proc.pid), lambda: _process_cpu_seconds(baseline.pid))
 
         def cpu() -> float:  # the server's CPU (all its threads) plus this client's
             return _process_cpu_seconds(proc.pid) + time.process_time()
 
         t0 = time.perf_counter()
-        with httpx.Client(base_url=base, timeout=settings.query_timeout_s + 60,
-                          headers={"Authorization": f"Bearer {analyst_key}"}) as client:
+        headers = {"Authorization": f"Bearer {analyst_key}"}
+        with httpx.Client(base_url=base, timeout=settings.query_timeout_s + 60, headers=headers) as client, \
+                httpx.Client(base_url=f"http://127.0.0.1:{baseline_port}", timeout=settings.query_timeout_s + 60,
+                             headers=headers) as plain_client:
             _wait_ready(client, proc, log_path)
             facts["server_start_seconds"] = round(time.perf_counter() - t0, 2)
+            _wait_ready(plain_client, baseline, baseline_log)
             for w in WORKLOAD:
                 r = results[w.name]
                 if "skipped" in r.get("http", {}):
                     continue
-                _progress(w.name, "http")
-                r["http"] = measure(lambda w=w: _post(client, unique_request(w.sql)), repeat=args.repeat,
-                                    max_seconds=args.max_seconds, cpu=cpu)
+                _progress(w.name, "http and baseline")
+                r["http"], r["baseline"] = measure_pair(
+                    lambda w=w: _post(client, unique_request(w.sql)), lambda w=w: _post_plain(plain_client, w.sql),
+                    repeat=args.repeat, max_seconds=args.max_seconds, servers=servers)
                 if _ok(r["http"]) and _post(client, QueryRequest(sql=w.sql)) is not None:
                     # the server keeps releases: time an identical request, answered from the stored release
                     _progress(w.name, "http repeat")
                     r["http_repeat"] = measure(lambda w=w: _post(client, QueryRequest(sql=w.sql), repeat=True),
                                                repeat=args.repeat, max_seconds=args.max_seconds, cpu=cpu)
+
+
+def _post_plain(client: httpx.Client, sql: str) -> None:
+    """POST one plain query to the baseline endpoint (bench/baseline_server.py)."""
+    response = client.post("/v1/query", json={"sql": sql, "epsilon": EPSILON})
+    if response.status_code != 200:
+        raise RuntimeError(f"baseline HTTP {response.status_code}: {response.text[:200]}")
 
 
 def _process_cpu_seconds(pid: int) -> float:
@@ -573,6 +631,14 @@ def derive(r: dict[str, Any]) -> dict[str, Any]:
         "proxy_stages_ms": None if None in own else sum(own),  # type: ignore[arg-type]
         "pipeline_minus_engine_ms": None if pipeline is None or engine is None else pipeline - engine,
         "http_minus_pipeline_ms": None if http is None or pipeline is None else http - pipeline,
+        "http_over_baseline_p50": _ratio(http, _p(r.get("baseline"))),
+        "http_over_baseline_p90": _ratio(_p(r.get("http"), "p90_ms"), _p(r.get("baseline"), "p90_ms")),
+        "repeat_over_baseline_p50": _ratio(_p(r.get("http_repeat")), _p(r.get("baseline"))),
+        # the product's server CPU per answer beyond its engine's CPU for the same SQL: its fixed cost (not with
+        # automatic bounds: `engine` then times the plan at the limits, the server the selection and the answer)
+        "fixed_cpu_ms": None if _p(r.get("http"), "server_cpu_ms_mean") is None or engine is None
+        or r.get("auto_bounds", True) else
+        _p(r.get("http"), "server_cpu_ms_mean") - _p(r.get("engine"), "cpu_ms_mean"),  # type: ignore[operator]
     }
 
 
@@ -652,6 +718,26 @@ def report(facts: dict[str, Any], settings: dict[str, Any], results: dict[str, d
         c = {k: _p(r.get(k), "cpu_ms_mean") for k in cols}
         out.append(f"{name:<20}" + "".join(_fmt(c[k], ".1f", 11) for k in cols)
                    + _fmt(_ratio(c["pipeline"], c["plain"]), ".1f", 9) + _fmt(_ratio(c["http"], c["plain"]), ".1f", 9))
+    if any(_ok(r.get("baseline")) for r in results.values()):
+        out.append("")
+        out.append("against the baseline endpoint: (d) plain DuckDB on the same file behind the product's HTTP stack,"
+                   " requests alternating with (c)'s (ms; ratios (c)/(d))")
+        out.append(f"{'query':<20}{'(d) p50':>9}{'(d) p90':>9}{'(c) p50':>9}{'(c) p90':>9}{'p50 x':>8}{'p90 x':>8}"
+                   f"{'rep x':>8}{'(c) srv':>9}{'(d) srv':>9}{'engine':>9}{'fixed':>8}")
+        for name, r in results.items():
+            d = r["derived"]
+            out.append(
+                f"{name:<20}{_fmt(_p(r.get('baseline')), '.1f', 9)}{_fmt(_p(r.get('baseline'), 'p90_ms'), '.1f', 9)}"
+                f"{_fmt(_p(r.get('http')), '.1f', 9)}{_fmt(_p(r.get('http'), 'p90_ms'), '.1f', 9)}"
+                f"{_fmt(d['http_over_baseline_p50'], '.2f', 8)}{_fmt(d['http_over_baseline_p90'], '.2f', 8)}"
+                f"{_fmt(d['repeat_over_baseline_p50'], '.2f', 8)}"
+                f"{_fmt(_p(r.get('http'), 'server_cpu_ms_mean'), '.1f', 9)}"
+                f"{_fmt(_p(r.get('baseline'), 'server_cpu_ms_mean'), '.1f', 9)}"
+                f"{_fmt(_p(r.get('engine'), 'cpu_ms_mean'), '.1f', 9)}{_fmt(d['fixed_cpu_ms'], '.1f', 8)}")
+        out.append("  rep x: a stored release's answer (an identical request) over (d); srv: server CPU ms per request"
+                   " (all threads); engine: the rewritten SQL's CPU in process; fixed = (c) srv − engine, the"
+                   " product's CPU per request outside DuckDB (- with automatic bounds: engine then times the plan"
+                   " at the limits)")
     if any("utility" in r for r in results.values()):
         out.append("")
         out.append("utility: median relative error per group against the plain unbounded answer (bench/utility.py)")

@@ -10,6 +10,8 @@ group of the bounded answer against the plain, unbounded one.
 * cells: one aggregation per (unit, group) cell after the WHERE (rewrite/cells.py; what runs now)
 
     python bench/row_where.py --dir bench/data        # a directory written by bench/query_latency.py
+    python bench/row_where.py --dir bench/data --max-groups 3 --max-rows 4   # at bounds automatic bounds
+                                                # could choose (default: the table's limits, 8 and 1000)
 
 Example (the bias of one answer):
     >>> bias({("a",): 100, ("b",): 50}, {("a",): 80, ("b",): 50})
@@ -68,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "data")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--max-groups", type=int, default=None, help="groups per unit (default: the planned)")
+    parser.add_argument("--max-rows", type=int, default=None, help="rows per cell (default: the planned)")
     args = parser.parse_args(argv)
     settings = Settings(policy=args.dir / "policy.toml", ledger=args.dir / "row-where-ledger.sqlite")
     policy = load_policy(settings.policy)
@@ -82,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     for sql in QUERIES:
         planned = plan(sql, dataset.catalog, epsilon=1.0, delta=1e-8, mechanism="laplace", bounding="store")
         analysis, keys = planned.analysis, len(planned.analysis.keys)
+        if args.max_groups is not None:
+            analysis = dataclasses.replace(analysis, max_groups=args.max_groups)
+        if args.max_rows is not None:
+            analysis = dataclasses.replace(analysis, table=dataclasses.replace(analysis.table, max_rows=args.max_rows))
         first = analysis.measures[0]
         truth = {tuple(r[:keys]): float(r[keys]) for r in source.execute(sql).fetchall()}
 

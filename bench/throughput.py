@@ -4,7 +4,11 @@ Starts `python -m proxy serve` on the demo (bounding store, built first) on loop
 1. one client alone: latency percentiles of distinct requests, one after another;
 2. `--clients` concurrent clients (threads, one keep-alive httpx client each) for `--seconds`: answers per
    second and latency percentiles;
-and plain DuckDB on the same query in the same run (a read-only connection with the engine's threads).
+and plain DuckDB on the same query in the same run (a read-only connection with the engine's threads), and
+the baseline endpoint (bench/baseline_server.py: the same plain SQL behind the product's HTTP stack, started
+beside the product) through the same two phases, just before the product's: the product's answers per
+second and latency (p50, p90) are reported as ratios to it (issue #32: >= 50 % of its answers/s at 8 clients,
+p50 alone <= 1.5x).
 Beside the wall times, the server's CPU time per answer (its process, from /proc): on a loaded machine it
 moves far less than latency, so it is the figure to compare between runs; and of it, the event loop's (the
 main thread: HTTP parsing, middlewares, routing, the access log), the HTTP layer's share. With `--workers N`
@@ -19,7 +23,7 @@ wall times are inflated, so compare with the plain figure of the same run.
 
 Example (the latency summary used for every row of the report):
     >>> summary([4.0, 1.0, 3.0, 2.0])
-    {'n': 4, 'p50_ms': 2.5, 'p95_ms': 4.0, 'mean_ms': 2.5}
+    {'n': 4, 'p50_ms': 2.5, 'p90_ms': 4.0, 'p95_ms': 4.0, 'mean_ms': 2.5}
 """
 
 from __future__ import annotations
@@ -60,13 +64,16 @@ _UNIQUE_LOCK = threading.Lock()
 
 
 def summary(samples_ms: list[float]) -> dict[str, Any]:
-    """n, p50, p95 (nearest rank) and mean of latencies in ms."""
+    """n, p50, p90 and p95 (nearest rank) and mean of latencies in ms."""
     ordered = sorted(samples_ms)
     if not ordered:
         return {"n": 0}
-    rank = max(0, min(len(ordered) - 1, round(0.95 * len(ordered)) - 1))
-    return {"n": len(ordered), "p50_ms": round(statistics.median(ordered), 2), "p95_ms": round(ordered[rank], 2),
-            "mean_ms": round(statistics.fmean(ordered), 2)}
+
+    def rank(q: float) -> float:
+        return round(ordered[max(0, min(len(ordered) - 1, round(q * len(ordered)) - 1))], 2)
+
+    return {"n": len(ordered), "p50_ms": round(statistics.median(ordered), 2), "p90_ms": rank(0.9),
+            "p95_ms": rank(0.95), "mean_ms": round(statistics.fmean(ordered), 2)}
 
 
 def set_limits(policy: Path, clients: int) -> None:
@@ -231,17 +238,27 @@ def main(argv: list[str] | None = None) -> int:
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "DPPROXY_LEDGER": str(ledger)}
-    log_path = directory / "throughput-server.log"
+    log_path, baseline_log = directory / "throughput-server.log", directory / "throughput-baseline.log"
+    baseline_port = _free_port()
     stack = [f"--{name}={value}" for name, value in (("http", args.http), ("loop", args.loop)) if value]
     stack += [f"--workers={args.workers}"] if args.workers > 1 else []
     facts["server_stack"] = stack
     with log_path.open("w") as log, _server(
         [sys.executable, "-m", "proxy", "serve", "--policy", str(policy), "--port", str(port), *stack], env, log
-    ) as proc:
-        base = f"http://127.0.0.1:{port}"
+    ) as proc, baseline_log.open("w") as blog, _server(
+        [sys.executable, str(ROOT / "bench" / "baseline_server.py"), "--policy", str(policy), "--port",
+         str(baseline_port)], env, blog
+    ) as baseline:
+        base, plain_base = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{baseline_port}"
         with httpx.Client(base_url=base) as probe:
             _wait_ready(probe, proc, log_path)
+        with httpx.Client(base_url=plain_base) as probe:
+            _wait_ready(probe, baseline, baseline_log)
+        # each phase on the baseline, then on the product, in the same minutes
+        results["baseline_alone"] = _cpu_per_answer(baseline.pid, lambda: alone(plain_base, key, args.alone))
         results["alone"] = _cpu_per_answer(proc.pid, lambda: alone(base, key, args.alone))
+        results["baseline_concurrent"] = _cpu_per_answer(
+            baseline.pid, lambda: concurrent(plain_base, key, args.clients, args.seconds))
         results["concurrent"] = _cpu_per_answer(proc.pid, lambda: concurrent(base, key, args.clients, args.seconds))
     facts["loadavg_after"] = os.getloadavg()[0]
     print(f"dataset {meta['rows']:,} visits, {meta['users']:,} users; load {facts['loadavg_before']:.1f} -> "
@@ -256,6 +273,21 @@ def main(argv: list[str] | None = None) -> int:
           f"p95 {c['p95_ms']:7.2f} ms  ({c['answers']} answers in {c['seconds']} s)"
           f"  server CPU {c.get('server_cpu_ms_per_answer')} ms/answer"
           f" (event loop {c.get('event_loop_cpu_ms_per_answer')})")
+    for phase in ("alone", "concurrent"):
+        b, r = results[f"baseline_{phase}"], results[phase]
+        results[f"{phase}_over_baseline"] = ratios = {
+            q: round(r[f"{q}_ms"] / b[f"{q}_ms"], 2) for q in ("p50", "p90")}
+        if phase == "concurrent":
+            ratios["answers_per_s_share"] = round(r["answers_per_s"] / b["answers_per_s"], 2)
+        print(f"baseline {phase:<10} p50 {b['p50_ms']:7.2f} ms  p90 {b['p90_ms']:7.2f} ms"
+              + (f"  {b['answers_per_s']:7.1f} answers/s" if phase == "concurrent" else "")
+              + f"  server CPU {b.get('server_cpu_ms_per_answer')} ms/answer;  product / baseline: p50"
+              f" x{ratios['p50']:.2f}, p90 x{ratios['p90']:.2f}"
+              + (f", answers/s {100 * ratios['answers_per_s_share']:.0f} %" if phase == "concurrent" else ""))
+    ours, theirs = (results[k].get("server_cpu_ms_per_answer") for k in ("alone", "baseline_alone"))
+    if ours is not None and theirs is not None:
+        print(f"fixed cost per request (one client): product {ours} ms server CPU, baseline {theirs} ms:"
+              f" the product's own work {ours - theirs:.2f} ms")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"facts": facts, "results": results, "sql": SQL}, indent=2) + "\n")
     return 0

@@ -2,10 +2,13 @@
 
 Query and preview requests wait here for one of `workers` threads; every other route (budget, ledger,
 datasets, the dashboard) keeps Starlette's own thread pool, and /healthz and /readyz answer without either,
-so queries can never hold up those. Waiting requests get a thread in turn by analyst (round robin, not
-first come, first served), and no analyst ever runs on more than `workers - 1` of them (at least one), so a
-thread is free, or next to be free, for everyone else: one analyst's burst of heavy queries waits for its own
-earlier queries, never in front of another analyst's.
+so queries can never hold up those. The pool is work-conserving and fair: a free worker never idles while a
+query waits, so one analyst alone (a dashboard's eight tiles under one key) uses every worker; but an
+analyst's share is `workers - 1` of them (at least one), and workers it runs on beyond that are lent: an
+analyst who arrives below its share starts at once, on a spare thread beside them (at most workers − 1 spare
+threads, FairSlots), and no lent worker is lent again until the pool is back at `workers`. Waiting requests
+get a worker in turn by analyst (round robin, not first come, first served): one analyst's burst of heavy
+queries waits for its own earlier queries, never in front of another analyst's.
 
 A query's post-admit time limit (proxy/run/deadline.py) is kept here too: when it passes, the request ends as a
 `timeout` at once; the thread finishes its query (the engine is interrupted; release cannot be) and only
@@ -29,29 +32,52 @@ T = TypeVar("T")
 
 
 class FairSlots:
-    """`size` slots handed out round robin by owner; an owner never holds more than `per_owner` of them.
-    Event-loop only (no locks).
+    """`size` slots handed out round robin by owner, work-conserving and lent, not given: an owner may run on
+    more than `per_owner` slots while a slot would otherwise idle (no owner below its share waits), and those
+    extra slots are lent. An owner below its share starts at once whenever the slots held *within* shares
+    (each owner's first `per_owner`) leave one free, so it never waits behind another owner's lent slots: it
+    runs beside them on a spare thread, and a lent slot that ends is not lent again while the pool is over
+    `size`. So at most `threads` = 2·size − per_owner run at once (a slot is lent only while fewer than `size`
+    run, and the lender's own `per_owner` are among them), and the pool is back at `size` once the lent slots
+    end. Waiters are served one owner after another, owners below their share first. Event-loop only.
 
-    Example:
-        >>> async def demo():
+    Example (two slots, a share of one): `demo` lets the owners in `arrivals` ask for a slot in that order,
+    then frees one slot of each owner in `frees`, and prints who got a slot when (`|`: a slot freed). Alone, "a"
+    runs on both slots and its third request waits for one; "b", arriving while "a" holds both (one lent),
+    starts at once; when "a" frees one, its third waits, as "a" and "b" now fill the two slots:
+        >>> async def demo(arrivals, frees):
         ...     slots, order = FairSlots(2, per_owner=1), []
-        ...     async def use(owner, i):
-        ...         await slots.acquire(owner); order.append(f"{owner}{i}"); await asyncio.sleep(0.01)
-        ...         slots.release(owner)
-        ...     await asyncio.gather(*(use("a", i) for i in range(3)), use("b", 0))
-        ...     return order
-        >>> asyncio.run(demo())
-        ['a0', 'b0', 'a1', 'a2']
+        ...     async def take(owner):
+        ...         await slots.acquire(owner); order.append(owner)
+        ...     tasks = [asyncio.create_task(take(owner)) for owner in arrivals]
+        ...     await asyncio.sleep(0)
+        ...     for owner in frees:
+        ...         order.append("|"); slots.release(owner); await asyncio.sleep(0)
+        ...     return " ".join(order)
+        >>> asyncio.run(demo("aaa", "a"))
+        'a a | a'
+        >>> asyncio.run(demo("aaab", "aba"))
+        'a a b | | a |'
     """
 
     def __init__(self, size: int, per_owner: int) -> None:
-        self.free = size
+        if not 1 <= per_owner <= size:
+            raise ValueError(f"need 1 <= per_owner <= size, got {per_owner}, {size}")
+        self.size = size
         self.per_owner = per_owner
+        self.threads = 2 * size - per_owner  # the most that run at once (the class docstring)
         self._held: dict[str, int] = {}
+        self._running = 0
+        self._lent = 0  # Σ over owners of the slots they hold beyond per_owner
         self._waiting: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
 
+    @property
+    def free(self) -> int:
+        """Slots not running (of `size`; 0 while lent slots make the pool run over it)."""
+        return max(0, self.size - self._running)
+
     async def acquire(self, owner: str) -> None:
-        if self.free > 0 and self._held.get(owner, 0) < self.per_owner:
+        if self._may_start(owner):  # then nobody waits who would go first (`_hand_on` leaves no such waiter)
             self._grant(owner)
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -71,17 +97,29 @@ class FairSlots:
             self._held[owner] = held
         else:
             del self._held[owner]
-        self.free += 1
+        self._running -= 1
+        if held >= self.per_owner:
+            self._lent -= 1
         self._hand_on()
 
+    def _may_start(self, owner: str) -> bool:
+        if self._held.get(owner, 0) < self.per_owner:  # within its share: lent slots do not count against it
+            return self._running - self._lent < self.size
+        return self._running < self.size  # beyond it: only a slot that would otherwise idle
+
     def _grant(self, owner: str) -> None:
-        self.free -= 1
-        self._held[owner] = self._held.get(owner, 0) + 1
+        held = self._held.get(owner, 0)
+        self._held[owner] = held + 1
+        self._running += 1
+        if held >= self.per_owner:
+            self._lent += 1
 
     def _hand_on(self) -> None:
-        """Give free slots to waiters, one owner after another, skipping owners at their share."""
-        while self.free > 0:
-            owner = next((o for o in self._waiting if self._held.get(o, 0) < self.per_owner), None)
+        """Start waiters while they may, one owner after another: first owners below their share, and only when
+        none of them may start, owners at or above it, in the same turn order."""
+        while self._waiting:
+            below = (o for o in self._waiting if self._held.get(o, 0) < self.per_owner and self._may_start(o))
+            owner = next(below, None) or next((o for o in self._waiting if self._may_start(o)), None)
             if owner is None:
                 return
             queue = self._waiting.pop(owner)
@@ -109,8 +147,9 @@ class QueryRunner:
     """Runs pipeline work for analysts on `workers` dedicated threads (see the module docstring)."""
 
     def __init__(self, workers: int) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpproxy-query")
         self._slots = FairSlots(workers, per_owner=max(1, workers - 1))
+        # `workers` run at once, and up to workers − 1 more while lent slots end (FairSlots)
+        self._pool = ThreadPoolExecutor(max_workers=self._slots.threads, thread_name_prefix="dpproxy-query")
 
     async def run(self, analyst: str, work: Callable[[Deadline], T], timeout_s: float) -> T:
         """`work(deadline)` on a query thread; raises ExecutionTimeout once the deadline, started by the work

@@ -6,6 +6,10 @@ worth; light cells (at most k rows in the store) are summed directly and give th
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from fractions import Fraction
+from random import Random
+
 import pytest
 
 from proxy.query.analyse.analysis import analyse
@@ -52,8 +56,9 @@ def test_counts_and_sums_are_the_closed_form_per_cell(public: bool) -> None:
                        Catalog((table,)))
     assert not uses_rank_filter(analysis)  # a WHERE on a row-level column bounds after it
     sql = rewrite_ranked(analysis, 5)
-    # no light-cell split: the window re-ranking a unit's groups after the WHERE must see all its cells
-    assert "WHEN __unit IS NULL" not in sql and "__row_rank" not in sql
+    # light cells are added up directly (public partitions) only in units that need no re-rank: the window
+    # re-ranking a unit's groups after the WHERE sees all that unit's cells (`__uncertain`)
+    assert ("WHEN __unit IS NULL" in sql) == public == ("__uncertain" in sql) and "__row_rank" not in sql
     # 'a': unit 1 keeps LEAST(5, 3) = 3 rows and 40 · 3/5 = 24 (within 3 · 10); unit 2 its 2 rows, 4 + 6
     # 'b': unit 1's row (2), unit 2's NULL row (counted, adds nothing to SUM nor COUNT(n))
     units = 2 if not public else 0  # counted only where partition selection reads it
@@ -96,3 +101,54 @@ def test_two_row_level_keys_keep_max_groups_cells_per_unit() -> None:
     for salt in range(5):
         answer = _run(rewrite_ranked(analysis, salt), table, rows)
         assert sum(count for *_, count in answer) == 2
+
+
+def _half_up(x: Fraction) -> int:
+    """DuckDB's ROUND of a non-negative DOUBLE: half away from zero (exact here: small integers over small n)."""
+    return int(x + Fraction(1, 2)) if x >= 0 else -int(-x + Fraction(1, 2))
+
+
+def _by_definition(rows: list[tuple[int, str, int]], ranks: dict[tuple[int, str], int], keep: Callable[[int], bool],
+                   max_groups: int, k: int) -> list[tuple[object, ...]]:
+    """COUNT(*) and SUM(n) per g, bounded after the WHERE `keep(n)` by the definition, in Python: each unit's
+    cells that pass, in stored group-rank order, the first `max_groups`; each cell LEAST(n, k) rows and its sum
+    times min(1, k / n), rounded, clamped to k rows' worth."""
+    cells: dict[tuple[int, str], list[int]] = {}
+    for uid, g, n in rows:
+        if keep(n) and g in "abc":  # the public domain: d is dropped before ranking, as per query
+            cells.setdefault((uid, g), []).append(n)
+    totals: dict[str, list[int]] = {}
+    for uid in {u for u, _ in cells}:
+        mine = sorted((g for u, g in cells if u == uid), key=lambda g: ranks[uid, g])[:max_groups]
+        for g in mine:
+            values = cells[uid, g]
+            total = sum(values) if len(values) <= k else _half_up(Fraction(sum(values) * k, len(values)))
+            entry = totals.setdefault(g, [0, 0])
+            entry[0] += min(len(values), k)
+            entry[1] += min(max(total, 0), 10 * k)
+    return sorted(((g, 0, c, s) for g, (c, s) in totals.items()), key=str)
+
+
+@pytest.mark.parametrize("max_groups", [1, 2, 3, 4])
+def test_reranking_only_the_units_that_need_it_gives_the_definition(max_groups: int) -> None:
+    # 40 units with 1 to 4 of the groups a-d, 1 to 5 rows per cell (k = 3: light and heavy cells), values 0-9;
+    # WHERE n >= 3 drops some cells whole and thins others, so some units need a re-rank and some do not; d is
+    # outside the public domain (a-c) and takes none of a unit's groups
+    random = Random(32)
+    rows = [(uid, g, random.randrange(10)) for uid in range(40) for g in random.sample("abcd", random.randint(1, 4))
+            for _ in range(random.randint(1, 5))]
+    table = _table(public=True, max_groups=max_groups)
+    analysis = analyse(parse("SELECT g, COUNT(*), SUM(n) FROM t WHERE n >= 3 GROUP BY g"), Catalog((table,)))
+    sql = rewrite_cells(analysis, 1)
+    assert "__uncertain" in sql and "WHEN __unit IS NULL" in sql  # the fast path is the one under test
+    con = scratch_db.connect()
+    con.execute("ATTACH ':memory:' AS src")
+    con.execute("CREATE TABLE src.t (uid BIGINT, g VARCHAR, r VARCHAR, n INTEGER)")
+    con.executemany("INSERT INTO src.t VALUES (?, ?, NULL, ?)", rows)
+    con.execute(store_layout.build_sql(table, "key"))
+    ranks = {(u, g): r for u, g, r in con.execute("SELECT DISTINCT uid, g, __group_rank__g FROM t").fetchall()}
+    con.close()
+    assert max(ranks.values()) > max_groups or max_groups == 4  # the stored ranks alone would not bound it
+    expected = _by_definition(rows, ranks, lambda n: n >= 3, max_groups, 3)
+    padded = [(u, g, "N", n) for u, g, n in rows]
+    assert _run(sql, table, padded) == expected

@@ -29,9 +29,13 @@ Light cells: a cell with at most k rows in the store (`__cell_rows__<key>`, `__u
 WHERE) is within every bound whatever the WHERE keeps, so its rows are added up directly (in the same scan
 and aggregation, under the unit NULL, which no stored row has), and only the rows of larger cells are
 aggregated per unit and cell (on the demo 15 % of the rows by category at k = 20). Whether a cell is light is a function of the unit's own rows, and it gives the same answer as
-aggregating it per cell (n <= k: exact totals). Not used with a window over cells (which must see every cell:
-so not under a WHERE with a row-level key)
-or for counts of distinct units (one per cell).
+aggregating it per cell (n <= k: exact totals). Under a WHERE with one row-level key, only in a unit that needs
+no re-rank: one with no row passing the WHERE at a stored group rank above max_groups (`_uncertain`, a join to
+those units), whose passing cells are all kept; the window then ranks only the other units' cells (the re-rank
+must see all of a unit's cells) and the heavy cells, and a cell whose stored rank is <= max_groups skips it
+(issue #32: 187 -> 34 ms CPU for COUNT by category under `day BETWEEN` on the 1M demo, bench/README.md). Not
+used with a window over the salted hash (two row-level keys), for counts of distinct units (one per cell) or
+private partitions (`__units` counts cells).
 
 Example:
     >>> from proxy.query.parse.statement import parse
@@ -41,7 +45,7 @@ Example:
     ...     ColumnSpec("n", "INTEGER", bounds=(0, 10))), max_rows=3, max_groups=2)
     >>> print(rewrite_cells(analyse(parse("SELECT g, COUNT(*), SUM(n) FROM t WHERE n > 1 GROUP BY g"),
     ...     Catalog((t,)))))
-    WITH __cells AS (SELECT * FROM (SELECT "u" AS __unit, "g" COLLATE "binary" AS __k0, COUNT(*) AS __n, COUNT(*) AS __c0, SUM(__grid__n) AS __c1, MIN(__group_rank__g) AS __group_rank FROM "t" WHERE "n" > 1 GROUP BY __unit, __k0) AS __grouped QUALIFY ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY __group_rank) <= 2) SELECT __k0, COUNT(*) AS __units, SUM(LEAST(__c0, 3)) AS __m0, SUM(LEAST(GREATEST(CASE WHEN __n <= 3 THEN COALESCE(__c1, 0) ELSE CAST(LEAST(GREATEST(ROUND(CAST(COALESCE(__c1, 0) AS DOUBLE) * 3 / __n), -73786976294838206464), 73786976294838206464) AS INT128) END, 0), 30)) AS __m1 FROM __cells GROUP BY __k0
+    WITH __cells AS (SELECT * FROM (SELECT "u" AS __unit, "g" COLLATE "binary" AS __k0, COUNT(*) AS __n, COUNT(*) AS __c0, SUM(__grid__n) AS __c1, MIN(__group_rank__g) AS __group_rank FROM "t" WHERE "n" > 1 GROUP BY __unit, __k0) AS __grouped QUALIFY __group_rank <= 2 OR ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY __group_rank) <= 2) SELECT __k0, COUNT(*) AS __units, SUM(LEAST(__c0, 3)) AS __m0, SUM(LEAST(GREATEST(CASE WHEN __n <= 3 THEN COALESCE(__c1, 0) ELSE CAST(LEAST(GREATEST(ROUND(CAST(COALESCE(__c1, 0) AS DOUBLE) * 3 / __n), -73786976294838206464), 73786976294838206464) AS INT128) END, 0), 30)) AS __m1 FROM __cells GROUP BY __k0
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from proxy.query.catalog import ColumnSpec
 from proxy.query.rewrite import caps, store_layout
 from proxy.query.rewrite.per_query import UNITS, ranked_cells, row_value, store_canonical, with_computed
 
+UNCERTAIN = "__uncertain"  # the unit, for a unit with a passing row above max_groups (`_uncertain`)
 CAST_LIMIT = 2**66  # a scaled cell total is brought within this in DOUBLE before its cast: HUGEINT holds it
 
 
@@ -88,12 +93,18 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
     # larger cells are aggregated per cell first: one scan. Not with a window over cells (it must see every
     # cell) or a count of distinct units (one per cell).
     capping = any(m.cap for m in analysis.measures)  # a unit's cells are scaled together: no light-cell split
-    split = not windowed and not reranked and not capping and analysis.partitions != "private" and all(
+    split = not windowed and not capping and analysis.partitions != "private" and all(
         m.kind != "units" for m in analysis.measures)
     unit: exp.Expr = types.column(*_typed(analysis, table.privacy_unit))
+    uncertain: exp.Join | None = None
     if split:
         size = exp.column(store_layout.cell_rows(row_keys[0]) if row_keys else store_layout.UNIT_ROWS)
-        unit = exp.Case(ifs=[exp.If(this=exp.GT(this=size, expression=exp.Literal.number(k)), true=unit)])
+        aggregated: exp.Expr = exp.GT(this=size, expression=exp.Literal.number(k))
+        if reranked:  # a light cell is added up directly only when its unit needs no re-rank (`_uncertain`)
+            aggregated = exp.or_(aggregated, exp.Not(this=exp.Is(this=exp.column(UNCERTAIN), expression=exp.Null())),
+                                 copy=False)
+            uncertain = _uncertain(analysis, unit, row_keys[0], conditions)
+        unit = exp.Case(ifs=[exp.If(this=aggregated, true=unit.copy())])
     # Every node below is built here for this query alone (the WHERE is copied in): the builders need not copy the
     # growing tree (copy=False), as in rewrite/on_store.py (about half the planning time of a per-cell query,
     # bench/request_cost.py).
@@ -106,14 +117,21 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
         rank = exp.Min(this=exp.column(store_layout.group_rank(row_keys[0])))
         cells = cells.select(exp.alias_(rank, "__group_rank", copy=False), append=True, copy=False)
     cells = cells.from_(store_source(analysis), copy=False)
+    if uncertain is not None:
+        cells = cells.join(uncertain, copy=False)
     if conditions:
         cells = cells.where(exp.and_(*conditions, copy=False), copy=False)
     cells = cells.group_by(*map(exp.column, ["__unit", *keys]), copy=False)
     if reranked:  # the unit's first max_groups cells after the WHERE, in the stored order (unique per value)
+        # A stored rank <= max_groups stays <= max_groups after the WHERE (it only drops cells), so such a cell is
+        # kept whatever the window says: only the others need it. (The light cells added up directly under the
+        # NULL unit all have such a rank: their unit has no passing row of a larger one, `_uncertain`.)
         order = exp.Order(expressions=[exp.Ordered(this=exp.column("__group_rank"))])
         rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("__unit")], order=order)
+        limit = exp.Literal.number(analysis.max_groups)
         cells = exp.select(exp.Star()).from_(cells.subquery("__grouped", copy=False), copy=False).qualify(
-            exp.LTE(this=rank, expression=exp.Literal.number(analysis.max_groups)), copy=False)
+            exp.or_(exp.LTE(this=exp.column("__group_rank"), expression=limit),
+                    exp.LTE(this=rank, expression=limit.copy()), copy=False), copy=False)
     if windowed:  # no stored rank for these keys: keep max_groups cells per unit, ranked by the keyed hash under
         # the query's salt, as the per-query rewrite ranks them: the same cells on DuckDB and Spark (keyed_hash.py)
         domains = analysis.domains if analysis.partitions == "public" else ()
@@ -159,6 +177,34 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
                                          if node == ref else node, copy=False))
         result = result.having(exp.and_(*inside, copy=False), copy=False)
     return result.with_(exp.TableAlias(this=exp.to_identifier("__cells")), as_=cells, copy=False).sql(dialect="duckdb", copy=False)
+
+
+def _uncertain(analysis: Analysis, unit: exp.Expr, key: str, conditions: list[exp.Expr]) -> exp.Join:
+    """LEFT JOIN the units that have a row passing `conditions` (the WHERE) with a stored group rank of `key`
+    above max_groups, as `UNCERTAIN` (NULL for every other unit).
+
+    Only such a unit's cells need the re-rank after the WHERE: in any other unit every cell that passes has a
+    stored rank <= max_groups, so it is kept (re-ranking only lowers a rank), and its light cells can be added up
+    directly like those of a query without a WHERE (one aggregation; the window then sees only the uncertain
+    units' cells and the heavy ones). Whether a unit is uncertain is a function of its own rows, and the answer is
+    the same as re-ranking every unit. The right side holds each unit once, so the join keeps every row once. A
+    LEFT JOIN, not `IN (SELECT …)`: Spark takes no subquery in a projection.
+
+    Example:
+        >>> from proxy.query.parse.statement import parse
+        >>> from proxy.query.analyse.analysis import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
+        ...     ColumnSpec("n", "INTEGER", bounds=(0, 10))), max_rows=3, max_groups=2)
+        >>> a = analyse(parse("SELECT g, COUNT(*) FROM t WHERE n > 1 GROUP BY g"), Catalog((t,)))
+        >>> print(_uncertain(a, exp.column("u", quoted=True), "g", [a.where]).sql("duckdb"))
+        LEFT JOIN (SELECT "u" AS __uncertain FROM "t" WHERE "n" > 1 AND __group_rank__g > 2 GROUP BY "u") AS __uncertain_units ON "u" = __uncertain
+    """
+    above = exp.GT(this=exp.column(store_layout.group_rank(key)), expression=exp.Literal.number(analysis.max_groups))
+    units = exp.select(exp.alias_(unit.copy(), UNCERTAIN, copy=False)).from_(store_source(analysis), copy=False).where(
+        exp.and_(*(c.copy() for c in conditions), above, copy=False), copy=False).group_by(unit.copy(), copy=False)
+    on = exp.EQ(this=unit.copy(), expression=exp.column(UNCERTAIN))
+    return exp.Join(this=units.subquery("__uncertain_units", copy=False), on=on, side="LEFT")
 
 
 def unranked_keys(analysis: Analysis) -> tuple[str, ...]:
