@@ -121,7 +121,8 @@ class NoiseOut(BaseModel):
     parts_rows: list[list[int] | None] | None = Field(
         None, description="answers, AVG, VAR, STDDEV: each row's released noisy parts in their integer units "
                           "(AVG: centred sum, count; VAR, STDDEV: count, centred sum, centred squares), from "
-                          "which `interval_rows` is computed; a repeat recomputes it from them",
+                          "which `interval_rows` is computed; a repeat recomputes it from them (with "
+                          "?detail=cells; null in the default summary)",
     )
 
 
@@ -325,6 +326,9 @@ class BoundsOut(BaseModel):
     epsilon: float = Field(description="the share of the query's epsilon all selections spent (part of the charge)")
     quantile: float = Field(description="the first part's q (0 without parts)")
     parts: list[BoundOut] = Field(default_factory=list, description="every bound chosen, with its own cost")
+    reused: bool = Field(False, description="true when the bounds were chosen by an earlier query of the same "
+                                            "shape and kept (docs/privacy.md §10.8): this query ran at them as if "
+                                            "declared and paid no selection (`epsilon` 0)")
 
 
 class QueryResponse(BaseModel):

@@ -31,9 +31,10 @@ from accountant.audit.chain_tables import append, migrate_sqlite
 from accountant.errors import LedgerBusy
 from accountant.file_lock import writer_lock
 from accountant.filter import Entry, Spend, total
-from accountant.ledger import tallies
+from accountant.ledger import kept_bounds, tallies
 from accountant.ledger.admit import Since, _Admitting, _Memos
 from accountant.ledger.charges import ANSWERED, Charge, ChargeFilter, Claim, Clock, StoredRelease, Waits, _utcnow
+from accountant.ledger.kept_bounds import KeptBounds
 from accountant.ledger.sql_rows import COLUMNS, charge_of, charge_row, since_of, since_sql, where
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -147,6 +148,8 @@ class SqliteLedger(_Admitting):
             use_wal(self._conn, timeout_s)
             self._conn.execute("PRAGMA synchronous = FULL")
             self._create_schema()
+            with self._writer, _immediate(self._conn):
+                self._conn.execute(kept_bounds.SQLITE_TABLE)  # its own table, created if missing: additive
         except BaseException:
             self._conn.close()
             raise
@@ -331,6 +334,17 @@ class SqliteLedger(_Admitting):
                 return bool(self._conn.execute(insert, row).rowcount)
             finally:
                 self._conn.execute("PRAGMA synchronous = FULL")  # every charge commits with its own fsync
+
+    def keep_bounds(self, kept: KeptBounds) -> None:
+        row = (kept.dataset, kept.scope, kept.shape_sha256, kept.stamp, kept.bounds, _to_us(self._clock()))
+        with self._writing(self._waits.lock_s):
+            self._conn.execute(kept_bounds.keep_sql("?", "at_us"), row)
+
+    def reuse_bounds(self, dataset: str, scope: str, shape_sha256: str, stamp: str, max_uses: int) -> str | None:
+        with self._writing(self._waits.lock_s):
+            row = self._conn.execute(kept_bounds.reuse_sql("?"),
+                                     (dataset, scope, shape_sha256, stamp, max_uses)).fetchone()
+        return None if row is None else str(row[0])
 
     def close(self) -> None:
         with self._lock:

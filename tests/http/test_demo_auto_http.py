@@ -50,7 +50,8 @@ def test_the_readme_example_chooses_rows_and_the_amount_cap_from_a_tenth_of_epsi
                   # at t = √2·G/ε_sum users above it: 5 regions, ε_sum = 0.45 / 3 measures
                   {"bound": "total", "column": "amount", "value": None, "limit": 1000 * 100000,
                    "epsilon": pytest.approx(0.025, rel=1e-12),
-                   "q": pytest.approx(math.sqrt(2) * 5 / 0.15, rel=1e-9)}]}  # region is unit-level: no max_groups
+                   "q": pytest.approx(math.sqrt(2) * 5 / 0.15, rel=1e-9)}],  # region is unit-level: no max_groups
+        "reused": False}  # a preview draws nothing; a query of a shape answered before may reuse (§10.8)
     before = float(spend(client)["epsilon_spent"])
     answer = _ask(client, "/v1/query?detail=cells", sql=README, epsilon=0.5)
     bounds, charge = answer["bounds"], answer["charge"]
@@ -64,6 +65,21 @@ def test_the_readme_example_chooses_rows_and_the_amount_cap_from_a_tenth_of_epsi
     # the count's noise is calibrated to k: the limit's scale times k / 1000
     (count, _), (count_at_limit, _) = answer["noise"], planned["noise"]  # type: ignore[misc]
     assert count["scale"] == pytest.approx(count_at_limit["scale"] * k / 1000, rel=1e-9)
+
+
+def test_a_later_query_of_the_shape_reuses_its_bounds_and_says_so(client: httpx.Client) -> None:
+    """Chosen bounds are a release (docs/privacy.md §10.8): the same shape at another ε runs at them, paying no
+    selection (its event is the query's alone, its ε the request's), and its `bounds` says `reused`."""
+    sql = "SELECT category, SUM(amount) AS total FROM visits WHERE age > 40 GROUP BY category"
+    first = _ask(client, FULL, sql=sql, epsilon=0.5)
+    again = _ask(client, FULL, sql=sql.replace("AS total", "AS t"), epsilon=0.25)
+    one, two = first["bounds"], again["bounds"]
+    assert isinstance(one, dict) and isinstance(two, dict)
+    assert one["reused"] is False and one["epsilon"] > 0 and first["charge"]["events"]["kind"] == "auto_bounds"  # type: ignore[index]
+    assert two["reused"] is True and two["epsilon"] == 0 and all(p["epsilon"] == 0 for p in two["parts"])
+    assert [p["value"] for p in two["parts"]] == [p["value"] for p in one["parts"]]
+    charge = again["charge"]
+    assert isinstance(charge, dict) and charge["epsilon"] == 0.25 and "auto_bounds" not in str(charge["events"])
 
 
 def test_a_gaussian_grouped_count_chooses_its_bounds(client: httpx.Client) -> None:

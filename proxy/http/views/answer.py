@@ -172,8 +172,9 @@ def partitions_out(prepared: Prepared) -> PartitionsOut:
 
 def summarised(body: bytes) -> bytes:
     """An answer as sent by default (`detail=summary`): its budget without the per-rule accounts and the per-cell
-    spend, and its charge without the event tree, the per-rule costs and the scope's cell list and bitmap
-    (`?detail=cells` and GET /v1/budget give them). Display only: the answer as stored, repeated and audited is
+    spend, its charge without the event tree, the per-rule costs and the scope's cell list and bitmap, and its
+    AVG/VAR/STDDEV bars without the noisy parts they were computed from (`parts_rows`; `?detail=cells` and GET
+    /v1/budget give them). Display only: the answer as stored, repeated and audited is
     the full one, and every exact figure a program reads stays (ε, δ, spent, remaining, the shared budget).
 
     Example:
@@ -196,6 +197,9 @@ def summarised(body: bytes) -> bytes:
         scope = charge.get("scope")
         if isinstance(scope, dict):
             scope.update(listed=[], truncated=scope.get("cells", 0) > 0, bitmap=None)
+    for entry in answer.get("noise") or []:
+        if isinstance(entry, dict) and entry.get("parts_rows") is not None:
+            entry["parts_rows"] = None  # the intervals stay; the parts under them are detail
     budget = answer.get("budget")
     if isinstance(budget, dict):
         budget.update(accounts=[], cells=[])

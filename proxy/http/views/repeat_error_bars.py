@@ -37,7 +37,9 @@ def at_confidence(body: bytes, prepared: Prepared, noise_of: NoiseOf) -> bytes:
         return body
     planned = prepared.plan
     if stored.bounds is not None and stored.bounds.chosen and stored.bounds.max_rows is not None:
-        planned = auto_release.plan_at(planned, chosen(stored.bounds, planned.analysis))  # what the answer ran at
+        bounds = chosen(stored.bounds, planned.analysis)  # what the answer ran at: kept bounds as if declared
+        planned = (auto_release.plan_reused(planned, bounds) if stored.bounds.reused
+                   else auto_release.plan_at(planned, bounds))
     noise = [_rescaled(new, old) for new, old in zip(noise_of(planned.analysis, planned.price, level), stored.noise,
                                                      strict=True)]
     parts = _stored_parts(planned.analysis, stored)
