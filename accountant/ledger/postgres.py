@@ -456,8 +456,8 @@ class PostgresLedger(_Admitting):
 
     def reuse_bounds(self, dataset: str, scope: str, shape_sha256: str, stamp: str, max_uses: int) -> str | None:
         with self._bounded(), self._pool.connection() as conn, conn.transaction():
-            row = conn.execute(kept_bounds.reuse_sql("%s"), (dataset, scope, shape_sha256, stamp, max_uses)).fetchone()
-        return None if row is None else str(row[0])
+            rows = conn.execute(kept_bounds.reuse_sql("%s"), (dataset, scope, shape_sha256, stamp, max_uses)).fetchall()
+        return str(rows[0][0]) if rows else None
 
     def close(self) -> None:
         self._pool.close()
