@@ -14,6 +14,8 @@ from accountant import loss
 from accountant.events import from_json
 from mechanisms import laplace
 from proxy.cli.demo import CATEGORIES, DemoFiles
+from proxy.query.analyse.measures import fixed_point
+from proxy.query.catalog import ColumnSpec
 from tests.support.live import Server, policy_copy, spend
 
 FULL = "/v1/query?detail=cells"  # the answer with its full charge and per-cell budget (default: summary)
@@ -80,6 +82,13 @@ def test_a_later_query_of_the_shape_reuses_its_bounds_and_says_so(client: httpx.
     assert [p["value"] for p in two["parts"]] == [p["value"] for p in one["parts"]]
     charge = again["charge"]
     assert isinstance(charge, dict) and charge["epsilon"] == 0.25 and "auto_bounds" not in str(charge["events"])
+    # a repeat at another confidence: the bars at the kept bounds' noise, the query on the whole ε
+    other = _ask(client, FULL, sql=sql.replace("AS total", "AS t"), epsilon=0.25, confidence=0.99)
+    assert other["rows"] == again["rows"] and other["bounds"] == two
+    (before,), (after,) = again["noise"], other["noise"]  # type: ignore[misc]
+    grid = fixed_point(ColumnSpec("amount", "DOUBLE", bounds=(0.0, 100000.0)))[0]  # the demo's declared amount
+    assert after["scale"] == before["scale"] and after["ci"] == pytest.approx(
+        laplace.ci_halfwidth(before["scale"] * grid, 0.99) / grid, rel=1e-12) and after["ci"] > before["ci"]
 
 
 def test_a_gaussian_grouped_count_chooses_its_bounds(client: httpx.Client) -> None:
