@@ -21,6 +21,7 @@ from pathlib import Path
 import duckdb
 
 from proxy.cli.demo import build_demo
+from tests.support import live as live_support
 from tests.support.live import Server
 
 
@@ -53,6 +54,7 @@ def main() -> None:
             ("weekly", "SELECT date_trunc('week', day), COUNT(*) FROM visits GROUP BY 1"))}
         con.close()
         keys = dict(line.split("=", 1) for line in files.keys_env.read_text().split() if "=" in line)
+        live_support.READY_TIMEOUT_S = max(live_support.READY_TIMEOUT_S, 300.0)  # the 1M store builds at start-up
         live = Server(Path(tmp) / "server.log").start(files.policy)
         try:
             with live.client(keys["DPPROXY_ANALYST_KEY"]) as client:

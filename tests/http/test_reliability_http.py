@@ -11,6 +11,7 @@ import httpx
 
 SQL = ("SELECT region, COUNT(*) AS n, SUM(amount) AS total, AVG(amount) AS mean, STDDEV(duration_s) AS spread "
        "FROM visits GROUP BY region")
+FULL = "/v1/query?detail=cells"  # with the noisy parts under each AVG's bars (the default summary leaves them out)
 
 
 def _expected(body: dict[str, Any]) -> list[list[int]]:
@@ -31,11 +32,12 @@ def _expected(body: dict[str, Any]) -> list[list[int]]:
 
 
 def test_unreliable_cells_are_those_whose_bar_is_wider_than_the_value(analyst: httpx.Client) -> None:
-    response = analyst.post("/v1/query", json={"sql": SQL, "epsilon": 0.02, "delta": 0.0, "mechanism": "laplace"})
+    response = analyst.post(FULL, json={"sql": SQL, "epsilon": 0.02, "delta": 0.0, "mechanism": "laplace"})
     assert response.status_code == 200, response.text
     body = response.json()
     bars = {n["column"]: n for n in body["noise"]}
     assert bars["n"]["ci_rows"] is None and len(bars["mean"]["ci_rows"]) == len(body["rows"])
+    assert bars["mean"]["parts_rows"] is not None  # with ?detail=cells (the summary leaves them out)
     assert body["unreliable"] == _expected(body)
     # at ε = 0.02 on the small test demo the spread's noise dominates somewhere: the flag is not vacuous
     assert any(j == body["columns"].index("spread") for _, j in body["unreliable"])
@@ -48,8 +50,8 @@ def test_unreliable_cells_are_those_whose_bar_is_wider_than_the_value(analyst: h
             count = bars["mean"]["parts_rows"][i][1]  # the row's noisy count: the any-data bar is wider
             assert width <= bars["mean"]["ci_times_count"] / count
 
-    again = analyst.post("/v1/query", json={"sql": SQL, "epsilon": 0.02, "delta": 0.0, "mechanism": "laplace",
-                                            "confidence": 0.5})
+    again = analyst.post(FULL, json={"sql": SQL, "epsilon": 0.02, "delta": 0.0, "mechanism": "laplace",
+                                     "confidence": 0.5})
     assert again.status_code == 200 and again.headers["X-DP-Repeat"] == "true"
     repeat = again.json()
     assert repeat["rows"] == body["rows"]
