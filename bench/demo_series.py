@@ -5,9 +5,9 @@ would return the stored answer), and prints the median and p90 relative error ag
 
     PYTHONPATH=. python bench/demo_series.py [--answers 6] [--epsilons 0.1,1.0] [--groups-limit 32]
 
-`--groups-limit` replaces the demo's max_groups_limit (8) to see what the bound on groups per user costs a series;
-`--reuse 0` makes every answer draw its own bounds (by default a shape's later answers reuse the first's, up to the
-demo's `auto_bounds_reuse`, docs/privacy.md §10.8).
+`--groups-limit` replaces the demo's max_groups_limit (32; 8 before issue #29) to see what the bound on groups
+per user costs a series; `--reuse 0` makes every answer draw its own bounds (by default a shape's later answers
+reuse the first's, up to the demo's `auto_bounds_reuse`, docs/privacy.md §10.8).
 """
 
 from __future__ import annotations

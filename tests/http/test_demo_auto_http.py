@@ -13,7 +13,7 @@ import pytest
 from accountant import loss
 from accountant.events import from_json
 from mechanisms import laplace
-from proxy.cli.demo import CATEGORIES, DemoFiles
+from proxy.cli.demo import CATEGORIES, MAX_GROUPS_LIMIT, DemoFiles
 from proxy.query.analyse.measures import fixed_point
 from proxy.query.catalog import ColumnSpec
 from tests.support.live import Server, policy_copy, spend
@@ -97,7 +97,7 @@ def test_a_gaussian_grouped_count_chooses_its_bounds(client: httpx.Client) -> No
     bounds = answer["bounds"]
     assert isinstance(bounds, dict) and [p["bound"] for p in bounds["parts"]] == ["max_rows", "max_groups"]
     g = bounds["parts"][1]["value"]
-    assert 1 <= g <= len(CATEGORIES) and bounds["parts"][1]["limit"] == len(CATEGORIES)
+    assert 1 <= g <= len(CATEGORIES) and bounds["parts"][1]["limit"] == MAX_GROUPS_LIMIT  # g: at most the domain
     (noise,) = answer["noise"]  # type: ignore[misc]
     assert noise["mechanism"] == "gaussian"
     charge = answer["charge"]
@@ -179,7 +179,7 @@ def test_a_repeat_at_another_confidence_keeps_every_chosen_bounds_noise(client: 
 
 def test_daily_and_weekly_series_have_a_public_domain(client: httpx.Client) -> None:
     """The demo declares day's bounds (2026): a daily series releases all 365 days and a weekly one all 53
-    weeks, with no threshold and no δ; each is noised for min(g, d) groups per user (g chosen, at most 8)."""
+    weeks, with no threshold and no δ; each is noised for min(g, d) groups per user (g chosen, at most 32)."""
     daily = _ask(client, "/v1/query?detail=cells", sql="SELECT day, COUNT(*) AS n FROM visits GROUP BY day")
     assert len(daily["rows"]) == 365 and daily["partitions"] == {"kind": "public", "threshold": None, "note": None}
     assert daily["charge"]["delta"] == 0.0  # type: ignore[index]
