@@ -5,7 +5,9 @@ would return the stored answer), and prints the median and p90 relative error ag
 
     PYTHONPATH=. python bench/demo_series.py [--answers 6] [--epsilons 0.1,1.0] [--groups-limit 32]
 
-`--groups-limit` replaces the demo's max_groups_limit (8) to see what the bound on groups per user costs a series.
+`--groups-limit` replaces the demo's max_groups_limit (32; 8 before issue #29) to see what the bound on groups
+per user costs a series; `--reuse 0` makes every answer draw its own bounds (by default a shape's later answers
+reuse the first's, up to the demo's `auto_bounds_reuse`, docs/privacy.md §10.8).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 import duckdb
 
 from proxy.cli.demo import build_demo
+from tests.support import live as live_support
 from tests.support.live import Server
 
 
@@ -31,6 +34,8 @@ def main() -> None:
     parser.add_argument("--answers", type=int, default=6)
     parser.add_argument("--epsilons", default="0.1,1.0")
     parser.add_argument("--groups-limit", type=int, default=None)
+    parser.add_argument("--reuse", type=int, default=None,
+                        help="the dataset's auto_bounds_reuse (0: every answer draws its own bounds)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         files = build_demo(Path(tmp))
@@ -38,6 +43,8 @@ def main() -> None:
         text = re.sub(r"^budgets = .*$", "budgets = { demo = { epsilon = 1e6, delta = 1e-3 } }", text, flags=re.M)
         if args.groups_limit:
             text = re.sub(r"^max_groups_limit = \d+$", f"max_groups_limit = {args.groups_limit}", text, flags=re.M)
+        if args.reuse is not None:  # later answers of a shape reuse its bounds unless 0 (docs/privacy.md §10.8)
+            text = re.sub(r"^bounding = ", f"auto_bounds_reuse = {args.reuse}\nbounding = ", text, count=1, flags=re.M)
         files.policy.write_text(text)
         con = duckdb.connect(str(files.database), read_only=True)
         by_region = {r: (n, a) for r, n, a in con.execute(
@@ -47,6 +54,7 @@ def main() -> None:
             ("weekly", "SELECT date_trunc('week', day), COUNT(*) FROM visits GROUP BY 1"))}
         con.close()
         keys = dict(line.split("=", 1) for line in files.keys_env.read_text().split() if "=" in line)
+        live_support.READY_TIMEOUT_S = max(live_support.READY_TIMEOUT_S, 300.0)  # the 1M store builds at start-up
         live = Server(Path(tmp) / "server.log").start(files.policy)
         try:
             with live.client(keys["DPPROXY_ANALYST_KEY"]) as client:

@@ -30,13 +30,14 @@ from accountant.errors import ChargeUncertain, IdempotencyKeySpent
 from accountant.filter import Budget
 from accountant.ledger.admit import check_claim
 from accountant.ledger.charges import ANSWERED, Admission, Charge, Claim, Idempotency, Ledger, StoredRelease, is_key
+from accountant.ledger.kept_bounds import KeptBounds
 from mechanisms.sampling import Sampler
 from proxy.engines.base import QueryEngine
 from proxy.policy.access import dataset_for
 from proxy.policy.load import AnalystPolicy, DatasetPolicy, Policy, check_accountable
 from proxy.query import auto_release
 from proxy.query.analyse.analysis import public_cells
-from proxy.query.auto.bounds import ChosenBounds
+from proxy.query.auto.bounds import ChosenBounds, chosen_from_json, chosen_json
 from proxy.query.errors import InvalidParameter, PolicyError
 from proxy.query.planner import PublicPlan, QueryPlan, plan, plan_public, repeat_identity
 from proxy.query.release.publish import Release, release
@@ -84,6 +85,7 @@ class Prepared:
     plan: QueryPlan
     request_sha256: str  # the identity of a repeat
     confidence: float | None = None  # of the error bars rendered (not part of a repeat's identity)
+    reused: ChosenBounds | None = None  # the plan runs at bounds an earlier query chose and kept (at_kept_bounds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,7 @@ class Answer:
     charge: Charge
     release: Release
     bounds: ChosenBounds | None = None  # the max_rows a query on an auto table chose, and its cost
+    selected: QueryPlan | None = None  # with bounds chosen now: the plan they were chosen for (at the limits)
 
 
 def engine_sql(planned: QueryPlan, engine: QueryEngine | StoreEngine) -> str:
@@ -240,6 +243,8 @@ def reply(
     if claim is not None:  # paid, nothing released: run under the charge, unless an error was its outcome
         check_claim(claim, prepared.dataset.name, prepared.request_sha256)
     key = None if idempotency_key is None else Idempotency(idempotency_key, prepared.request_sha256)
+    if key is None:  # a keyed request always draws its own bounds: every retry of it is priced alike
+        prepared = at_kept_bounds(prepared, analyst.name, env)
     try:
         result = answer(prepared, analyst, env, on_admitted, deadline, key)
     except IdempotencyKeySpent:  # a concurrent retry gave the key its outcome since: its answer, if it was one
@@ -247,6 +252,7 @@ def reply(
         if stored is None:
             raise
         return Reply(stored.body if rebar is None else rebar(stored.body, prepared), stored.charge_id, repeat=True)
+    keep_bounds(result, analyst.name, env)
     body = render(result)
     faults.point("rendered")
     deadline.deliver()  # from here on the answer is released; if too late, a charged timeout instead
@@ -330,7 +336,8 @@ def answer(
     on_admitted(charge)  # from here on, every failure reports charged: true
     faults.point("admitted")
     deadline.start()
-    bounds = None
+    bounds = prepared.reused  # kept bounds: the plan is at them already, and nothing is selected
+    selected = prepared.plan
     with env.timed("execute"):
         deadline.check()
         if picking is not None:  # choose the bound first (proxy/query/auto_release.py): charged above already
@@ -341,7 +348,56 @@ def answer(
         deadline.check()
         result = release(rows.rows, prepared.plan.analysis, price, env.sampler)
     deadline.check()
-    return Answer(prepared, charge, result, bounds)
+    return Answer(prepared, charge, result, bounds, selected)
+
+
+def _kept_at(prepared: Prepared, analyst: str, env: Env) -> tuple[str, str, str] | None:
+    """(scope, shape, stamp) under which this query's chosen bounds are kept, or None where nothing is kept:
+    no selection, or a dataset that reuses none. The scope is the dataset ("") when it has a total budget, which
+    covers every analyst's charges together, else the analyst (docs/privacy.md §10.8)."""
+    planned = prepared.plan
+    if planned.auto is None or not planned.auto.parts or prepared.dataset.auto_bounds_reuse == 0:
+        return None
+    scope = "" if prepared.dataset.budget is not None else analyst
+    stamp = getattr(env.engine(prepared.dataset.name), "stamp", "")  # a store's; a source read as is has none
+    return scope, auto_release.shape_sha256(planned), str(stamp)
+
+
+def at_kept_bounds(prepared: Prepared, analyst: str, env: Env) -> Prepared:
+    """`prepared` at the bounds an earlier query of the same shape chose, if the ledger keeps them for this
+    scope at the source's current stamp and they have been reused fewer than `auto_bounds_reuse` times: planned
+    as if declared (auto_release.plan_reused: no selection, the fixed-bounds price at this ε). Else `prepared`.
+    Before admission: the price it gives is the one charged."""
+    if _kept_at(prepared, analyst, env) is None:
+        return prepared
+    env.engine(prepared.dataset.name).refresh()  # the stamp compared is the store's that will answer
+    kept = _kept_at(prepared, analyst, env)
+    assert kept is not None
+    scope, shape, stamp = kept
+    text = env.ledger.reuse_bounds(prepared.dataset.name, scope, shape, stamp, prepared.dataset.auto_bounds_reuse)
+    if text is None:
+        return prepared
+    chosen = dataclasses.replace(chosen_from_json(text), reused=True)
+    return dataclasses.replace(prepared, plan=auto_release.plan_reused(prepared.plan, chosen), reused=chosen)
+
+
+def keep_bounds(result: Answer, analyst: str, env: Env) -> None:
+    """Keep the bounds `result`'s query chose now, for later queries of its shape (a reused or a declared-limits
+    answer keeps nothing new). Post-processing of a release already made; a ledger that cannot keep them costs
+    only the reuse, never the answer."""
+    bounds = result.bounds
+    if bounds is None or bounds.reused or bounds.note is not None:
+        return
+    # the shape is the plan's before the bounds were drawn: the prepared plan at the limits has it
+    kept = _kept_at(dataclasses.replace(result.prepared, plan=result.selected), analyst, env)
+    if kept is None:
+        return
+    scope, shape, stamp = kept
+    try:
+        env.ledger.keep_bounds(KeptBounds(result.prepared.dataset.name, scope, shape, stamp, chosen_json(bounds)))
+    except Exception:
+        log.exception("could not keep the bounds chosen for dataset %s; later queries will choose their own",
+                      result.prepared.dataset.name)
 
 
 def at_chosen_bound(

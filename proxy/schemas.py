@@ -106,8 +106,23 @@ class NoiseOut(BaseModel):
                           "the true quantiles of ranks q·n ± this many rows, in every group",
     )
     ci_rows: list[float | None] | None = Field(
-        None, description="answers, AVG, VAR, STDDEV: each row's half-width at `confidence`, `ci_times_count` over "
-                          "the row's noisy count (null where that count is <= 0; STDDEV: in variance units)",
+        None, description="answers, AVG, VAR, STDDEV: each row's half-width at `confidence`, the larger distance "
+                          "from the value to an end of its `interval_rows` (null where the value is NULL)",
+    )
+    method: Literal["noise", "parts", "rank"] | None = Field(
+        None, description="how the error bar is computed: `noise` (COUNT, SUM: the noise's exact interval), "
+                          "`parts` (AVG, VAR, STDDEV in an answer: from the row's released noisy parts, "
+                          "docs/privacy.md §6), `rank` (quantiles); coverage is over the noise only",
+    )
+    interval_rows: list[list[float] | None] | None = Field(
+        None, description="answers, AVG, VAR, STDDEV: each row's interval [lo, hi] at `confidence` for the value "
+                          "the bounded rows give, from the row's noisy parts (method `parts`)",
+    )
+    parts_rows: list[list[int] | None] | None = Field(
+        None, description="answers, AVG, VAR, STDDEV: each row's released noisy parts in their integer units "
+                          "(AVG: centred sum, count; VAR, STDDEV: count, centred sum, centred squares), from "
+                          "which `interval_rows` is computed; a repeat recomputes it from them (with "
+                          "?detail=cells; null in the default summary)",
     )
 
 
@@ -311,6 +326,9 @@ class BoundsOut(BaseModel):
     epsilon: float = Field(description="the share of the query's epsilon all selections spent (part of the charge)")
     quantile: float = Field(description="the first part's q (0 without parts)")
     parts: list[BoundOut] = Field(default_factory=list, description="every bound chosen, with its own cost")
+    reused: bool = Field(False, description="true when the bounds were chosen by an earlier query of the same "
+                                            "shape and kept (docs/privacy.md §10.8): this query ran at them as if "
+                                            "declared and paid no selection (`epsilon` 0)")
 
 
 class QueryResponse(BaseModel):

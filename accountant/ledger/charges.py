@@ -23,6 +23,7 @@ from accountant.cell_scope import CellScope
 from accountant.cells import Ledgered
 from accountant.events import Event
 from accountant.filter import BASIC, Accounting, Budget, Entry, Rule, Spend
+from accountant.ledger.kept_bounds import KeptBounds
 
 Clock = Callable[[], datetime]
 def _utcnow() -> datetime:
@@ -293,6 +294,16 @@ class Ledger(Protocol):
         durable transaction when the release is kept, so the answer needs no second commit before it is
         sent (proxy/http/middleware/audit_trail.py). With `idempotency_key` (the key that paid `release.charge_id`), the
         release is the key's outcome: kept only if the key had none, in the same transaction."""
+        ...
+
+    def keep_bounds(self, kept: KeptBounds) -> None:
+        """Keep a shape's chosen bounds for reuse (accountant/ledger/kept_bounds.py), replacing any kept for
+        that (dataset, scope, shape) and starting its use count at 0."""
+        ...
+
+    def reuse_bounds(self, dataset: str, scope: str, shape_sha256: str, stamp: str, max_uses: int) -> str | None:
+        """The kept bounds of the shape (their JSON), counting one more use, when they were drawn at `stamp`
+        and used fewer than `max_uses` times; else None (and nothing changes). Atomic."""
         ...
 
     def close(self) -> None:

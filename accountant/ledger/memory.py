@@ -25,6 +25,7 @@ from accountant.errors import LedgerBusy
 from accountant.filter import Entry, Spend, total
 from accountant.ledger.admit import Since, _Admitting, _Memos
 from accountant.ledger.charges import ANSWERED, Charge, ChargeFilter, Claim, Clock, StoredRelease, Waits, _utcnow
+from accountant.ledger.kept_bounds import KeptBounds
 from accountant.ledger.sql_rows import entry_of
 
 # --- in memory --------------------------------------------------------------------------------------
@@ -40,6 +41,7 @@ class MemoryLedger(_Admitting):
         self._histories: dict[tuple[str | None, str], list[int]] = {}  # (analyst or None, dataset): row numbers
         self._releases: dict[tuple[str, str, str], StoredRelease] = {}
         self._claims: dict[tuple[str, str], Claim] = {}  # (analyst, key)
+        self._kept: dict[tuple[str, str, str], tuple[KeptBounds, int]] = {}  # (dataset, scope, shape): (kept, uses)
         self._clock = clock
         self._memos = _Memos()
         self.admissions: list[AuditRecord] = []  # the admitted entries, in order (no chain in memory)
@@ -164,6 +166,18 @@ class MemoryLedger(_Admitting):
             if audit is not None:
                 self.admissions.append(audit)
             return True
+
+    def keep_bounds(self, kept: KeptBounds) -> None:
+        with self._held(self._waits.lock_s):
+            self._kept[(kept.dataset, kept.scope, kept.shape_sha256)] = (kept, 0)
+
+    def reuse_bounds(self, dataset: str, scope: str, shape_sha256: str, stamp: str, max_uses: int) -> str | None:
+        with self._held(self._waits.lock_s):
+            found = self._kept.get((dataset, scope, shape_sha256))
+            if found is None or found[0].stamp != stamp or found[1] >= max_uses:
+                return None
+            self._kept[(dataset, scope, shape_sha256)] = (found[0], found[1] + 1)
+            return found[0].bounds
 
     def close(self) -> None:
         pass

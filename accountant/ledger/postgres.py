@@ -24,9 +24,10 @@ from accountant.audit.chain import AuditRecord
 from accountant.audit.chain_tables import POSTGRES_MIGRATIONS, append
 from accountant.errors import ChargeUncertain, LedgerBusy
 from accountant.filter import Entry, Spend, total
-from accountant.ledger import tallies
+from accountant.ledger import kept_bounds, tallies
 from accountant.ledger.admit import Since, _Admitting, _Memos
 from accountant.ledger.charges import ANSWERED, Charge, ChargeFilter, Claim, Clock, StoredRelease, Waits, _utcnow
+from accountant.ledger.kept_bounds import KeptBounds
 from accountant.ledger.sql_rows import COLUMNS, charge_of, charge_row, since_of, since_sql, where
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -260,6 +261,7 @@ class PostgresLedger(_Admitting):
         try:
             migrate(self._pool, "ledger", MIGRATIONS)
             migrate(self._pool, "audit", POSTGRES_MIGRATIONS)  # the audit chain: admit appends to it
+            migrate(self._pool, "chosen_bounds", kept_bounds.POSTGRES_MIGRATIONS)  # its own component: additive
         except BaseException:
             self._pool.close()
             raise
@@ -446,6 +448,16 @@ class PostgresLedger(_Admitting):
         if refused is not None:
             raise refused  # after the release committed: the answer is withheld, a repeat returns it
         return True
+
+    def keep_bounds(self, kept: KeptBounds) -> None:
+        row = (kept.dataset, kept.scope, kept.shape_sha256, kept.stamp, kept.bounds, self._clock())
+        with self._bounded(), self._pool.connection() as conn, conn.transaction():
+            conn.execute(kept_bounds.keep_sql("%s", "at"), row)
+
+    def reuse_bounds(self, dataset: str, scope: str, shape_sha256: str, stamp: str, max_uses: int) -> str | None:
+        with self._bounded(), self._pool.connection() as conn, conn.transaction():
+            rows = conn.execute(kept_bounds.reuse_sql("%s"), (dataset, scope, shape_sha256, stamp, max_uses)).fetchall()
+        return str(rows[0][0]) if rows else None
 
     def close(self) -> None:
         self._pool.close()

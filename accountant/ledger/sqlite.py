@@ -31,9 +31,10 @@ from accountant.audit.chain_tables import append, migrate_sqlite
 from accountant.errors import LedgerBusy
 from accountant.file_lock import writer_lock
 from accountant.filter import Entry, Spend, total
-from accountant.ledger import tallies
+from accountant.ledger import kept_bounds, tallies
 from accountant.ledger.admit import Since, _Admitting, _Memos
 from accountant.ledger.charges import ANSWERED, Charge, ChargeFilter, Claim, Clock, StoredRelease, Waits, _utcnow
+from accountant.ledger.kept_bounds import KeptBounds
 from accountant.ledger.sql_rows import COLUMNS, charge_of, charge_row, since_of, since_sql, where
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -147,6 +148,8 @@ class SqliteLedger(_Admitting):
             use_wal(self._conn, timeout_s)
             self._conn.execute("PRAGMA synchronous = FULL")
             self._create_schema()
+            with self._writer, _immediate(self._conn):
+                self._conn.execute(kept_bounds.SQLITE_TABLE)  # its own table, created if missing: additive
         except BaseException:
             self._conn.close()
             raise
@@ -331,6 +334,27 @@ class SqliteLedger(_Admitting):
                 return bool(self._conn.execute(insert, row).rowcount)
             finally:
                 self._conn.execute("PRAGMA synchronous = FULL")  # every charge commits with its own fsync
+
+    def keep_bounds(self, kept: KeptBounds) -> None:
+        """Without an fsync of its own (synchronous = NORMAL, as a release without its audit entry): a power cut
+        may lose the record or a use, which costs a fresh draw or one use more, never privacy."""
+        row = (kept.dataset, kept.scope, kept.shape_sha256, kept.stamp, kept.bounds, _to_us(self._clock()))
+        with self._writing(self._waits.lock_s), self._unsynced():
+            self._conn.execute(kept_bounds.keep_sql("?", "at_us"), row)
+
+    def reuse_bounds(self, dataset: str, scope: str, shape_sha256: str, stamp: str, max_uses: int) -> str | None:
+        with self._writing(self._waits.lock_s), self._unsynced():
+            rows = self._conn.execute(kept_bounds.reuse_sql("?"),  # stepped to its end: the write commits here
+                                      (dataset, scope, shape_sha256, stamp, max_uses)).fetchall()
+        return str(rows[0][0]) if rows else None
+
+    @contextmanager
+    def _unsynced(self) -> Iterator[None]:
+        self._conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            yield
+        finally:
+            self._conn.execute("PRAGMA synchronous = FULL")  # every charge commits with its own fsync
 
     def close(self) -> None:
         with self._lock:

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 CSV = "text/csv"
 ARROW = "application/vnd.apache.arrow.stream"
 _METADATA = ("charge", "noise", "partitions", "budget", "dataset", "public")  # public: only on exact answers
+_PER_ROW = ("ci_rows", "interval_rows", "parts_rows")  # per-row error bars: JSON and Arrow only, never a header
 # OWASP (CSV Injection): a cell starting with one of these is a formula to Excel, LibreOffice or Sheets; NUL
 # from ASVS 1.2.10, the full-width forms because some spreadsheets fold them to the ASCII ones
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\0", "\uff1d", "\uff0b", "\uff0d", "\uff20")
@@ -80,10 +81,10 @@ def to_csv(body: bytes) -> tuple[bytes, dict[str, str]]:
     writer = csv.writer(out, lineterminator="\r\n")  # RFC 4180; and a field holding CR or LF is then quoted
     writer.writerow([_cell(name) for name in answer["columns"]])  # an alias is text the analyst chose
     writer.writerows([_cell(v) for v in row] for row in answer["rows"])
-    # a header carries no per-row list (the AVG/VAR bars `ci_rows`: in the JSON answer and the Arrow metadata),
+    # a header carries no per-row list (the AVG/VAR bars `_PER_ROW`: in the JSON answer and the Arrow metadata),
     # so that its size does not grow with the rows, and no null field: headers stay under 1 KB for reverse
     # proxies (X-DP-Noise: about 100 bytes per noised column)
-    noise = [{k: v for k, v in n.items() if v is not None and k != "ci_rows"} if isinstance(n, dict) else n
+    noise = [{k: v for k, v in n.items() if v is not None and k not in _PER_ROW} if isinstance(n, dict) else n
              for n in answer.get("noise") or []]
     metadata = {**answer, "noise": noise} if "noise" in answer else answer
     headers = {f"X-DP-{key.capitalize()}": _compact(metadata[key]) for key in _METADATA if key in metadata}

@@ -194,7 +194,7 @@ def query_work(
 def _render(result: Answer, env: Env) -> bytes:
     prepared = result.prepared
     analysis = prepared.plan.analysis
-    noise = with_row_bars(analysis, result.release.counts,
+    noise = with_row_bars(analysis, prepared.plan.price, result.release.rows, result.release.parts,
                           noise_out(analysis, prepared.plan.price, prepared.confidence))
     return QueryResponse(
         dataset=prepared.dataset.name,

@@ -65,6 +65,10 @@ def delta_problem(value: float, below: float = 1.0) -> str | None:
 
 
 
+DEFAULT_AUTO_REUSE = 10  # later queries at one shape's chosen bounds before a fresh draw
+MAX_AUTO_REUSE = 1_000_000
+
+
 @dataclass(frozen=True, slots=True)
 class DatasetPolicy:
     """One dataset: its DuckDB file, its catalog, the noise defaults for its queries, its admit rule and
@@ -87,6 +91,9 @@ class DatasetPolicy:
     spark: SparkSource | None = None
     auto_bounds_share: float = DEFAULT_AUTO_SHARE  # of a query's ε, spent choosing an auto max_rows
     auto_bounds_quantile: float = DEFAULT_AUTO_QUANTILE  # q of an auto clamp's DP quantile of the column's values
+    # how many later queries of one shape may run at the bounds a query chose, before one draws them afresh (0:
+    # never reused); a new source stamp always draws afresh (docs/privacy.md §10.8)
+    auto_bounds_reuse: int = DEFAULT_AUTO_REUSE
     answer_time: AnswerTime = "immediate"  # "padded": answers leave at a fixed time (proxy/run/padding.py)
     padded_ms: int | None = None  # the padded window from admission; None: the query time limit
 
@@ -106,7 +113,8 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     before = len(p.items)
     keys = ("path", "mechanism", "epsilon", "delta", "max_epsilon", "accounting", "selection_delta_share",
             "budget", "cell_accounting", "max_release_cells", "tables", "public_tables", "bounding", "engine",
-            "spark", "auto_bounds_share", "auto_bounds_quantile", "answer_time", "padded_ms", *READING_KEYS)
+            "spark", "auto_bounds_share", "auto_bounds_quantile", "auto_bounds_reuse", "answer_time", "padded_ms",
+            *READING_KEYS)
     _check_keys(raw, loc, keys, p)
     engine, spark = read_engine(raw, loc, base, p.add)
     file = _str(raw, "path", loc, p) if engine != "spark" else None
@@ -147,6 +155,10 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     auto_q = _float(raw, "auto_bounds_quantile", loc, p, default=DEFAULT_AUTO_QUANTILE)
     if auto_q is not None and not 0.5 <= auto_q < 1:
         p.add(f"{loc}.auto_bounds_quantile", f"must be a number in [0.5, 1), got {auto_q!r}")
+    auto_reuse = _int(raw, "auto_bounds_reuse", loc, p, default=DEFAULT_AUTO_REUSE)
+    if auto_reuse is not None and not 0 <= auto_reuse <= MAX_AUTO_REUSE:
+        p.add(f"{loc}.auto_bounds_reuse", f"must be an integer in [0, {MAX_AUTO_REUSE}] (how many later queries may "
+                                          f"reuse a shape's chosen bounds), got {auto_reuse!r}")
     answer_time, padded_ms = _answer_time(raw, loc, p)
     bounding = _str(raw, "bounding", loc, p, default=default_bounding(spark) if engine == "spark" else "store")
     if bounding is not None and bounding not in get_args(Bounding):
@@ -161,7 +173,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
         return None
     assert epsilon is not None and delta is not None and max_epsilon is not None and cell_accounting is not None
     assert max_release_cells is not None and reading is not None
-    if auto_share is None or auto_q is None or answer_time is None:
+    if auto_share is None or auto_q is None or auto_reuse is None or answer_time is None:
         return None
     # a table may be qualified with one of the dataset's schemas, and with its name or its file's (DuckDB's
     # name for the database): `demo.main.visits`
@@ -175,7 +187,8 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     return DatasetPolicy(
         name, path, catalog, cast(Mechanism, mechanism), epsilon, delta, max_epsilon, accounting, total,
         cell_accounting, max_release_cells, reading.dialect, cast(Bounding, bounding), engine, spark,
-        auto_bounds_share=auto_share, auto_bounds_quantile=auto_q, answer_time=answer_time, padded_ms=padded_ms,
+        auto_bounds_share=auto_share, auto_bounds_quantile=auto_q, auto_bounds_reuse=auto_reuse,
+        answer_time=answer_time, padded_ms=padded_ms,
     )
 
 

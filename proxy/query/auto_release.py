@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import hashlib
+import json
 import math
 from collections.abc import Sequence
 from fractions import Fraction
@@ -41,6 +43,53 @@ def selection_text(planned: QueryPlan, target: Target = DUCKDB) -> str:
         return ""
     # the store's ranks serve the selection only where they serve the query (bounded_sql: its tree is None)
     return selection(planned.analysis, planned.auto, planned.bounding == "store", target, ranked=planned.tree is None)
+
+
+def shape_sha256(planned: QueryPlan) -> str:
+    """What the selection's histograms are a function of, apart from the data, as the key its chosen bounds are
+    kept under for reuse (docs/privacy.md §10.8): the selection query itself (it holds the table or join, the
+    WHERE with its literals, the computed and row-level keys, each measured column, expression and FILTER, the
+    declared limits and the bounding: the store's ranks or per-query windows; never the salt) and each part's
+    bound, column, limit and sensitivity. ε, the parts' targets and the aggregates' other details are left out:
+    they change how a bound is drawn from the histograms, not the histograms.
+
+    Example:
+        >>> from proxy.query.planner import plan
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("a", "INTEGER", bounds=(0, 9))),
+        ...                 max_rows=40, auto_max_rows=True)
+        >>> def key(sql, epsilon=1.0, salt=1):
+        ...     p = plan(sql, Catalog((t,)), epsilon=epsilon, delta=0.0, mechanism="laplace", salt=salt)
+        ...     return shape_sha256(p)
+        >>> key("SELECT COUNT(*) FROM t") == key("SELECT COUNT(*) AS n FROM t", epsilon=0.1, salt=2)
+        True
+        >>> key("SELECT COUNT(*) FROM t") == key("SELECT COUNT(*) FROM t WHERE a > 3")
+        False
+    """
+    assert planned.auto is not None
+    parts = [(p.bound, p.column, p.limit, p.sensitivity) for p in planned.auto.parts]
+    text = json.dumps([selection_text(planned), parts, planned.bounding], separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def plan_reused(planned: QueryPlan, chosen: auto.ChosenBounds) -> QueryPlan:
+    """The plan at bounds an earlier query of the same shape chose (kept by the ledger), run as if they were
+    declared: no selection, and the query's price at the limits on the whole ε (`planned.unselected`), its noise
+    then calibrated at the kept bounds exactly as at chosen ones (`plan_at`: each part keeps its ε at the limits,
+    which the split of §5 fixes from the query's shape alone), so the charge is the fixed-bounds price at that ε.
+
+    Example:
+        >>> from proxy.query.planner import plan
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"),), max_rows=40, auto_max_rows=True)
+        >>> p = plan("SELECT COUNT(*) FROM t", Catalog((t,)), epsilon=1.0, delta=0.0, mechanism="laplace")
+        >>> kept = auto.ChosenBounds((auto.ChosenBound("max_rows", None, 4.0, 40, 0.1, 1.4),), 4, 1)
+        >>> r = plan_reused(p, kept)
+        >>> r.auto, r.price.epsilon, [(n.sensitivity, n.scale) for n in r.price.noise]  # fixed at 4: scale 4/1
+        (None, 1.0, [(4, 4.0)])
+    """
+    assert planned.auto is not None and planned.auto.parts and planned.unselected is not None
+    return plan_at(dataclasses.replace(planned, price=planned.unselected, auto=None), chosen)
 
 
 def draw(analysis: Analysis, chooser: auto.AutoBounds, rows: Sequence[Sequence[object]],

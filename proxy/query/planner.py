@@ -53,6 +53,9 @@ class QueryPlan:
     auto: auto.AutoBounds | None = None  # max_rows chosen per query (auto/bounds.py); `sql` is then at the limit
     salt: int = 0
     bounding: Bounding = "per_query"
+    # with automatic bounds: the query's price at the limits on the whole ε, no selection composed in: what a
+    # query at bounds an earlier query chose and kept pays (auto_release.plan_reused, docs/privacy.md §10.8)
+    unselected: Price | None = None
 
     @property
     def sql_sha256(self) -> str:
@@ -246,7 +249,7 @@ def plan(
             "contradict each other); remove the contradiction", construct="WHERE",
         )
     scope = analysis.scope.charged() if cells else None
-    chooser = None
+    chooser, requested = None, epsilon
     if auto.uses_auto(analysis):
         # the selection reads the query's own table, join or computed keys (auto/histograms.py); an expression inside an
         # aggregate, joint quantiles or a given noise run at the declared limits (valid bounds), with no selection
@@ -256,7 +259,10 @@ def plan(
             chooser = auto.auto_bounds(analysis, selection_epsilon, auto_quantile)
         else:
             chooser = auto.AutoBounds((), limits)
+    unselected = None
     if noise_multiplier is None:
+        if chooser is not None and chooser.parts:  # the price at kept bounds: the whole requested ε on the query
+            unselected = price(analysis, epsilon=requested, delta=delta, mechanism=mechanism, conversion=conversion)
         priced = price(analysis, epsilon=epsilon, delta=delta, mechanism=mechanism, conversion=conversion)
         if chooser is not None:
             chooser = auto.with_targets(chooser, analysis, priced)  # an L1 cap's target reads its sum's ε
@@ -266,7 +272,7 @@ def plan(
                                  conversion=conversion)
     tree, sql_text = bounded_sql(analysis, salt, bounding, catalog)
     return QueryPlan(sql, normalised(parsed, dialect), analysis, sql_text, priced, scope, tree, chooser, salt,
-                     bounding)
+                     bounding, unselected)
 
 
 def bounded_sql(analysis: Analysis, salt: int, bounding: Bounding, catalog: Catalog | None = None

@@ -262,6 +262,12 @@ class BoundingStore(ABC, Generic[E]):
             log.error("dataset %s: the bounding store cannot be rebuilt: %s", self.dataset, err)
             raise StoreUnavailable() from None
 
+    @property
+    def stamp(self) -> str:
+        """The stamp of the store now answering (its source's fingerprint): bounds chosen on one store are
+        reused only while it answers (proxy/pipeline.py `at_kept_bounds`)."""
+        return self._stamp
+
     def _refresh(self) -> None:
         if self._source_stamp() == self._stamp:
             return

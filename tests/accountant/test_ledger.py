@@ -21,6 +21,7 @@ from accountant.errors import BudgetExceeded, IdempotencyKeyReused, IdempotencyK
 from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ThresholdEvent
 from accountant.filter import BASIC, Accounting, Budget, Entry, Rule, Spend, usage
 from accountant.ledger.charges import ANSWERED, Admission, Charge, Claim, Idempotency, Ledger, StoredRelease, Waits
+from accountant.ledger.kept_bounds import KeptBounds
 from accountant.ledger.memory import MemoryLedger
 from accountant.ledger.sqlite import SqliteLedger
 
@@ -496,6 +497,33 @@ class TestCellContract:
                 per_cell[cell] += 1
         assert max(per_cell) == 2 and per_cell[:3] == [2, 2, 2]  # each of cells 0..2 exactly full
         assert len(done) == ledger.count()
+
+
+class TestKeptBoundsContract:
+    """Chosen bounds kept for reuse (accountant/ledger/kept_bounds.py; docs/privacy.md §10.8), in every store."""
+
+    def test_reused_only_at_the_stamp_in_the_scope_and_within_the_count(self, make_ledger: Factory) -> None:
+        ledger = make_ledger()
+        shape = "ab" * 32
+        assert ledger.reuse_bounds("demo", "", shape, "s1", 5) is None  # nothing kept
+        ledger.keep_bounds(KeptBounds("demo", "", shape, "s1", '{"k": 1}'))
+        assert ledger.reuse_bounds("demo", "", shape, "s2", 5) is None  # another store answers now
+        assert ledger.reuse_bounds("demo", "ana", shape, "s1", 5) is None  # another scope
+        assert ledger.reuse_bounds("other", "", shape, "s1", 5) is None
+        assert [ledger.reuse_bounds("demo", "", shape, "s1", 2) for _ in range(3)] == ['{"k": 1}', '{"k": 1}', None]
+        assert ledger.reuse_bounds("demo", "", shape, "s1", 3) == '{"k": 1}'  # a larger limit: one use more
+        ledger.keep_bounds(KeptBounds("demo", "", shape, "s2", '{"k": 2}'))  # drawn afresh: replaced, count 0
+        assert ledger.reuse_bounds("demo", "", shape, "s1", 9) is None
+        assert [ledger.reuse_bounds("demo", "", shape, "s2", 1) for _ in range(2)] == ['{"k": 2}', None]
+
+    def test_kept_bounds_survive_reopening(self, make_ledger: Factory) -> None:
+        first = make_ledger()
+        first.keep_bounds(KeptBounds("demo", "ana", "cd" * 32, "s", '{"k": 3}'))
+        again = make_ledger()
+        if isinstance(first, MemoryLedger):  # nothing survives a process in memory
+            assert again.reuse_bounds("demo", "ana", "cd" * 32, "s", 1) is None
+        else:
+            assert again.reuse_bounds("demo", "ana", "cd" * 32, "s", 1) == '{"k": 3}'
 
 
 def test_sqlite_history_is_re_accounted_after_reopening(tmp_path: Path) -> None:

@@ -13,7 +13,9 @@ import pytest
 from accountant import loss
 from accountant.events import from_json
 from mechanisms import laplace
-from proxy.cli.demo import CATEGORIES, DemoFiles
+from proxy.cli.demo import CATEGORIES, MAX_GROUPS_LIMIT, DemoFiles
+from proxy.query.analyse.measures import fixed_point
+from proxy.query.catalog import ColumnSpec
 from tests.support.live import Server, policy_copy, spend
 
 FULL = "/v1/query?detail=cells"  # the answer with its full charge and per-cell budget (default: summary)
@@ -50,7 +52,8 @@ def test_the_readme_example_chooses_rows_and_the_amount_cap_from_a_tenth_of_epsi
                   # at t = √2·G/ε_sum users above it: 5 regions, ε_sum = 0.45 / 3 measures
                   {"bound": "total", "column": "amount", "value": None, "limit": 1000 * 100000,
                    "epsilon": pytest.approx(0.025, rel=1e-12),
-                   "q": pytest.approx(math.sqrt(2) * 5 / 0.15, rel=1e-9)}]}  # region is unit-level: no max_groups
+                   "q": pytest.approx(math.sqrt(2) * 5 / 0.15, rel=1e-9)}],  # region is unit-level: no max_groups
+        "reused": False}  # a preview draws nothing; a query of a shape answered before may reuse (§10.8)
     before = float(spend(client)["epsilon_spent"])
     answer = _ask(client, "/v1/query?detail=cells", sql=README, epsilon=0.5)
     bounds, charge = answer["bounds"], answer["charge"]
@@ -66,13 +69,35 @@ def test_the_readme_example_chooses_rows_and_the_amount_cap_from_a_tenth_of_epsi
     assert count["scale"] == pytest.approx(count_at_limit["scale"] * k / 1000, rel=1e-9)
 
 
+def test_a_later_query_of_the_shape_reuses_its_bounds_and_says_so(client: httpx.Client) -> None:
+    """Chosen bounds are a release (docs/privacy.md §10.8): the same shape at another ε runs at them, paying no
+    selection (its event is the query's alone, its ε the request's), and its `bounds` says `reused`."""
+    sql = "SELECT category, SUM(amount) AS total FROM visits WHERE age > 40 GROUP BY category"
+    first = _ask(client, FULL, sql=sql, epsilon=0.5)
+    again = _ask(client, FULL, sql=sql.replace("AS total", "AS t"), epsilon=0.25)
+    one, two = first["bounds"], again["bounds"]
+    assert isinstance(one, dict) and isinstance(two, dict)
+    assert one["reused"] is False and one["epsilon"] > 0 and first["charge"]["events"]["kind"] == "auto_bounds"  # type: ignore[index]
+    assert two["reused"] is True and two["epsilon"] == 0 and all(p["epsilon"] == 0 for p in two["parts"])
+    assert [p["value"] for p in two["parts"]] == [p["value"] for p in one["parts"]]
+    charge = again["charge"]
+    assert isinstance(charge, dict) and charge["epsilon"] == 0.25 and "auto_bounds" not in str(charge["events"])
+    # a repeat at another confidence: the bars at the kept bounds' noise, the query on the whole ε
+    other = _ask(client, FULL, sql=sql.replace("AS total", "AS t"), epsilon=0.25, confidence=0.99)
+    assert other["rows"] == again["rows"] and other["bounds"] == two
+    (before,), (after,) = again["noise"], other["noise"]  # type: ignore[misc]
+    grid = fixed_point(ColumnSpec("amount", "DOUBLE", bounds=(0.0, 100000.0)))[0]  # the demo's declared amount
+    assert after["scale"] == before["scale"] and after["ci"] == pytest.approx(
+        laplace.ci_halfwidth(before["scale"] * grid, 0.99) / grid, rel=1e-12) and after["ci"] > before["ci"]
+
+
 def test_a_gaussian_grouped_count_chooses_its_bounds(client: httpx.Client) -> None:
     sql = "SELECT category, COUNT(*) FROM visits GROUP BY category"
     answer = _ask(client, "/v1/query?detail=cells", sql=sql, epsilon=0.5, mechanism="gaussian", delta=1e-7)
     bounds = answer["bounds"]
     assert isinstance(bounds, dict) and [p["bound"] for p in bounds["parts"]] == ["max_rows", "max_groups"]
     g = bounds["parts"][1]["value"]
-    assert 1 <= g <= len(CATEGORIES) and bounds["parts"][1]["limit"] == len(CATEGORIES)
+    assert 1 <= g <= len(CATEGORIES) and bounds["parts"][1]["limit"] == MAX_GROUPS_LIMIT  # g: at most the domain
     (noise,) = answer["noise"]  # type: ignore[misc]
     assert noise["mechanism"] == "gaussian"
     charge = answer["charge"]
@@ -143,7 +168,7 @@ def test_a_repeat_at_another_confidence_keeps_every_chosen_bounds_noise(client: 
     one, other = first["noise"], again["noise"]
     assert isinstance(one, list) and isinstance(other, list) and len(one) == len(other) == 4
     for a, b in zip(one, other, strict=True):
-        bars = ("ci", "ci_times_count", "rank_error", "confidence", "ci_rows")
+        bars = ("ci", "ci_times_count", "rank_error", "confidence", "ci_rows", "interval_rows")
         assert {k: v for k, v in a.items() if k not in bars} == {k: v for k, v in b.items() if k not in bars}
         assert (a["confidence"], b["confidence"]) == (0.95, 0.99)
     # the discrete Laplace count's interval at each confidence, at the scale the answer was released with
@@ -154,7 +179,7 @@ def test_a_repeat_at_another_confidence_keeps_every_chosen_bounds_noise(client: 
 
 def test_daily_and_weekly_series_have_a_public_domain(client: httpx.Client) -> None:
     """The demo declares day's bounds (2026): a daily series releases all 365 days and a weekly one all 53
-    weeks, with no threshold and no δ; each is noised for min(g, d) groups per user (g chosen, at most 8)."""
+    weeks, with no threshold and no δ; each is noised for min(g, d) groups per user (g chosen, at most 32)."""
     daily = _ask(client, "/v1/query?detail=cells", sql="SELECT day, COUNT(*) AS n FROM visits GROUP BY day")
     assert len(daily["rows"]) == 365 and daily["partitions"] == {"kind": "public", "threshold": None, "note": None}
     assert daily["charge"]["delta"] == 0.0  # type: ignore[index]

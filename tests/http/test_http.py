@@ -28,8 +28,9 @@ BUDGET_KEYS = {
     "accounting", "accounts", "reported", "shared", "cells", "display",
 }
 NOISE_KEYS = {"column", "mechanism", "scale", "ci95", "confidence", "ci", "ci_times_count", "rank_error",
-              "ci_rows"}
-# confidence/ci/ci_times_count/rank_error: error bars for every aggregate (issue #15)
+              "ci_rows", "method", "interval_rows", "parts_rows"}
+# confidence/ci/ci_times_count/rank_error: error bars for every aggregate (issue #15); method, interval_rows,
+# parts_rows: AVG/VAR/STDDEV bars from the released noisy parts (issue #29)
 
 
 def post(client: httpx.Client, sql: str, path: str = "/v1/query?detail=cells", **params: object) -> dict[str, Any]:

@@ -90,14 +90,16 @@ def test_a_repeat_at_another_confidence_keeps_the_answer_and_recomputes_the_erro
     assert {k: v for k, v in one.items() if k not in recomputed} == {
         k: v for k, v in other.items() if k not in recomputed}
     # the error bars are the preview's at 0.99: public functions of the scales, nothing new released; an AVG's
-    # per-row bars (which a preview, having no released counts, cannot give) scale with its bar
+    # and a STDDEV's per-row bars (which a preview, having no released parts, cannot give) are recomputed from
+    # the noisy parts the answer released: the same parts, a wider interval around the same value
     at_99 = post(client, sql, path="/v1/query/preview", epsilon=0.3, confidence=0.99).json()["noise"]
-    assert [{**n, "ci_rows": None} for n in other["noise"]] == at_99
+    per_row = {"ci_rows": None, "interval_rows": None, "parts_rows": None, "method": None}
+    assert [{**n, **per_row} for n in other["noise"]] == [{**n, **per_row} for n in at_99]
     for before, after in zip(one["noise"], other["noise"], strict=True):
         if before["ci_rows"] is not None:
-            factor = after["ci_times_count"] / before["ci_times_count"]
-            assert all((a is None and b is None) or a == pytest.approx(b * factor, rel=1e-12)
-                       for b, a in zip(before["ci_rows"], after["ci_rows"], strict=True))
+            assert after["parts_rows"] == before["parts_rows"] and after["method"] == "parts"
+            for b, a in zip(before["interval_rows"], after["interval_rows"], strict=True):
+                assert (a is None and b is None) or (a[0] <= b[0] and b[1] <= a[1])
     assert {n["confidence"] for n in other["noise"] if n["ci"] or n["ci_times_count"] or n["rank_error"]} == {0.99}
     # back at the first confidence (the default): the stored answer, byte for byte
     assert post(client, sql, epsilon=0.3, confidence=0.95).content == first.content

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli.demo import CATEGORIES, REGIONS, DemoFiles, build_demo
+from proxy.cli.demo import CATEGORIES, MAX_GROUPS_LIMIT, REGIONS, DemoFiles, build_demo
 from proxy.engines.duckdb_engine import Engine
 from proxy.policy.load import load_policy
 
@@ -51,7 +51,7 @@ def test_policy_loads_and_matches_the_database(demo: DemoFiles, engine: Engine) 
     visits, users = dataset.catalog.table("visits"), dataset.catalog.table("users")
     assert visits is not None and users is not None
     # visits chooses its bounds per query, within these limits (docs/privacy.md §10)
-    assert (visits.privacy_unit, visits.max_groups, visits.max_rows) == ("user_id", len(CATEGORIES), 1000)
+    assert (visits.privacy_unit, visits.max_groups, visits.max_rows) == ("user_id", MAX_GROUPS_LIMIT, 1000)
     assert (visits.auto_max_groups, visits.auto_max_rows) == (True, True)
     assert [(c.name, c.bounds) for c in visits.columns if c.auto_bounds] == [("amount", (0.0, 100000.0)),
                                                                              ("duration_s", (0.0, 86400.0))]

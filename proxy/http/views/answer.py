@@ -27,7 +27,7 @@ from proxy.query.analyse.measures import measures_of
 from proxy.query.expr import Agg
 from proxy.query.price.charge import Price
 from proxy.query.price.hidden_groups import hidden_groups
-from proxy.query.release.error_bars import error_bar
+from proxy.query.release.error_bars import error_bar, row_interval
 from proxy.schemas import ChargeOut, CostOut, NoiseOut, PartitionsOut
 
 
@@ -75,13 +75,14 @@ def noise(analysis: Analysis, price: Price, confidence: float | None = None) -> 
             bars = {"confidence": level, "ci": bar.ci, "ci_times_count": bar.ci_times_count,
                     "rank_error": bar.rank_error}
             if aggregate.kind == "quantile":
-                out.append(NoiseOut(column=output.name, mechanism="exponential", scale=None, ci95=None, **bars))
+                out.append(NoiseOut(column=output.name, mechanism="exponential", scale=None, ci95=None,
+                                    method="rank", **bars))
                 continue
             if aggregate.kind not in ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp"):
                 measure = analysis.measures.index(first_measure(analysis, output.expr.index))
                 spec = next(n for n in price.noise if n.measure == measure)
-                out.append(NoiseOut(column=output.name, mechanism=spec.mechanism,
-                                    scale=spec.scale / spec.grid, ci95=spec.ci95 / spec.grid, **bars))
+                out.append(NoiseOut(column=output.name, mechanism=spec.mechanism, scale=spec.scale / spec.grid,
+                                    ci95=spec.ci95 / spec.grid, method="noise", **bars))
                 continue
             out.append(NoiseOut(column=output.name, mechanism=price.mechanism, scale=None, ci95=None, **bars))
             continue
@@ -90,29 +91,40 @@ def noise(analysis: Analysis, price: Price, confidence: float | None = None) -> 
     return out
 
 
-def _noised_outputs(analysis: Analysis) -> list[int]:
+def noised_outputs(analysis: Analysis) -> list[int]:
     """The outputs `noise` describes, in its order: aggregates and expressions over them."""
     return [j for j, o in enumerate(analysis.outputs) if isinstance(o.expr, Agg) or uses_aggregate(o.expr)]
 
 
-def with_row_bars(analysis: Analysis, counts: Sequence[Sequence[float | None]], noise: list[NoiseOut]
-                  ) -> list[NoiseOut]:
-    """`noise` with each AVG, VAR and STDDEV column's per-row half-width: `ci_times_count` over the row's noisy
-    count (`Release.counts`; none where it is <= 0, the value then NULL). Public numbers only: free."""
+def with_row_bars(analysis: Analysis, price: Price, rows: Sequence[Sequence[Any]],
+                  parts: Sequence[Sequence[tuple[int, ...] | None]], noise: list[NoiseOut]) -> list[NoiseOut]:
+    """`noise` with each AVG, VAR and STDDEV column's per-row bars from the row's released noisy parts
+    (`Release.parts`; error_bars.row_interval at the entry's confidence): `parts_rows`, `interval_rows` and
+    `ci_rows` (the larger distance from the row's value to an end of its interval), method `parts`; none
+    where the value is NULL. Public numbers only: free (docs/privacy.md §6)."""
     out = []
-    for j, entry in zip(_noised_outputs(analysis), noise, strict=True):
-        if entry.ci_times_count is not None and counts:
-            ctc = entry.ci_times_count
-            entry = entry.model_copy(update={"ci_rows": [
-                ctc / row[j] if row[j] is not None and row[j] > 0 else None for row in counts]})  # type: ignore[operator]
+    for j, entry in zip(noised_outputs(analysis), noise, strict=True):
+        expr = analysis.outputs[j].expr
+        if entry.ci_times_count is not None and parts and isinstance(expr, Agg):
+            cells = [row[j] for row in parts]
+            intervals = [None if p is None or not isinstance(v, int | float) else
+                         row_interval(analysis, price, expr.index, p, entry.confidence)
+                         for p, v in zip(cells, (r[j] for r in rows), strict=True)]
+            entry = entry.model_copy(update={
+                "method": "parts",
+                "parts_rows": [None if p is None else list(p) for p in cells],
+                "interval_rows": [None if i is None else list(i) for i in intervals],
+                "ci_rows": [None if i is None else max(r[j] - i[0], i[1] - r[j])
+                            for i, r in zip(intervals, rows, strict=True)]})
         out.append(entry)
     return out
 
 
 def unreliable(analysis: Analysis, rows: Sequence[Sequence[Any]], noise: list[NoiseOut]) -> list[list[int]]:
     """[row, column] of every released value whose error bar is wider than its magnitude: COUNT and SUM by their
-    `ci`, AVG and VAR by the row's `ci_rows`, STDDEV s by its half-width in variance units against s² (a variance
-    of 0 with any noise is flagged). Quantiles (a bar in ranks), expressions and NULLs are not judged.
+    `ci`, AVG, VAR and STDDEV by the row's `ci_rows` (from its interval, in the value's own units; a variance or
+    deviation of 0 whose interval reaches above 0 is flagged). Quantiles (a bar in ranks), expressions and NULLs
+    are not judged.
 
     Example:
         >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
@@ -124,21 +136,19 @@ def unreliable(analysis: Analysis, rows: Sequence[Sequence[Any]], noise: list[No
         ...         NoiseOut(column="a", mechanism="laplace", scale=None, ci95=None, ci_rows=[0.5, 4.0, None]),
         ...         NoiseOut(column="s", mechanism="laplace", scale=None, ci95=None, ci_rows=[0.5, 3.0, 1.0])]
         >>> unreliable(a, [[4, 1.0, 1.0], [3, 3.5, 2.0], [0, None, 0.0]], bars)  # ±3 on 3 is not wider than 3
-        [[1, 1], [2, 0], [2, 2]]
+        [[1, 1], [1, 2], [2, 0], [2, 2]]
     """
     flagged = []
-    for j, entry in zip(_noised_outputs(analysis), noise, strict=True):
+    for j, entry in zip(noised_outputs(analysis), noise, strict=True):
         expr = analysis.outputs[j].expr
         if not isinstance(expr, Agg):
             continue
-        kind = analysis.aggregates[expr.index].kind
         for i, row in enumerate(rows):
             value = row[j]
             if isinstance(value, bool) or not isinstance(value, int | float):
                 continue
             width = entry.ci if entry.ci is not None else (entry.ci_rows[i] if entry.ci_rows else None)
-            magnitude = value * value if kind.startswith("stddev") else abs(value)
-            if width is not None and width > magnitude:
+            if width is not None and width > abs(value):
                 flagged.append([i, j])
     return sorted(flagged)
 
@@ -162,8 +172,9 @@ def partitions_out(prepared: Prepared) -> PartitionsOut:
 
 def summarised(body: bytes) -> bytes:
     """An answer as sent by default (`detail=summary`): its budget without the per-rule accounts and the per-cell
-    spend, and its charge without the event tree, the per-rule costs and the scope's cell list and bitmap
-    (`?detail=cells` and GET /v1/budget give them). Display only: the answer as stored, repeated and audited is
+    spend, its charge without the event tree, the per-rule costs and the scope's cell list and bitmap, and its
+    AVG/VAR/STDDEV bars without the noisy parts they were computed from (`parts_rows`; `?detail=cells` and GET
+    /v1/budget give them). Display only: the answer as stored, repeated and audited is
     the full one, and every exact figure a program reads stays (ε, δ, spent, remaining, the shared budget).
 
     Example:
@@ -186,6 +197,9 @@ def summarised(body: bytes) -> bytes:
         scope = charge.get("scope")
         if isinstance(scope, dict):
             scope.update(listed=[], truncated=scope.get("cells", 0) > 0, bitmap=None)
+    for entry in answer.get("noise") or []:
+        if isinstance(entry, dict) and entry.get("parts_rows") is not None:
+            entry["parts_rows"] = None  # the intervals stay; the parts under them are detail
     budget = answer.get("budget")
     if isinstance(budget, dict):
         budget.update(accounts=[], cells=[])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from proxy.http.views.answer import unreliable
+from proxy.http.views.answer import noised_outputs, unreliable, with_row_bars
 from proxy.pipeline import Prepared
 from proxy.query import auto_release
 from proxy.query.analyse.analysis import Analysis
@@ -37,20 +37,39 @@ def at_confidence(body: bytes, prepared: Prepared, noise_of: NoiseOf) -> bytes:
         return body
     planned = prepared.plan
     if stored.bounds is not None and stored.bounds.chosen and stored.bounds.max_rows is not None:
-        planned = auto_release.plan_at(planned, chosen(stored.bounds, planned.analysis))  # what the answer ran at
+        bounds = chosen(stored.bounds, planned.analysis)  # what the answer ran at: kept bounds as if declared
+        planned = (auto_release.plan_reused(planned, bounds) if stored.bounds.reused
+                   else auto_release.plan_at(planned, bounds))
     noise = [_rescaled(new, old) for new, old in zip(noise_of(planned.analysis, planned.price, level), stored.noise,
                                                      strict=True)]
+    parts = _stored_parts(planned.analysis, stored)
+    if parts is not None:  # each row's interval from the noisy parts the answer released, at the new confidence
+        noise = with_row_bars(planned.analysis, planned.price, stored.rows, parts, noise)
     again = stored.model_copy(update={"noise": noise, "unreliable": unreliable(planned.analysis, stored.rows, noise)})
     return again.model_dump_json(exclude={"public"} if stored.bounds is not None else {"bounds", "public"}).encode()
 
 
 def _rescaled(new: NoiseOut, old: NoiseOut) -> NoiseOut:
-    """`new` with the stored per-row half-widths at its confidence: each is ci_times_count over the row's noisy
-    count, which the repeat keeps, so the ratio of the two ci_times_count carries it over."""
-    if old.ci_rows is None or not old.ci_times_count or new.ci_times_count is None:
+    """`new` with the stored per-row half-widths at its confidence where the stored answer has no noisy parts
+    (an answer stored before they were kept): each is ci_times_count over the row's noisy count, which the
+    repeat keeps, so the ratio of the two ci_times_count carries it over."""
+    if old.ci_rows is None or not old.ci_times_count or new.ci_times_count is None or old.parts_rows is not None:
         return new
     ratio = new.ci_times_count / old.ci_times_count
     return new.model_copy(update={"ci_rows": [None if w is None else w * ratio for w in old.ci_rows]})
+
+
+def _stored_parts(analysis: Analysis, stored: QueryResponse) -> list[list[tuple[int, ...] | None]] | None:
+    """Per row and output, the noisy parts the stored answer released (`parts_rows`), as `Release.parts`."""
+    by_output: dict[int, list[list[int] | None]] = {}
+    for j, entry in zip(noised_outputs(analysis), stored.noise, strict=True):
+        if entry.parts_rows is not None:
+            by_output[j] = entry.parts_rows
+    if not by_output:
+        return None
+    width = len(analysis.outputs)
+    return [[None if j not in by_output or by_output[j][i] is None else tuple(by_output[j][i] or ())
+             for j in range(width)] for i in range(len(stored.rows))]
 
 
 def chosen(bounds: BoundsOut, analysis: Analysis) -> ChosenBounds:

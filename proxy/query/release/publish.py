@@ -37,6 +37,9 @@ class Release:
     # per row and column: the noisy count an AVG, VAR or STDDEV was divided by (its row's error bar is the
     # column's ci_times_count over it), else None; released noisy values, so post-processing of the release
     counts: tuple[tuple[float | None, ...], ...] = field(default=(), repr=False, compare=False)
+    # per row and column: the noisy measures an AVG, VAR or STDDEV was computed from (error_bars.row_interval;
+    # AVG: centred sum, count; VAR/STDDEV: count, centred sum, centred squares), else None; released values
+    parts: tuple[tuple[tuple[int, ...] | None, ...], ...] = field(default=(), repr=False, compare=False)
 
 
 def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, sampler: Sampler) -> Release:
@@ -86,7 +89,8 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
             columns[index] = values
     shown = [tuple(_shown(v) for v in cell) for cell in cells]
     per_cell = list(zip(*columns, strict=True)) if columns else [()] * len(cells)
-    denominators = _denominators(analysis, noisy, len(cells))
+    parts = _parts(analysis, noisy, len(cells))
+    denominators = [tuple(None if p is None else float(p[1] if len(p) == 2 else p[0]) for p in row) for row in parts]
     names = tuple(o.name for o in analysis.outputs)
 
     if analysis.having is None and not analysis.order and all(isinstance(o.expr, Key | Agg) for o in analysis.outputs):
@@ -95,7 +99,7 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
         out_rows = list(zip(*picked, strict=True)) if picked else [()] * len(cells)
         if analysis.limit is not None:
             out_rows = out_rows[: analysis.limit]
-        return Release(names, tuple(out_rows), tuple(denominators[: len(out_rows)]))
+        return Release(names, tuple(out_rows), tuple(denominators[: len(out_rows)]), tuple(parts[: len(out_rows)]))
 
     out = []
     for index, (cell, aggregates) in enumerate(zip(shown, per_cell, strict=True)):
@@ -107,21 +111,26 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
         out.sort(key=lambda r, e=expr: _order_key(evaluate(e, r[1], r[2]), descending), reverse=descending)
     if analysis.limit is not None:
         out = out[: analysis.limit]
-    return Release(names, tuple(r[0] for r in out), tuple(denominators[r[3]] for r in out))
+    return Release(names, tuple(r[0] for r in out), tuple(denominators[r[3]] for r in out),
+                   tuple(parts[r[3]] for r in out))
 
 
-def _denominators(analysis: Analysis, noisy: dict[Measure, np.ndarray], n_cells: int
-                  ) -> list[tuple[float | None, ...]]:
-    """Per cell, per output: the noisy count an AVG, VAR or STDDEV output divides by (None for any other)."""
-    per_output: list[list[float] | None] = []
+def _parts(analysis: Analysis, noisy: dict[Measure, np.ndarray], n_cells: int
+           ) -> list[tuple[tuple[int, ...] | None, ...]]:
+    """Per cell, per output: the noisy measures an AVG, VAR or STDDEV output is computed from, in
+    measures_of's order (None for any other output)."""
+    per_output: list[list[tuple[int, ...]] | None] = []
     for output in analysis.outputs:
         aggregate = analysis.aggregates[output.expr.index] if isinstance(output.expr, Agg) else None
         if aggregate is None or (aggregate.kind != "avg" and aggregate.kind not in SPREAD_KINDS):
             per_output.append(None)
             continue
         measures = measures_of(aggregate, analysis.table)
-        count = measures[1] if aggregate.kind == "avg" else measures[0]
-        per_output.append([float(v) for v in noisy[count].tolist()] if count in noisy else None)
+        if not all(m in noisy for m in measures):
+            per_output.append(None)
+            continue
+        columns = [noisy[m].tolist() for m in measures]
+        per_output.append([tuple(int(c[i]) for c in columns) for i in range(n_cells)])
     return [tuple(None if c is None else c[i] for c in per_output) for i in range(n_cells)]
 
 
