@@ -60,6 +60,8 @@ def test_a_grant_and_a_new_period_change_the_budget_exactly(
         assert run_out(analyst) == 3
         refused = query(analyst).json()
         assert refused["charged"] is False and refused["detail"]["hint"] == NEXT_STEP
+        preview = {"dataset": "demo", "sql": "SELECT COUNT(*) FROM users WHERE age > 17", "epsilon": 0.1}
+        assert analyst.post("/v1/query/preview", json=preview).json()["admissible"] is False
 
         done = admin.post("/v1/admin/grants", json={"dataset": "demo", "analyst": "analyst", "epsilon": 0.2,
                                                      "reason": "ticket 7: the Q4 report"})
@@ -70,6 +72,7 @@ def test_a_grant_and_a_new_period_change_the_budget_exactly(
         assert (budget["epsilon"], budget["epsilon_spent"], budget["epsilon_remaining"]) == (0.5, 0.3, 0.2)
         now = spend(analyst)
         assert (now["epsilon"], now["epsilon_remaining"]) == (0.5, 0.2)  # exact: 0.3 + 0.2 - 3 × 0.1
+        assert analyst.post("/v1/query/preview", json=preview).json()["admissible"] is True  # the same check
         assert run_out(analyst) == 2  # the admit reads the grant: exactly 0.2 more
 
         period = admin.post("/v1/admin/periods", json={"dataset": "demo", "analyst": "analyst",
@@ -161,3 +164,5 @@ def test_metrics_and_the_dashboard_show_the_granted_budget(fresh_server: StartFr
         assert [(g["analyst"], g["epsilon"], g["reason"]) for g in data["operations"]] == [("analyst", "0.7", "pilot")]
         metrics = admin.get("/metrics").text
         assert 'dpproxy_budget_granted_epsilon{analyst="analyst",dataset="demo"} 0.7' in metrics
+        assert 'dpproxy_budget_epsilon{analyst="analyst",dataset="demo"} 1.0' in metrics
+        assert 'dpproxy_budget_operations_total{dataset="demo",kind="grant"} 1.0' in metrics
