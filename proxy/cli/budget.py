@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -69,7 +70,7 @@ def request_of(argv: Sequence[str]) -> tuple[str, str, dict[str, object] | None]
 
 def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, object] | None]:
     if args.action == "list":
-        return "GET", "/v1/admin/operations" + (f"?dataset={args.dataset}" if args.dataset else ""), None
+        return "GET", "/v1/admin/operations" + (f"?dataset={quote(args.dataset)}" if args.dataset else ""), None
     body: dict[str, object] = {"dataset": args.dataset, "reason": args.reason}
     if args.action == "new-period":
         return "POST", "/v1/admin/periods", {**body, "analyst": None if args.all else args.analyst}

@@ -17,9 +17,9 @@ import asyncio
 import contextlib
 import datetime
 import ipaddress
+import itertools
 import logging
 import os
-import secrets
 import ssl
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +70,7 @@ class WireServer:
         self._connections: set[asyncio.Task[None]] = set()
         self._catalogs: dict[tuple[str, str], CatalogAnswers] = {}
         self.keys: dict[tuple[int, int], Connection] = {}  # BackendKeyData -> its connection, while it is open
+        self.serials = itertools.count()  # with the sampler's salt: distinct secrets, however the sampler draws
 
     async def start(self) -> None:
         assert self.settings.pg_port is not None
@@ -263,10 +264,12 @@ class Connection:
                             ("in_hot_standby", "off"),
                             ("application_name", startup.parameters.get("application_name", ""))):
             self.send(messages.parameter_status(name, value))
-        # this process's id (read now: `serve --workers` forks) and a secret no other client can guess
-        self.key = (os.getpid() % (1 << 31), secrets.randbits(31))
-        while self.key in self.server.keys:
-            self.key = (self.key[0], secrets.randbits(31))
+        # this process's id (read now: `serve --workers` forks) and a secret no other client can guess (the OS
+        # CSPRNG, through the one sampler: mechanisms/sampling.py)
+        salt = self.server.app_state.env.sampler.salt()
+        self.key = (os.getpid() % (1 << 31), 0)
+        while self.key[1] == 0 or self.key in self.server.keys:
+            self.key = (self.key[0], (salt + next(self.server.serials)) % (1 << 31))
         self.server.keys[self.key] = self
         self.send(messages.backend_key_data(*self.key))
         self.send(messages.ready_for_query("I"))
