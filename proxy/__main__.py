@@ -1,4 +1,4 @@
-"""`dpproxy serve | prepare | demo | check-policy | explain | recommend`: the command line."""
+"""`dpproxy serve | prepare | demo | check-policy | explain | recommend | audit-verify | budget`: the command line."""
 
 from __future__ import annotations
 
@@ -71,6 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     audit.add_argument("ledger", help="the ledger: a SQLite path, sqlite:///path or postgresql://…")
 
+    from proxy.cli import budget  # httpx and argparse only
+
+    budget.add_parser(commands)
+
     args = parser.parse_args(argv)
     match args.command:
         case "serve":
@@ -90,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from proxy.cli.audit import audit_verify
 
             return audit_verify(args.ledger)
+        case "budget":
+            return budget.run(args)
     return 2
 
 

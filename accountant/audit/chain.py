@@ -17,8 +17,10 @@ from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
 # `admitted`: a charge committed (written by the admit, in the charge's own transaction); the others are what
-# became of a request: answered, answered from the stored release (repeat), refused, failed after or before admit
-Decision = Literal["answered", "repeat", "rejected", "failed", "admitted"]
+# became of a request: answered, answered from the stored release (repeat), refused, failed after or before admit;
+# `granted` and `period`: an operator's grant of budget or new budget period (accountant/ledger/budget_ops.py),
+# written with it: its text is the operation as JSON, its charge_id the operation's id, its ε/δ what was granted
+Decision = Literal["answered", "repeat", "rejected", "failed", "admitted", "granted", "period"]
 DECISIONS: tuple[str, ...] = get_args(Decision)
 GENESIS = hashlib.sha256(b"dp-proxy audit log v1").hexdigest()  # the prev_hash of entry 1, forever
 

@@ -70,19 +70,21 @@ def row_of(entry: AuditEntry, at: object) -> tuple[object, ...]:
             entry.error_code, entry.charge_id, entry.epsilon, entry.delta, entry.prev_hash, entry.hash)
 
 
-def migrate_sqlite(conn: Any) -> None:
-    """Create or upgrade the audit tables on a `sqlite3.Connection`, inside the caller's write transaction
-    (BEGIN IMMEDIATE). This module opens nothing: the two stores (ledger.py, audit/log.py) own the connections."""
+def migrate_sqlite(conn: Any, component: str = "audit",
+                   migrations: tuple[tuple[str, ...], ...] = SQLITE_MIGRATIONS) -> None:
+    """Create or upgrade a component's tables (the audit tables by default) on a `sqlite3.Connection`, inside
+    the caller's write transaction (BEGIN IMMEDIATE). This module opens nothing: the two stores (ledger.py,
+    audit/log.py) own the connections."""
     conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
                  " component TEXT NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (component, version))")
     applied = [v for (v,) in conn.execute(
-        "SELECT version FROM schema_migrations WHERE component = 'audit' ORDER BY version")]
-    if applied != list(range(1, len(applied) + 1)) or len(applied) > len(SQLITE_MIGRATIONS):
-        raise RuntimeError(f"audit schema versions {applied} are not known to this dp-proxy; upgrade dp-proxy")
-    for version in range(len(applied) + 1, len(SQLITE_MIGRATIONS) + 1):
-        for statement in SQLITE_MIGRATIONS[version - 1]:
+        "SELECT version FROM schema_migrations WHERE component = ? ORDER BY version", (component,))]
+    if applied != list(range(1, len(applied) + 1)) or len(applied) > len(migrations):
+        raise RuntimeError(f"{component} schema versions {applied} are not known to this dp-proxy; upgrade dp-proxy")
+    for version in range(len(applied) + 1, len(migrations) + 1):
+        for statement in migrations[version - 1]:
             conn.execute(statement)
-        conn.execute("INSERT INTO schema_migrations (component, version) VALUES ('audit', ?)", (version,))
+        conn.execute("INSERT INTO schema_migrations (component, version) VALUES (?, ?)", (component, version))
 
 
 def append(conn: Any, record: AuditRecord, at: datetime, *, postgres: bool) -> AuditEntry:

@@ -36,10 +36,14 @@ from accountant.errors import (
 )
 from accountant.events import Event, from_json
 from accountant.filter import Entry, Rule
+from accountant.ledger.budget_ops import Allowance, Operation, StoredOp, allowance_of, raised
 from accountant.ledger.charges import Admission, Charge, ChargeFilter, Claim, Clock
 from accountant.report import refusal
 
 # --- shared by both ledgers -------------------------------------------------------------------------
+
+NEXT_STEP = ("ask an operator for a grant (`dpproxy budget grant`, docs/operations.md#budget-grants-and-periods) "
+             "or for a new budget period; cheaper queries may still fit")
 
 
 @lru_cache(maxsize=16384)
@@ -132,6 +136,29 @@ class _Admitting(ABC):
         """The charges `where` selects, newest first, `limit` of them after the first `offset`."""
 
     @abstractmethod
+    def _ops(self, analyst: str | None, dataset: str) -> list[StoredOp]:
+        """Inside `_write()`, serialised with every operation that applies (`_operating`): the dataset's budget
+        operations that apply to the analyst (theirs and the dataset-wide ones), or with None to the shared
+        budget (the dataset-wide ones); outside it, the same read of committed ones."""
+
+    @abstractmethod
+    def _operating(self) -> AbstractContextManager[object]:
+        """An operation's write transaction: exclusive against every admit on the store, so that an admit
+        reads the operations before or after it, never half, and no charge is uncommitted when it starts."""
+
+    @abstractmethod
+    def _top(self) -> int:
+        """Inside `_operating()`: the highest charge number committed (0 with none)."""
+
+    @abstractmethod
+    def _insert_op(self, op: StoredOp) -> int:
+        """Write one operation inside `_operating()`; its number (`op.seq` is ignored)."""
+
+    @abstractmethod
+    def _all_ops(self, dataset: str | None) -> list[StoredOp]:
+        """Every operation committed (on one dataset, or all), oldest first, for listings."""
+
+    @abstractmethod
     def _count(self, where: ChargeFilter) -> int:
         """How many charges `where` selects."""
 
@@ -165,6 +192,29 @@ class _Admitting(ABC):
         found = self.charges(analyst=analyst, dataset=dataset, limit=2**62)
         return tuple(Entry(c.event, c.epsilon, c.delta, c.scope) for c in found)
 
+    # --- operators' budget operations (budget_ops.py) ---------------------------------------------------
+
+    def operate(self, operation: Operation) -> StoredOp:
+        """Write a grant or a new period and its audit entry (`granted` / `period`) in one transaction, after
+        every admit in flight and before every later one; a period's floor is the highest charge number then."""
+        with self._operating():
+            at = self._clock().astimezone(UTC)
+            floor = self._top() if operation.kind == "period" else 0
+            op = StoredOp(0, uuid.uuid4().hex, at, operation, floor)
+            op = StoredOp(self._insert_op(op), op.id, at, operation, floor)
+            self._record(operation.audit_record(op.id), at)
+        return op
+
+    def operations(self, *, dataset: str | None = None) -> tuple[StoredOp, ...]:
+        """The operations committed (on one dataset, or all), oldest first."""
+        with self._reading():
+            return tuple(self._all_ops(dataset))
+
+    def allowance(self, *, dataset: str, analyst: str | None = None) -> Allowance:
+        """What the operations give the analyst's budget (None: the shared budget) now: period and grants."""
+        with self._reading():
+            return allowance_of(self._ops(analyst, dataset), analyst)
+
     def admit(self, asked: Admission) -> Charge:
         """Record the charge if it fits (see `Ledger.admit`), else raise `BudgetExceeded`, writing nothing."""
         charge: Charge | None = None
@@ -194,17 +244,21 @@ class _Admitting(ABC):
                         "changed since); use a new key", key=claim.key, charge_id=claim.charge_id)
                 return paid
         try:
-            mine = self._tallied(analyst, dataset, rule).bound(scope)
-            refused = refusal(mine, entry, asked.budget, accounting)
+            # the budgets as the operators left them, read under the admit's own locks (budget_ops.py)
+            own = allowance_of(self._ops(analyst, dataset), analyst)
+            mine = self._tallied(analyst, dataset, rule, own.floor).bound(scope)
+            refused = refusal(mine, entry, raised(asked.budget, own), accounting)
             if refused is None and asked.dataset_budget is not None:
-                everyone = self._tallied(None, dataset, rule).bound(scope)
-                refused = refusal(everyone, entry, asked.dataset_budget, accounting, scope="dataset")
+                shared = allowance_of(self._ops(None, dataset), None)
+                everyone = self._tallied(None, dataset, rule, shared.floor).bound(scope)
+                refused = refusal(everyone, entry, raised(asked.dataset_budget, shared), accounting, scope="dataset")
         except UnsupportedEvent as err:  # a stored charge the rule cannot account for: admit nothing more
             raise BudgetExceeded(
                 f"the charges on this dataset include one that {rule!r} accounting cannot account for ({err})",
                 accounting=rule,
             ) from err
         if refused is not None:
+            refused.detail.setdefault("hint", NEXT_STEP)
             raise refused
         charge = Charge(
             id=uuid.uuid4().hex,
@@ -228,11 +282,13 @@ class _Admitting(ABC):
 
     def tallied(self, *, dataset: str, analyst: str | None = None, rule: Rule = "basic") -> Ledgered:
         """The per-cell sums of the analyst's (or, with None, every analyst's) charges on the dataset under
-        `rule`, exactly as an admit sees them, from the same memo: what reports read."""
+        `rule` in the current budget period, exactly as an admit sees them, from the same memo: what reports
+        read."""
         with self._reading():
-            return self._tallied(analyst, dataset, rule)
+            floor = allowance_of(self._ops(analyst, dataset), analyst).floor
+            return self._tallied(analyst, dataset, rule, floor)
 
-    def _tallied(self, analyst: str | None, dataset: str, rule: Rule) -> Ledgered:
+    def _tallied(self, analyst: str | None, dataset: str, rule: Rule, floor: int = 0) -> Ledgered:
         """The history's per-cell sums under `rule`, inside `_write()`: the memo's, plus the charges past its
         watermark. Charges are only ever added, so if as many charges as the memo counted still lie at or
         below its watermark, they are the ones it summed. Otherwise (a charge that took its number early
@@ -240,13 +296,20 @@ class _Admitting(ABC):
         the whole history. The memo lives in this process only: a restart reads everything once. The stores
         take the count at or below the watermark from the history's tally less the charges after it
         (accountant/ledger/tallies.py), so the check reads no history: O(new charges + log n), plus one count per
-        analyst of the dataset for everyone's history."""
-        key = (analyst, dataset, rule)
-        memo = self._memos.take(key) or _Memo(Running(rule), 0, 0)
+        analyst of the dataset for everyone's history.
+
+        A budget period (budget_ops.py) is the history above its `floor`: its memo starts there, and the
+        count at or below the watermark still covers the whole history, so a late commit below it restarts
+        the memo from the floor."""
+        key = (analyst, dataset, rule, floor)
+        memo = self._memos.take(key)
+        fresh = memo is None
+        if memo is None:  # its count is whatever lies at or below the floor: this one read says
+            memo = _Memo(Running(rule), 0, floor)
         seen = self._since(analyst, dataset, memo.last)
-        if seen.before != memo.count:
-            memo = _Memo(Running(rule), 0, 0)
-            seen = self._since(analyst, dataset, 0)
+        if not fresh and seen.before != memo.count:
+            memo = _Memo(Running(rule), 0, floor)
+            seen = self._since(analyst, dataset, floor)
         memo.running.add(seen.after)  # raises, adding nothing, on a charge the rule cannot account for
         memo.count = seen.before + sum(count for _, count in seen.after)
         memo.last = max(memo.last, seen.last)
@@ -278,14 +341,14 @@ class _Memos:
 
     def __init__(self, *, max_cells: int = 2_000_000, max_memos: int = 256) -> None:
         self._lock = threading.Lock()
-        self._memos: OrderedDict[tuple[str | None, str, Rule], _Memo] = OrderedDict()
+        self._memos: OrderedDict[tuple[str | None, str, Rule, int], _Memo] = OrderedDict()
         self._max_cells, self._max_memos = max_cells, max_memos
 
-    def take(self, key: tuple[str | None, str, Rule]) -> _Memo | None:
+    def take(self, key: tuple[str | None, str, Rule, int]) -> _Memo | None:
         with self._lock:
             return self._memos.pop(key, None)
 
-    def put(self, key: tuple[str | None, str, Rule], memo: _Memo) -> None:
+    def put(self, key: tuple[str | None, str, Rule, int], memo: _Memo) -> None:
         with self._lock:
             self._memos[key] = memo
             while len(self._memos) > self._max_memos or (

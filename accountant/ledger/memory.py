@@ -24,6 +24,7 @@ from accountant.audit.chain import AuditRecord
 from accountant.errors import LedgerBusy
 from accountant.filter import Entry, Spend, total
 from accountant.ledger.admit import Since, _Admitting, _Memos
+from accountant.ledger.budget_ops import StoredOp, allowance_of
 from accountant.ledger.charges import ANSWERED, Charge, ChargeFilter, Claim, Clock, StoredRelease, Waits, _utcnow
 from accountant.ledger.kept_bounds import KeptBounds
 from accountant.ledger.sql_rows import entry_of
@@ -45,6 +46,7 @@ class MemoryLedger(_Admitting):
         self._clock = clock
         self._memos = _Memos()
         self.admissions: list[AuditRecord] = []  # the admitted entries, in order (no chain in memory)
+        self._ops_kept: list[StoredOp] = []  # operators' grants and periods, in order (budget_ops.py)
 
     @contextmanager
     def _write(self) -> Iterator[None]:
@@ -64,6 +66,24 @@ class MemoryLedger(_Admitting):
 
     def _reading(self) -> AbstractContextManager[object]:
         return self._lock
+
+    def _operating(self) -> AbstractContextManager[object]:
+        return self._write()  # the one lock: no admit is in flight
+
+    def _ops(self, analyst: str | None, dataset: str) -> list[StoredOp]:
+        return [op for op in self._ops_kept
+                if op.operation.dataset == dataset and op.operation.analyst in (analyst, None)]
+
+    def _all_ops(self, dataset: str | None) -> list[StoredOp]:
+        return [op for op in self._ops_kept if dataset is None or op.operation.dataset == dataset]
+
+    def _top(self) -> int:
+        return len(self._rows)  # charges are numbered from 1 in insertion order
+
+    def _insert_op(self, op: StoredOp) -> int:
+        seq = len(self._ops_kept) + 1
+        self._ops_kept.append(StoredOp(seq, op.id, op.at, op.operation, op.floor))
+        return seq
 
     def _claimed(self, analyst: str, key: str) -> Claim | None:
         return self._claims.get((analyst, key))
@@ -115,8 +135,12 @@ class MemoryLedger(_Admitting):
         return Since(before, list(after.items()), mine[-1] if mine else 0)
 
     def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
-        with self._lock:
-            return tuple(self._entries(analyst, dataset))
+        with self._lock:  # the current budget period's: the rows numbered above its floor
+            floor = allowance_of(self._ops(analyst, dataset), analyst).floor
+            return tuple(self._entries(analyst, dataset)[self._histories_below(analyst, dataset, floor):])
+
+    def _histories_below(self, analyst: str | None, dataset: str, floor: int) -> int:
+        return bisect.bisect_right(self._histories.get((analyst, dataset), []), floor)
 
     def _select(
         self,

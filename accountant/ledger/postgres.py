@@ -24,8 +24,9 @@ from accountant.audit.chain import AuditRecord
 from accountant.audit.chain_tables import POSTGRES_MIGRATIONS, append
 from accountant.errors import ChargeUncertain, LedgerBusy
 from accountant.filter import Entry, Spend, total
-from accountant.ledger import kept_bounds, tallies
+from accountant.ledger import budget_ops, kept_bounds, tallies
 from accountant.ledger.admit import Since, _Admitting, _Memos
+from accountant.ledger.budget_ops import StoredOp, allowance_of, op_of
 from accountant.ledger.charges import ANSWERED, Charge, ChargeFilter, Claim, Clock, StoredRelease, Waits, _utcnow
 from accountant.ledger.kept_bounds import KeptBounds
 from accountant.ledger.sql_rows import COLUMNS, charge_of, charge_row, since_of, since_sql, where
@@ -34,6 +35,8 @@ Connection = psycopg.Connection[tuple[Any, ...]]
 
 # One key for every migration of every component: start-ups of many processes apply them one at a time.
 _MIGRATION_LOCK = int.from_bytes(hashlib.sha256(b"dp-proxy schema migrations").digest()[:8], "big", signed=True)
+# Operators' budget operations against admits: admits hold it shared, an operation exclusive (`_operating`).
+_OPS_LOCK = int.from_bytes(hashlib.sha256(b"dp-proxy budget operations").digest()[:8], "big", signed=True)
 
 
 def lock_key(*parts: str) -> int:
@@ -262,6 +265,7 @@ class PostgresLedger(_Admitting):
             migrate(self._pool, "ledger", MIGRATIONS)
             migrate(self._pool, "audit", POSTGRES_MIGRATIONS)  # the audit chain: admit appends to it
             migrate(self._pool, "chosen_bounds", kept_bounds.POSTGRES_MIGRATIONS)  # its own component: additive
+            migrate(self._pool, "budget_ops", budget_ops.POSTGRES_MIGRATIONS)  # operators' grants and periods
         except BaseException:
             self._pool.close()
             raise
@@ -321,9 +325,10 @@ class PostgresLedger(_Admitting):
         if self._local.locking and key not in self._local.locked:
             if self._local.locked:
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("ledger", *key),))
-            else:
-                conn.execute("SELECT set_config('statement_timeout', %s, true), pg_advisory_xact_lock(%s)",
-                             (_ms(self._waits.statement_s), lock_key("ledger", *key)))
+            else:  # the first lock comes with the operations' lock, shared (`_operating` takes it exclusive)
+                conn.execute("SELECT set_config('statement_timeout', %s, true), pg_advisory_xact_lock_shared(%s),"
+                             " pg_advisory_xact_lock(%s)",
+                             (_ms(self._waits.statement_s), _OPS_LOCK, lock_key("ledger", *key)))
             self._local.locked.add(key)
         return conn
 
@@ -331,9 +336,48 @@ class PostgresLedger(_Admitting):
         conn = self._locked("pair", analyst, dataset) if analyst is not None else self._locked("dataset", dataset)
         return _since(conn, analyst, dataset, seq)
 
+    @contextmanager
+    def _operating(self) -> Iterator[None]:
+        """An operation's transaction: the operations' lock, exclusive, first. Every admit holds it shared
+        from its first lock to its commit, so this waits for the admits in flight, and later ones wait for
+        this: each reads the operations wholly before or wholly after it, and a period's floor (the highest
+        charge number) has no uncommitted charge below it."""
+        with self._write():
+            conn: Connection = self._local.conn
+            conn.execute("SELECT set_config('statement_timeout', %s, true), pg_advisory_xact_lock(%s)",
+                         (_ms(self._waits.statement_s), _OPS_LOCK))
+            self._local.locked.add(("ops",))
+            yield
+
+    def _ops(self, analyst: str | None, dataset: str) -> list[StoredOp]:
+        conn = self._locked("pair", analyst, dataset) if analyst is not None else self._locked("dataset", dataset)
+        params = (dataset, analyst) if analyst is not None else (dataset,)
+        rows = conn.execute(budget_ops.select_sql("%s", analyst=analyst is not None), params).fetchall()
+        return [op_of(row, row[2].astimezone(UTC)) for row in rows]
+
+    def _all_ops(self, dataset: str | None) -> list[StoredOp]:
+        clause, params = ("WHERE dataset = %s", (dataset,)) if dataset is not None else ("", ())
+        conn: Connection = self._local.conn
+        rows = conn.execute(f"SELECT {budget_ops.COLUMNS} FROM budget_ops {clause} ORDER BY seq", params).fetchall()
+        return [op_of(row, row[2].astimezone(UTC)) for row in rows]
+
+    def _top(self) -> int:
+        conn: Connection = self._local.conn
+        row = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM charges").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def _insert_op(self, op: StoredOp) -> int:
+        conn: Connection = self._local.conn
+        row = conn.execute(f"INSERT INTO budget_ops ({budget_ops.INSERT_COLUMNS}) VALUES"
+                           " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING seq", op.row(op.at)).fetchone()
+        assert row is not None
+        return int(row[0])
+
     def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
-        with self._pool.connection() as conn:
-            found = _since(conn, analyst, dataset, 0).after
+        with self._reading():  # the current budget period's
+            floor = allowance_of(self._ops(analyst, dataset), analyst).floor
+            found = _since(self._local.conn, analyst, dataset, floor).after
         return tuple(entry for entry, count in found for entry in [entry] * count)
 
     def _insert(self, charge: Charge) -> None:
@@ -381,7 +425,8 @@ class PostgresLedger(_Admitting):
         """Take each dataset's advisory lock and the audit chain's head row, as admits do (in their order),
         waiting at most `timeout_s` for each, and let go: a stalled holder makes this `LedgerBusy`."""
         with self._bounded(), self._pool.connection() as conn, conn.transaction():
-            conn.execute("SELECT set_config('lock_timeout', %s, true)", (_ms(timeout_s),))
+            conn.execute("SELECT set_config('lock_timeout', %s, true), pg_advisory_xact_lock_shared(%s)",
+                         (_ms(timeout_s), _OPS_LOCK))  # first, as admits take it
             for dataset in sorted(set(datasets)):
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("ledger", "dataset", dataset),))
             conn.execute("SELECT 1 FROM audit_head WHERE id = 1 FOR UPDATE")

@@ -31,8 +31,9 @@ from accountant.audit.chain_tables import append, migrate_sqlite
 from accountant.errors import LedgerBusy
 from accountant.file_lock import writer_lock
 from accountant.filter import Entry, Spend, total
-from accountant.ledger import kept_bounds, tallies
+from accountant.ledger import budget_ops, kept_bounds, tallies
 from accountant.ledger.admit import Since, _Admitting, _Memos
+from accountant.ledger.budget_ops import StoredOp, allowance_of, op_of
 from accountant.ledger.charges import ANSWERED, Charge, ChargeFilter, Claim, Clock, StoredRelease, Waits, _utcnow
 from accountant.ledger.kept_bounds import KeptBounds
 from accountant.ledger.sql_rows import COLUMNS, charge_of, charge_row, since_of, since_sql, where
@@ -157,6 +158,7 @@ class SqliteLedger(_Admitting):
     def _create_schema(self) -> None:
         with self._writer, _immediate(self._conn):
             migrate_sqlite(self._conn)  # the audit chain's tables: admit appends to them
+            migrate_sqlite(self._conn, "budget_ops", budget_ops.SQLITE_MIGRATIONS)  # operators' grants, periods
             for statement in _SCHEMA:
                 self._conn.execute(statement)
             versions = self._conn.execute("SELECT version FROM schema_version").fetchall()
@@ -253,14 +255,39 @@ class SqliteLedger(_Admitting):
     def _reading(self) -> AbstractContextManager[object]:
         return self._lock  # the connection is this object's; one statement needs no transaction
 
+    def _operating(self) -> AbstractContextManager[object]:
+        return self._write()  # BEGIN IMMEDIATE: the file's one write lock, as every admit's
+
+    def _ops(self, analyst: str | None, dataset: str) -> list[StoredOp]:
+        params = (dataset, analyst) if analyst is not None else (dataset,)
+        rows = self._conn.execute(budget_ops.select_sql("?", analyst=analyst is not None), params).fetchall()
+        return [op_of(row, _EPOCH + row[2] * _MICROSECOND) for row in rows]
+
+    def _all_ops(self, dataset: str | None) -> list[StoredOp]:
+        clause, params = ("WHERE dataset = ?", (dataset,)) if dataset is not None else ("", ())
+        rows = self._conn.execute(f"SELECT {budget_ops.COLUMNS} FROM budget_ops {clause} ORDER BY seq",
+                                  params).fetchall()
+        return [op_of(row, _EPOCH + row[2] * _MICROSECOND) for row in rows]
+
+    def _top(self) -> int:
+        (top,) = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM charges").fetchone()
+        return int(top)
+
+    def _insert_op(self, op: StoredOp) -> int:
+        cursor = self._conn.execute(f"INSERT INTO budget_ops ({budget_ops.INSERT_COLUMNS}) VALUES"
+                                    " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", op.row(_to_us(op.at)))
+        assert cursor.lastrowid is not None
+        return int(cursor.lastrowid)
+
     def _since(self, analyst: str | None, dataset: str, seq: int) -> Since:
         clause, params = _where(analyst, dataset, None, None)
         rows = self._conn.execute(since_sql(clause, "?"), (*params, *params, seq)).fetchall()
         return since_of(rows, seq)
 
     def entries(self, *, dataset: str, analyst: str | None = None) -> tuple[Entry, ...]:
-        with self._lock:
-            found = self._since(analyst, dataset, 0).after
+        with self._lock:  # the current budget period's
+            floor = allowance_of(self._ops(analyst, dataset), analyst).floor
+            found = self._since(analyst, dataset, floor).after
         return tuple(entry for entry, count in found for entry in [entry] * count)
 
     def _charges(self, where: ChargeFilter, limit: int, offset: int) -> tuple[Charge, ...]:

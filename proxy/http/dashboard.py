@@ -2,8 +2,10 @@
 
 The page (dashboard.html, no build step) asks for an admin key, keeps it in the tab's sessionStorage and
 fetches /dashboard/data with it; it is served under a Content-Security-Policy that lets only its own inline
-script and style run. The data holds names from the policy, figures from the ledger, charge ids and error
-codes: never SQL, never data. docs/operations.md describes the design.
+script and style run. The data holds names from the policy, figures from the ledger, charge ids, error codes,
+the operators' grants and periods, and, for admins only as GET /v1/audit does, each recent charge's query text
+and audit entry (the normalised SQL the analyst sent, never data) and the largest spenders by query shape.
+docs/operations.md describes the design.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from importlib import resources
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
+from accountant.audit.log import AuditEntry, AuditFilter, AuditLog
 from accountant.filter import Budget
 from accountant.ledger.charges import Charge
 from mechanisms.rounding import up as _up  # how the ledger rounds a spend
 from proxy.http.metrics import budget_figures
 from proxy.http.middleware.access_log import Rejections
-from proxy.http.ops import CREDENTIALED, NO_STORE, AnalystDep, EnvDep
-from proxy.http.views import budget_curves
+from proxy.http.ops import CREDENTIALED, NO_STORE, AnalystDep, EnvDep, OperationOut, operation_out
+from proxy.http.views import budget_curves, budget_shapes
 from proxy.http.views.budget import stored
 from proxy.pipeline import Env
 from proxy.policy import access
@@ -91,6 +94,26 @@ class ChargeRow(BaseModel):
     epsilon: float
     delta: float
     composition: str
+    sql: str | None = None  # the query text of its `admitted` audit entry (None: no entry in the window read)
+    audit_seq: int | None = None  # that entry's number in the chain: the page links the charge to it
+
+
+class AuditRow(BaseModel):
+    """A recent charge's `admitted` entry of the audit chain, as GET /v1/audit lists it."""
+
+    seq: int
+    at: str
+    charge_id: str | None
+    sql_sha256: str
+    prev_hash: str
+    hash: str
+
+
+class SpenderRow(BaseModel):
+    shape: str  # the normalised SQL with its literals blanked (views/budget_shapes.py)
+    epsilon: float  # Σε of its charges in the window, rounded up
+    charges: int
+    analysts: list[str]
 
 
 class RejectionRow(BaseModel):
@@ -110,12 +133,15 @@ class DashboardData(BaseModel):
     recent_charges: list[ChargeRow]
     recent_rejections: list[RejectionRow]  # this process only: a ring buffer, lost on restart
     rejections_kept: int
+    audit_entries: list[AuditRow]  # the admitted entries of recent_charges, newest first
+    spenders: list[SpenderRow]  # the largest spenders by query shape, over the spend window
+    operations: list[OperationOut]  # the operators' grants and periods, newest first
 
 
 @router.get("/dashboard/data", include_in_schema=False, response_model=DashboardData, responses=CREDENTIALED)
 def dashboard_data(request: Request, analyst: AnalystDep, env: EnvDep, response: Response) -> DashboardData:
-    """Everything the dashboard draws (admins only): budgets, spend over time, recent charges and rejections.
-    Figures and names only: never SQL, never data."""
+    """Everything the dashboard draws (admins only): budgets, spend over time, recent charges with their query
+    text and audit entry, rejections, the largest spenders by query shape, the grants. Never data."""
     access.require_admin(analyst)
     response.headers.update(NO_STORE)
     rejections: Rejections = request.app.state.rejections
@@ -130,6 +156,7 @@ def dashboard_data(request: Request, analyst: AnalystDep, env: EnvDep, response:
     ]
     window = env.ledger.charges(limit=SPEND_WINDOW)
     truncated = env.ledger.count() > len(window)
+    audited = _admitted(getattr(request.app.state, "audit", None), len(window))
     return DashboardData(
         generated_at=_iso(datetime.now(UTC)),
         budgets=budgets,
@@ -137,7 +164,9 @@ def dashboard_data(request: Request, analyst: AnalystDep, env: EnvDep, response:
         spend_window=SPEND_WINDOW,
         recent_charges=[
             ChargeRow(id=c.id, at=_iso(c.at), analyst=c.analyst, dataset=c.dataset, epsilon=c.epsilon,
-                      delta=c.delta, composition=c.composition)
+                      delta=c.delta, composition=c.composition,
+                      sql=audited[c.id].sql if c.id in audited else None,
+                      audit_seq=audited[c.id].seq if c.id in audited else None)
             for c in window[:RECENT]
         ],
         recent_rejections=[
@@ -146,7 +175,27 @@ def dashboard_data(request: Request, analyst: AnalystDep, env: EnvDep, response:
             for r in rejections.recent(RECENT)
         ],
         rejections_kept=env.settings.rejections_kept,
+        audit_entries=[
+            AuditRow(seq=e.seq, at=_iso(e.at), charge_id=e.charge_id, sql_sha256=e.sql_sha256, prev_hash=e.prev_hash,
+                     hash=e.hash)
+            for e in (audited[c.id] for c in window[:RECENT] if c.id in audited)
+        ],
+        spenders=[
+            SpenderRow(shape=r.shape, epsilon=r.epsilon, charges=r.charges, analysts=list(r.analysts))
+            for r in budget_shapes.spenders(
+                (c.analyst, c.epsilon, audited[c.id].sql if c.id in audited else None) for c in window)
+        ],
+        operations=[operation_out(op) for op in reversed(env.ledger.operations())][:RECENT],
     )
+
+
+def _admitted(audit: AuditLog | None, newest: int) -> dict[str, AuditEntry]:
+    """The newest `newest` `admitted` entries of the chain by charge id: one per charge, so they cover the
+    charges of the window (an entry is written with its charge, in its transaction)."""
+    if audit is None or newest == 0:
+        return {}
+    found = audit.entries(AuditFilter(decision="admitted"), limit=newest)
+    return {e.charge_id: e for e in found if e.charge_id is not None}
 
 
 def _tradeoff(env: Env, analyst: str, figures: BudgetOut) -> TradeoffOut | None:

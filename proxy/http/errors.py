@@ -45,6 +45,7 @@ STATUS: dict[str, int] = {
     "ledger_uncertain": 503,
     "idempotency_key_reused": 422,
     "idempotency_key_spent": 409,
+    "invalid_budget_operation": 422,
     "internal": 500,
 }
 

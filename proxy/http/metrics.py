@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter as Tally
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
+from mechanisms.rounding import up
 from proxy import logs
 from proxy.http.views.budget import budget_now  # the one computation of a budget: GET /v1/budget's
 from proxy.pipeline import STAGES, Env, Stage
@@ -92,6 +94,8 @@ class BudgetFigures:
     role: str
     budget: BudgetOut
     charges: int
+    granted_epsilon: float = 0.0  # what operators granted in the current period (rounded up), in `budget` already
+    granted_delta: float = 0.0
 
 
 def budget_figures(env: Env) -> Iterator[BudgetFigures]:
@@ -101,8 +105,10 @@ def budget_figures(env: Env) -> Iterator[BudgetFigures]:
         for name, allowed in analyst.budgets:
             dataset = env.policy.dataset(name)
             assert dataset is not None  # the policy loader checks that budgets name known datasets
+            granted = env.ledger.allowance(dataset=name, analyst=analyst.name)
             yield BudgetFigures(analyst.name, analyst.role, budget_now(env, analyst.name, dataset, allowed),
-                                env.ledger.count(analyst=analyst.name, dataset=name))
+                                env.ledger.count(analyst=analyst.name, dataset=name),
+                                up(granted.epsilon), up(granted.delta))
 
 
 class BudgetCollector:
@@ -120,17 +126,22 @@ class BudgetCollector:
         families = {
             name: GaugeMetricFamily(f"dpproxy_budget_{name}", text, labels=labels)
             for name, text in (
-                ("epsilon", "ε budget of the analyst on the dataset (the policy)"),
+                ("epsilon", "ε budget of the analyst on the dataset (the policy's, plus the period's grants)"),
                 ("epsilon_spent", "Σε charged so far (basic composition, rounded up)"),
                 ("epsilon_remaining", "ε left under the dataset's accounting rule, at the budget's δ"),
-                ("delta", "δ budget of the analyst on the dataset (the policy)"),
+                ("delta", "δ budget of the analyst on the dataset (the policy's, plus the period's grants)"),
                 ("delta_spent", "Σδ charged so far (basic composition, rounded up)"),
+                ("granted_epsilon", "ε granted by operators in the current budget period (docs/operations.md)"),
+                ("granted_delta", "δ granted by operators in the current budget period"),
                 ("delta_remaining", "δ left under the dataset's accounting rule"),
             )
         }
         charges = CounterMetricFamily("dpproxy_ledger_charges", "Charges recorded in the ledger", labels=labels)
+        operations = CounterMetricFamily("dpproxy_budget_operations", "Grants and new budget periods written by"
+                                         " operators", labels=("dataset", "kind"))
         try:
             figures = tuple(budget_figures(env))
+            done = Tally((op.operation.dataset, op.operation.kind) for op in env.ledger.operations())
         except Exception:
             log.warning("metrics: the budgets could not be read from the ledger", exc_info=True)
             up.add_metric((), 0)
@@ -139,9 +150,13 @@ class BudgetCollector:
         for f in figures:
             key = (f.analyst, f.budget.dataset)
             for name, family in families.items():
-                family.add_metric(key, getattr(f.budget, name))
+                value = getattr(f.budget, name) if hasattr(f.budget, name) else getattr(f, name)
+                family.add_metric(key, value)
             charges.add_metric(key, f.charges)
+        for key, count in sorted(done.items()):
+            operations.add_metric(key, count)
         up.add_metric((), 1)
         yield up
         yield from families.values()
         yield charges
+        yield operations

@@ -2,15 +2,19 @@
 
 `answer` runs `proxy.routes.query_work` (plan, admit, execute, release, store, the `answered` audit entry)
 on the app's query pool within the analyst's limits, exactly as the HTTP route does, and records the audit
-entry of every other outcome (a repeat, a refusal, a failure) as the HTTP audit trail does. The release is the
+entry of every other outcome (a repeat, a refusal, a failure) as the HTTP audit trail does. A `Cancel` (the
+client's CancelRequest) ends it as its time limit would: the answer is never released, and a query admitted
+before the cancel stays charged (`QueryCancelled`, a `timeout`). The release is the
 HTTP answer's JSON, stored and repeated byte for byte: a query asked over the wire and over HTTP is one
 request, charged once. `describe` plans without charging or reading data (`proxy.pipeline.prepare`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,6 +23,7 @@ from typing import Any
 
 from accountant.audit.chain import AuditRecord, Decision, sql_sha256
 from proxy import logs
+from proxy.engines.base import ExecutionTimeout
 from proxy.http.errors import STATUS
 from proxy.http.formats import column_types
 from proxy.http.middleware.access_log import Rejection
@@ -27,6 +32,7 @@ from proxy.pipeline import Env, prepare
 from proxy.policy.load import AnalystPolicy
 from proxy.query.errors import QueryError
 from proxy.query.parse.statement import normalised, parse
+from proxy.run.deadline import Deadline
 from proxy.schemas import QueryRequest
 from proxy.wire import pgtypes
 from proxy.wire.messages import Column
@@ -78,9 +84,76 @@ def explain(req: QueryRequest, analyst: AnalystPolicy, env: Env) -> Result:
     return Result((Column("QUERY PLAN", pgtypes.TEXT),), [(line,) for line in lines], "EXPLAIN")
 
 
-async def answer(app_state: Any, req: QueryRequest, analyst: AnalystPolicy) -> Result:
+class QueryCancelled(ExecutionTimeout):
+    """The client cancelled the query (a CancelRequest with its connection's key): it ends as its time limit
+    would, with no answer released; charged when it was admitted before the cancel."""
+
+    default_message = "canceling statement due to user request: no answer is released"
+
+
+class Cancel:
+    """One running query's cancel, shared by the event loop (`request`, from a CancelRequest) and the query
+    thread (`bind`, before the pipeline starts), under one lock: a cancel that comes before the thread starts
+    refuses the work (nothing charged); one after expires its deadline, as its time limit would."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._deadline: Deadline | None = None
+        self.requested = asyncio.Event()
+        self.expired = False  # the deadline was ended by the cancel (False: no deadline yet, or delivered)
+
+    def bind(self, deadline: Deadline) -> None:
+        """On the query thread, first: raise QueryCancelled if the query was cancelled already."""
+        with self._lock:
+            if self.requested.is_set():
+                raise QueryCancelled()
+            self._deadline = deadline
+
+    def request(self) -> None:
+        """On the event loop: cancel the query (no effect once its answer is delivered)."""
+        with self._lock:
+            if self._deadline is not None and not self.requested.is_set():
+                self.expired = self._deadline.expire()
+            self.requested.set()
+
+
+async def _run(app_state: Any, analyst: AnalystPolicy, work: Any, state: Any, cancel: Cancel | None) -> Any:
+    """The query pool's run of `work`; with `cancel`, ended at once when the cancel finds it admitted (the
+    thread stops at its next check of the deadline and releases nothing), else when the thread ends."""
+    timeout = app_state.env.settings.query_timeout_s
+    if cancel is None:
+        return await app_state.runner.run(analyst.name, work, timeout)
+
+    def cancellable(deadline: Deadline) -> Any:
+        cancel.bind(deadline)
+        return work(deadline)
+
+    running = asyncio.ensure_future(app_state.runner.run(analyst.name, cancellable, timeout))
+    stopped = asyncio.ensure_future(cancel.requested.wait())
+    try:
+        await asyncio.wait((running, stopped), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not running.done() and cancel.expired and state.charged:  # admitted: its outcome is the charged cancel
+        running.add_done_callback(_consumed)
+        raise QueryCancelled()
+    try:
+        return await running  # before admission (or delivered already), the thread's own outcome
+    except ExecutionTimeout as err:
+        if cancel.expired and not isinstance(err, QueryCancelled):
+            raise QueryCancelled() from err
+        raise
+
+
+def _consumed(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+async def answer(app_state: Any, req: QueryRequest, analyst: AnalystPolicy, cancel: Cancel | None = None) -> Result:
     """The DP answer to `req` (raises the pipeline's errors), audited, counted, logged (one access line, as an
-    HTTP request's) and, when refused, listed among the dashboard's recent rejections."""
+    HTTP request's) and, when refused, listed among the dashboard's recent rejections. `cancel`: the
+    connection's CancelRequest for this query, if one comes."""
     env: Env = app_state.env
     state = SimpleNamespace(charged=False, charge=None, charge_id=None, normalized_sql=None, column_types=())
     work = query_work(req, analyst, env, state, typed=True)
@@ -90,7 +163,7 @@ async def answer(app_state: Any, req: QueryRequest, analyst: AnalystPolicy) -> R
     try:
         try:
             with app_state.throttle.admitted(analyst.name, analyst.limits):
-                result = await app_state.runner.run(analyst.name, work, env.settings.query_timeout_s)
+                result = await _run(app_state, analyst, work, state, cancel)
         except Exception as err:
             code = getattr(err, "code", "internal")
             code = code if isinstance(code, str) and code in STATUS else "internal"

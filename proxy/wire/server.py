@@ -3,7 +3,9 @@
 A connection: optional TLS (SSLRequest), the startup packet (user = the analyst's name, database = the
 dataset), a cleartext password (the analyst's API key, checked by hash as HTTP's bearer key is), then the
 simple and extended query protocols. A connection without TLS is refused unless the operator allowed
-plaintext for loopback peers (`DPPROXY_PG_ALLOW_PLAINTEXT_LOOPBACK`) and the peer is loopback. Each statement
+plaintext for loopback peers (`DPPROXY_PG_ALLOW_PLAINTEXT_LOOPBACK`) and the peer is loopback. The
+BackendKeyData sent at start-up (this process's id and a random secret) identifies the connection: a
+CancelRequest bearing it, on a connection of its own, cancels the query the connection is running. Each statement
 is answered by the session (proxy/wire/session.py); errors are ErrorResponses with a SQLSTATE, the product's
 error code first in the message, and the connection kept, except where PostgreSQL closes it too (start-up
 and authentication failures, a malformed message).
@@ -34,7 +36,6 @@ from proxy.wire.session import Command, Session, WireError
 
 log = logging.getLogger(__name__)
 
-_PROCESS_IDS = itertools.count(1)
 STARTUP_TIMEOUT_S = 30.0  # from connecting to ReadyForQuery: TLS, the startup packet, the password
 STARTUP_MAX_BYTES = 10_000  # the startup packet's largest size (PostgreSQL's limit)
 
@@ -68,6 +69,8 @@ class WireServer:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._catalogs: dict[tuple[str, str], CatalogAnswers] = {}
+        self.keys: dict[tuple[int, int], Connection] = {}  # BackendKeyData -> its connection, while it is open
+        self.serials = itertools.count()  # with the sampler's salt: distinct secrets, however the sampler draws
 
     async def start(self) -> None:
         assert self.settings.pg_port is not None
@@ -142,6 +145,8 @@ class Connection:
     writer: asyncio.StreamWriter
     session: Session | None = None
     tls: bool = False
+    key: tuple[int, int] | None = None  # the BackendKeyData sent at start-up
+    running: answers.Cancel | None = None  # the cancel of the data query being answered, if any
     statements: dict[str, Statement] = field(default_factory=dict)
     portals: dict[str, Portal] = field(default_factory=dict)
     failed: bool = False  # an error in the extended protocol: skip to Sync
@@ -165,8 +170,22 @@ class Connection:
                 await self._fatal("57P01", "unavailable", "the server is shutting down")
             raise
         finally:
+            if self.key is not None:
+                self.server.keys.pop(self.key, None)
             with contextlib.suppress(Exception):
                 self.writer.close()
+
+    def cancel(self) -> None:
+        """A CancelRequest for this connection: the data query it is answering, if any, is cancelled. Not on
+        a dataset whose answers leave at a fixed time (`answer_time = "padded"`): whether a cancel came before
+        the work was done would tell its running time, which the padding hides; its answer leaves on time."""
+        if self.running is None or self.session is None:
+            return
+        dataset = self.session.env.policy.dataset(self.session.dataset)
+        if dataset is not None and dataset.answer_time == "padded":
+            log.info("a CancelRequest on a padded dataset is ignored: its answer leaves at its fixed time")
+            return
+        self.running.request()
 
     def send(self, data: bytes) -> None:
         self.writer.write(data)
@@ -201,8 +220,11 @@ class Connection:
                 self.send(messages.ssl_refused())
                 await self.writer.drain()
             startup = await self._read_startup()
-        if isinstance(startup, messages.CancelRequest):
-            return False  # queries are not cancelled: their charge is committed before they run
+        if isinstance(startup, messages.CancelRequest):  # as PostgreSQL: no reply, the connection closed
+            target = self.server.keys.get((startup.process_id, startup.secret))
+            if target is not None:
+                target.cancel()
+            return False
         assert isinstance(startup, messages.Startup)
         if startup.version >> 16 != 3:
             await self._fatal("0A000", "unsupported", f"unsupported frontend protocol {startup.version >> 16}."
@@ -242,7 +264,14 @@ class Connection:
                             ("in_hot_standby", "off"),
                             ("application_name", startup.parameters.get("application_name", ""))):
             self.send(messages.parameter_status(name, value))
-        self.send(messages.backend_key_data(os.getpid() % (1 << 31), next(_PROCESS_IDS) % (1 << 31)))
+        # this process's id (read now: `serve --workers` forks) and a secret no other client can guess (the OS
+        # CSPRNG, through the one sampler: mechanisms/sampling.py)
+        salt = self.server.app_state.env.sampler.salt()
+        self.key = (os.getpid() % (1 << 31), 0)
+        while self.key[1] == 0 or self.key in self.server.keys:
+            self.key = (self.key[0], (salt + next(self.server.serials)) % (1 << 31))
+        self.server.keys[self.key] = self
+        self.send(messages.backend_key_data(*self.key))
         self.send(messages.ready_for_query("I"))
         await self.writer.drain()
         return True
@@ -330,14 +359,20 @@ class Connection:
         if kind == "explain":
             request = session.request(sql, options)
             return await asyncio.to_thread(answers.explain, request, session.analyst, session.env)
-        result = await answers.answer(self.server.app_state, session.request(sql, options), session.analyst)
+        self.running = answers.Cancel()
+        try:
+            result = await answers.answer(self.server.app_state, session.request(sql, options), session.analyst,
+                                          self.running)
+        finally:
+            self.running = None
         session.remember(result)
         return result
 
     async def _catalog(self, sql: str) -> answers.Result:
         assert self.session is not None
         log.debug("catalog query", extra={"sql": sql[:8000]})
-        names, oids, rows = await asyncio.to_thread(self.session.catalog.run, sql)
+        session = self.session
+        names, oids, rows = await asyncio.to_thread(lambda: session.catalog.run_duckdb(session.catalog_sql(sql)))
         columns = tuple(Column(n, o, pgtypes.size_of(o)) for n, o in zip(names, oids, strict=True))
         return answers.Result(columns, rows, f"SELECT {len(rows)}")
 

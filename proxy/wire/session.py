@@ -176,12 +176,7 @@ class Session:
         if name == "dp.last_answer":
             return self._last_answer()
         if name.startswith("dp."):
-            key = _dp_name(name)
-            dataset = self.env.policy.dataset(self.dataset)
-            default = {"epsilon": getattr(dataset, "epsilon", None), "delta": getattr(dataset, "delta", None),
-                       "mechanism": getattr(dataset, "mechanism", None), "confidence": 0.95}[key]
-            value = self.dp.get(key, default)
-            return _one_text(name, "" if value is None else str(value))
+            return _one_text(name, self.dp_setting(_dp_name(name)))
         if name == "all":
             shown = {**SETTINGS_SHOWN, **self.settings}
             rows: list[tuple[object, ...]] = [(k, v, "") for k, v in sorted(shown.items())]
@@ -192,6 +187,35 @@ class Session:
         if name in SETTINGS_SHOWN:
             return _one_text(name, SETTINGS_SHOWN[name])
         raise WireError("42704", "invalid_parameter", f'unrecognized configuration parameter "{name}"')
+
+    def dp_setting(self, key: str) -> str:
+        """A dp setting as SHOW and current_setting() say it: the session's, else the dataset's default."""
+        dataset = self.env.policy.dataset(self.dataset)
+        default = {"epsilon": getattr(dataset, "epsilon", None), "delta": getattr(dataset, "delta", None),
+                   "mechanism": getattr(dataset, "mechanism", None), "confidence": 0.95}[key]
+        value = self.dp.get(key, default)
+        if isinstance(value, float):  # the policy's: the largest float at or below the digits written (0.1)
+            return format(value, ".15g")
+        return "" if value is None else str(value)
+
+    def catalog_sql(self, sql: str) -> str:
+        """The DuckDB SQL of a catalog query with `current_setting(name)` of a dp setting, or of a setting SET
+        in this session, as this session's value (the emulated catalog is shared by an analyst's sessions, and
+        its macro knows only the server's values). An unknown dp setting is an error, as PostgreSQL's unknown
+        setting, unless `missing_ok` is true (then NULL). Raises ValueError if `sql` is not a catalog query."""
+        duck = self.catalog.sql_of(sql)
+        if duck is None:
+            raise ValueError("not a catalog query")
+
+        def value(found: re.Match[str]) -> str:
+            name = found["name"].replace("''", "'").lower()
+            if name.startswith("dp."):
+                if name.split(".", 1)[1] not in DP_SETTINGS and (found["missing"] or "").upper() == "TRUE":
+                    return "NULL::VARCHAR"
+                return _literal(self.dp_setting(_dp_name(name)))
+            return _literal(self.settings[name]) if name in self.settings else found[0]
+
+        return _CURRENT_SETTING.sub(value, duck)
 
     def _budget(self) -> answers.Result:
         dataset = self.env.policy.dataset(self.dataset)
@@ -222,6 +246,15 @@ class Session:
             "noise": "; ".join(f"{n.get('column')}: scale {n.get('scale')}, ±{n.get('ci') or n.get('ci95')}"
                                for n in body.get("noise", [])),
         }
+
+
+# current_setting('name'[, missing_ok]) as the catalog's translation prints it (proxy/query/wire_sql.py)
+_CURRENT_SETTING = re.compile(r"WIRE_CURRENT_SETTING\('(?P<name>(?:[^']|'')*)'(?:\s*,\s*(?P<missing>TRUE|FALSE))?\)",
+                              re.IGNORECASE)
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _one_text(name: str, value: str) -> answers.Result:

@@ -20,6 +20,7 @@ from accountant.cells import ledgered
 from accountant.errors import BudgetExceeded, IdempotencyKeyReused, IdempotencyKeySpent, LedgerBusy
 from accountant.events import ComposedEvent, Event, GaussianEvent, LaplaceEvent, ThresholdEvent
 from accountant.filter import BASIC, Accounting, Budget, Entry, Rule, Spend, usage
+from accountant.ledger.admit import NEXT_STEP
 from accountant.ledger.charges import ANSWERED, Admission, Charge, Claim, Idempotency, Ledger, StoredRelease, Waits
 from accountant.ledger.kept_bounds import KeptBounds
 from accountant.ledger.memory import MemoryLedger
@@ -157,6 +158,7 @@ class TestLedgerContract:
             "delta_remaining": 1e-6,
             "epsilon_requested": 0.5,
             "delta_requested": 0.0,
+            "hint": NEXT_STEP,  # the next step: a grant or a new period (docs/operations.md)
         }
         assert ledger.count() == 1
         assert ledger.spent("ana", "sales") == Spend(2.75, 0.0)

@@ -20,7 +20,7 @@ import pytest
 from accountant.audit.chain_tables import POSTGRES_MIGRATIONS
 from accountant.errors import BudgetExceeded, LedgerBusy
 from accountant.filter import Budget, Spend
-from accountant.ledger import kept_bounds
+from accountant.ledger import budget_ops, kept_bounds
 from accountant.ledger.charges import Charge, StoredRelease, Waits
 from accountant.ledger.postgres import MIGRATIONS, Pool, PostgresLedger, lock_key, migrate
 from accountant.ledger.sqlite import SqliteLedger
@@ -171,6 +171,7 @@ def test_migrations_are_recorded_once_and_reopening_is_idempotent(make_ledger: F
     rows = execute(pg_url, "SELECT component, version FROM schema_migrations ORDER BY component, version")
     # the ledger creates the audit chain's tables too: its admit appends the charge's admitted entry
     assert rows == [("audit", v) for v in range(1, len(POSTGRES_MIGRATIONS) + 1)] + [
+        ("budget_ops", v) for v in range(1, len(budget_ops.POSTGRES_MIGRATIONS) + 1)] + [
         ("chosen_bounds", v) for v in range(1, len(kept_bounds.POSTGRES_MIGRATIONS) + 1)] + [
         ("ledger", v) for v in range(1, len(MIGRATIONS) + 1)]
     assert make_ledger().charges() == (charge,)
@@ -188,7 +189,8 @@ def test_ledgers_opening_at_once_migrate_safely(pg_url: str) -> None:
         ledgers = [f.result(timeout=TIMEOUT_S) for f in [pool.submit(open_one) for _ in range(threads)]]
     try:
         assert execute(pg_url, "SELECT count(*) FROM schema_migrations") == [
-            (len(MIGRATIONS) + len(POSTGRES_MIGRATIONS) + len(kept_bounds.POSTGRES_MIGRATIONS),)]
+            (len(MIGRATIONS) + len(POSTGRES_MIGRATIONS) + len(kept_bounds.POSTGRES_MIGRATIONS)
+             + len(budget_ops.POSTGRES_MIGRATIONS),)]
         _admit(ledgers[0])
         assert ledgers[-1].count() == 1
     finally:

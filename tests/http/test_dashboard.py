@@ -1,8 +1,9 @@
 """The operator dashboard in a real browser: Debian's chromium driven by Playwright (no browser download).
 
-A fresh server gets charges from real queries (analyst and admin) and one rejection; the page, opened with the
-admin key, must show each analyst's spent ε as GET /v1/budget reports it, the newest charge id, and the
-rejection. The data endpoint itself is admin-only and carries no SQL.
+A fresh server gets charges from real queries (analyst and admin), one rejection and one grant; the page,
+opened with the admin key, must show each analyst's spent ε as GET /v1/budget reports it, the newest charge id
+with its query text and a link to its audit entry, the largest spenders by query shape, the rejection and the
+grant. The data endpoint itself is admin-only.
 """
 
 from __future__ import annotations
@@ -57,7 +58,13 @@ def seed(server: Server, demo: DemoFiles) -> dict[str, Any]:
             ids.append(response.json()["charge"]["id"])
         rejected = analyst.post("/v1/query", json={"sql": "SELECT user_id FROM visits"})
         assert rejected.status_code == 400, rejected.text
-        return {"ids": ids, "rejected": rejected.json()["code"],
+        granted = admin.post("/v1/admin/grants", json={"dataset": "demo", "analyst": "analyst", "epsilon": 0.5,
+                                                       "reason": "ticket 9"})
+        assert granted.status_code == 200, granted.text
+        charged = [c["epsilon"] for c in admin.get("/v1/ledger").json()["charges"]]
+        audited = admin.get("/v1/audit", params={"decision": "admitted"}).json()["entries"]
+        return {"ids": ids, "rejected": rejected.json()["code"], "charged": charged,
+                "entry": {e["charge_id"]: e for e in audited}[ids[-1]],
                 "spent": {"analyst": spend(analyst)["epsilon_spent"], "admin": spend(admin)["epsilon_spent"]}}
 
 
@@ -99,7 +106,19 @@ def test_dashboard_shows_budgets_charges_and_rejections(
     assert "analyst" in rejection.inner_text() and "/v1/query" in rejection.inner_text()
     assert page.locator("#spend svg path[data-series]").count() == 2  # one line per analyst and dataset
     assert page.inner_text("#t-charges") == "3"
-    assert "SELECT" not in page.content()  # no SQL anywhere on the page
+    # each charge with its query text from the audit trail, linked to its audit entry
+    entry = seeded["entry"]
+    assert newest.locator("td.sql").inner_text() == entry["sql"]
+    assert "COUNT(*)" in entry["sql"]
+    newest.locator("a[data-audit]").click()
+    target = page.locator("#audit tbody tr:target")
+    assert target.get_attribute("data-seq") == str(entry["seq"]) and entry["hash"][:16] in target.inner_text()
+    # one query shape spent everything: the Σε of the three charges, rounded up
+    (shape,) = page.locator("#spenders tbody tr[data-shape]").all()
+    assert shape.get_attribute("data-shape") == entry["sql"]  # no literals in this query
+    assert float(shape.locator("td.num").first.get_attribute("data-value") or "nan") == sum_up(seeded["charged"])
+    grant = page.locator("#operations tbody tr[data-kind=grant]")
+    assert grant.count() == 1 and "ticket 9" in grant.inner_text() and "analyst" in grant.inner_text()
 
     shot = tmp_path / "dashboard.png"
     page.screenshot(path=str(shot), full_page=True)
@@ -179,8 +198,8 @@ def test_the_data_endpoint_is_for_admins(server: Server, demo: DemoFiles, key: s
     if status == 200:
         assert response.headers["cache-control"] == "no-store"
         body = response.json()
-        assert {"budgets", "spend", "recent_charges", "recent_rejections"} <= set(body)
-        assert "sql" not in response.text.lower()
+        assert {"budgets", "spend", "recent_charges", "recent_rejections", "audit_entries", "spenders",
+                "operations"} <= set(body)
 
 
 def test_the_page_carries_no_data_and_a_strict_content_security_policy(server: Server) -> None:

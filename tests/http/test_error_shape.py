@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from accountant.ledger.admit import NEXT_STEP
 from proxy.cli.demo import DemoFiles
 from tests.support.live import Server, StartFresh, difference_down, spend
 
@@ -201,6 +202,7 @@ def test_budget_exceeded_is_403_with_the_remaining_budget(fresh_server: StartFre
             "delta_remaining": 1e-6,
             "epsilon_requested": requested,
             "delta_requested": 0.0,
+            "hint": NEXT_STEP,
         }
         assert spend(analyst) == spent
 

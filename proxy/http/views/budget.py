@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from accountant import cells, report
@@ -22,6 +23,7 @@ from accountant.cell_scope import CellScope
 from accountant.cells import Ledgered
 from accountant.errors import UnsupportedEvent
 from accountant.filter import Accounting, Budget, Entry, Rule, Usage
+from accountant.ledger.budget_ops import NONE, Allowance, raised
 from proxy.pipeline import Env
 from proxy.policy.load import DatasetPolicy
 from proxy.query.analyse.cell_space import cell_space
@@ -69,18 +71,33 @@ def cell(coordinates: dict[str, object]) -> dict[str, Any]:
 
 
 
-View = Callable[[Rule], Ledgered]  # a history's per-cell sums under a rule (raises UnsupportedEvent)
+@dataclass(frozen=True, slots=True)
+class View:
+    """A budget's history in its current period: its per-cell sums under a rule (`view(rule)`, raising
+    UnsupportedEvent), and what operators granted it in that period (`allowance`, added to the policy's
+    budget wherever one is shown or checked, as the admit does)."""
+
+    sums: Callable[[Rule], Ledgered]
+    allowance: Allowance = NONE
+
+    def __call__(self, rule: Rule) -> Ledgered:
+        return self.sums(rule)
+
+    def budget(self, policy: Budget) -> Budget:
+        """The budget in force: the policy's plus the grants of the period (budget_ops.raised)."""
+        return raised(policy, self.allowance)
 
 
 def stored(env: Env, dataset: str, analyst: str | None) -> View:
-    """The history in the ledger, read through the admit's memo (only what is new since is read), once per
-    rule: one budget's figures ask for the same rule several times."""
-    return functools.cache(lambda rule: env.ledger.tallied(dataset=dataset, analyst=analyst, rule=rule))
+    """The history in the ledger (the current budget period's), read through the admit's memo (only what is
+    new since is read), once per rule: one budget's figures ask for the same rule several times."""
+    return View(functools.cache(lambda rule: env.ledger.tallied(dataset=dataset, analyst=analyst, rule=rule)),
+                env.ledger.allowance(dataset=dataset, analyst=analyst))
 
 
 def plus(history: View, entry: Entry) -> View:
     """A history with one more charge (one only being previewed), from the history's sums (cells.plus)."""
-    return functools.cache(lambda rule: cells.plus(history(rule), entry))
+    return View(functools.cache(lambda rule: cells.plus(history(rule), entry)), history.allowance)
 
 
 def budget_now(env: Env, analyst: str, dataset: DatasetPolicy, allowed: Budget) -> BudgetOut:
@@ -95,10 +112,11 @@ def refusal(
     rule = dataset.accounting.rule
     try:
         used = mine(rule).bound(entry.scope)
-        refused = report.refusal(used, entry, allowed, dataset.accounting)
+        refused = report.refusal(used, entry, mine.budget(allowed), dataset.accounting)
         if refused is None and everyone is not None and dataset.budget is not None:
             used = everyone(rule).bound(entry.scope)
-            refused = report.refusal(used, entry, dataset.budget, dataset.accounting, scope="dataset")
+            refused = report.refusal(used, entry, everyone.budget(dataset.budget), dataset.accounting,
+                                     scope="dataset")
     except UnsupportedEvent as err:  # the history itself holds an event the rule cannot account for
         return err
     return refused
@@ -151,8 +169,10 @@ def _cells(dataset: DatasetPolicy, allowed: Budget, view: View) -> list[CellSpac
 
 
 def budget_out(dataset: DatasetPolicy, allowed: Budget, mine: View, everyone: View | None) -> BudgetOut:
-    """A budget and its history: basic Σε/Σδ spent, and what the rule in force leaves (ε at the budget's δ)."""
+    """A budget and its history: basic Σε/Σδ spent, and what the rule in force leaves (ε at the budget's δ);
+    the budgets are the policy's plus what operators granted in the current period."""
     accounting = dataset.accounting
+    allowed = mine.budget(allowed)
     accounts = _accounts(mine, allowed, accounting)
     basic = accounts[0]
     in_force = next((a for a in accounts if a.accounting == accounting.rule), None)
@@ -163,10 +183,11 @@ def budget_out(dataset: DatasetPolicy, allowed: Budget, mine: View, everyone: Vi
             reported = ReportedOut(epsilon=epsilon, delta=allowed.delta, accounting=rule)
     shared = None
     if dataset.budget is not None and everyone is not None:
-        totals = _accounts(everyone, dataset.budget, accounting)
+        shared_budget = everyone.budget(dataset.budget)
+        totals = _accounts(everyone, shared_budget, accounting)
         total_in_force = next((a for a in totals if a.accounting == accounting.rule), None)
         shared = SharedBudgetOut(
-            epsilon=dataset.budget.epsilon, delta=dataset.budget.delta, accounts=totals,
+            epsilon=shared_budget.epsilon, delta=shared_budget.delta, accounts=totals,
             epsilon_remaining=0.0 if total_in_force is None else total_in_force.epsilon_remaining,
             delta_remaining=0.0 if total_in_force is None else total_in_force.delta_remaining,
         )

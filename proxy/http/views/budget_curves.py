@@ -47,6 +47,9 @@ def history_report(entries: Sequence[Entry], allowed: Budget) -> HistoryReportOu
 def detailed(sums: Callable[[Rule], Ledgered], entries: Callable[[], Sequence[Entry]], dataset: DatasetPolicy,
              allowed: Budget) -> BudgetReportOut:
     """The trade-off curves and the PLD report of one budget's history; the history's charges are read only for
-    the PLD report (a budget with a δ)."""
+    the PLD report (a budget with a δ). `allowed` is the policy's budget: with `sums` a budget.View, the
+    budget in force adds its period's grants."""
+    granted = getattr(sums, "budget", None)
+    allowed = allowed if granted is None else granted(allowed)
     return BudgetReportOut(dataset=dataset.name, tradeoff=curves(sums, dataset, allowed),
                            history_report=history_report(entries(), allowed) if allowed.delta > 0 else None)
