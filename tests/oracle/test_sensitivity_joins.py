@@ -51,7 +51,8 @@ QUERIES = [
     "SELECT UPPER(q.plan) AS up, COUNT(*) FROM p JOIN q USING (uid) WHERE p.x * 2 > 1 GROUP BY up",
     "SELECT p.r, COUNT(*) FROM pub JOIN p ON pub.k = p.k WHERE pub.label = 'a' GROUP BY p.r",
     # chains: every link may fan out, so a unit's row meets up to 2 · 2 · 2 public rows
-    "SELECT dim.grp, COUNT(*), SUM(x) FROM p JOIN pub ON p.k = pub.k JOIN dim ON pub.label = dim.label GROUP BY dim.grp",
+    "SELECT dim.grp, COUNT(*), SUM(x) FROM p JOIN pub ON p.k = pub.k JOIN dim ON pub.label = dim.label "
+    "GROUP BY dim.grp",
     "SELECT area, COUNT(*), COUNT(DISTINCT uid), AVG(x) FROM p LEFT JOIN pub USING (k) LEFT JOIN dim "
     "ON pub.label = dim.label JOIN top ON dim.grp = top.grp GROUP BY area",
     "SELECT plan, grp, COUNT(*), SUM(y) FROM p JOIN q USING (uid) JOIN pub ON p.k = pub.k JOIN dim USING (label) "
