@@ -26,6 +26,9 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+
 from sqlglot import exp
 
 from proxy.query.analyse.refusals import located, where
@@ -41,6 +44,7 @@ _HINT = ("supported: <protected> [INNER|LEFT] JOIN <public table> ON <a column b
          "(USING (unit))")
 
 Table = TableSchema | PublicTable
+_DEPTH = 3  # the longest dimension chain whose cells `joins_of` lists
 
 
 def join(select: exp.Select, catalog: Catalog) -> Joined:
@@ -234,4 +238,32 @@ def joins_of(base: TableSchema, catalog: Catalog) -> tuple[Joined, ...]:
             found += [virtual(base, base.name, (Step(public, public.name, column.name, spec, False),))
                       for column in base.columns if (column.unit_level or column.name == base.privacy_unit)
                       and _family(column) == _family(spec)]
+    chains = [j.parts[0].step for j in found if isinstance(t := j.parts[0].step.table, PublicTable) and t.unique]
+    found += [j for step in chains for j in _chains(base, catalog, (step,))]
     return tuple(found)
+
+
+def _chains(base: TableSchema, catalog: Catalog, steps: tuple[Step, ...]) -> list[Joined]:
+    """Every dimension chain continuing `steps` through unique public tables (up to `_DEPTH` links, each INNER or
+    LEFT): only unique tables reached from unit-level columns carry axes. Joins of other shapes (two links from one
+    table, a partner and a chain) are charged in their own space all the same; only their cells are not listed."""
+    if len(steps) == _DEPTH:
+        return []
+    last = virtual(base, base.name, steps)
+    used = {s.table.name.lower() for s in steps} | {base.name.lower()}
+    found: list[Joined] = []
+    for public in catalog.public:
+        if not public.unique or public.name.lower() in used:
+            continue
+        for key in public.keys:
+            spec = public.column(key)
+            assert spec is not None
+            for name in last.parts[-1].columns:
+                parent = last.table.column(name)
+                if parent is None or _family(parent) != _family(spec):
+                    continue
+                longer = (*steps, Step(public, public.name, name, spec, False))
+                found += [virtual(base, base.name, tuple(dataclasses.replace(s, left=k) for s, k in zip(
+                    longer, kinds, strict=True))) for kinds in itertools.product((False, True), repeat=len(longer))]
+                found += _chains(base, catalog, longer)
+    return found
