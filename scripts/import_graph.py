@@ -44,6 +44,7 @@ ROOMS: tuple[tuple[str, ...], ...] = (
     ("proxy.query.release",),
     ("proxy.query.price",),
     ("proxy.query.analyse", "proxy.query.computed"),  # one grammar: computed values appear in every clause
+    ("proxy.query.joins",),  # a join chain's virtual table and the SQL computing it
     ("proxy.query.parse",),
     ("proxy.query.catalog", "proxy.query.types", "proxy.query.errors", "proxy.query.expr"),
     ("accountant.audit.log",),  # the audit log, stored beside the ledger

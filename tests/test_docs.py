@@ -120,6 +120,8 @@ SUPPORTED: dict[str, tuple[str, ...]] = {  # README row -> queries it promises a
         "SELECT department, COUNT(*) AS n FROM visits LEFT JOIN departments USING (category) GROUP BY department",
         "SELECT u.plan, COUNT(*) AS n FROM visits v JOIN users u USING (user_id) GROUP BY u.plan",
         "SELECT COUNT(*) AS n FROM visits v, users u WHERE v.user_id = u.user_id",
+        "SELECT u.plan, d.department, COUNT(*) AS n FROM visits v JOIN users u USING (user_id) JOIN departments d "
+        "ON v.category = d.category GROUP BY u.plan, d.department",
     ),
     "public tables alone": (
         "SELECT DISTINCT department FROM departments ORDER BY department",
@@ -147,7 +149,8 @@ _PLACEHOLDERS = {"agg", "col", "groupable", "q", "n", "a", "b", "x", "p", "s", "
 
 REJECTED: dict[str, tuple[str, ...]] = {  # README "Everything else — … — is rejected" item -> refused queries
     "joins of other shapes": (
-        "SELECT COUNT(*) FROM visits v JOIN users u USING (user_id) JOIN departments d ON v.category = d.category",
+        "SELECT COUNT(*) FROM visits v JOIN departments d ON v.category = d.category JOIN departments e "
+        "ON v.category = e.category",
         "SELECT COUNT(*) FROM visits v RIGHT JOIN users u USING (user_id)",
         "SELECT COUNT(*) FROM visits v FULL JOIN users u USING (user_id)",
         "SELECT COUNT(*) FROM visits v CROSS JOIN users u",
@@ -175,13 +178,13 @@ REJECTED: dict[str, tuple[str, ...]] = {  # README "Everything else — … — 
 }
 
 NOT_YET_SQL: dict[str, tuple[str, ...]] = {  # README "Not yet:" item -> refused queries (or a policy check)
-    "more than one join per query": REJECTED["joins of other shapes"][:1],
+    "joins of protected tables on a foreign key": ("SELECT COUNT(*) FROM visits v JOIN users u ON v.age = u.age",),
     "replace-one adjacency": (),  # not SQL: checked by the policy loader below
 }
 
 ERRORS_UNSUPPORTED: dict[str, tuple[str, ...]] = {  # errors.md `unsupported` row item -> refused queries
     "not exactly one SELECT": ("SELECT COUNT(*) FROM visits; SELECT COUNT(*) FROM users", "DELETE FROM visits"),
-    "a JOIN other than one INNER/LEFT join on an equality or USING": REJECTED["joins of other shapes"][:5],
+    "a JOIN other than INNER/LEFT joins on an equality or USING": REJECTED["joins of other shapes"][:5],
     "a comma join that no WHERE equality connects": ("SELECT COUNT(*) FROM visits v, users u WHERE v.age > 3",),
     "a subquery or CTE beyond one level of filter-and-project": REJECTED["other subqueries and CTEs"],
     "window": REJECTED["window functions"],

@@ -165,8 +165,9 @@ def test_join_message_names_the_construct_and_the_fix(analyst: httpx.Client) -> 
     body = assert_error(analyst.post("/v1/query", json={"sql": JOIN}), 400, "unsupported")
     assert body == {
         "ok": False, "status": 400, "code": "unsupported",
-        "error": "CROSS JOIN is not supported; supported: <protected> [INNER|LEFT] JOIN <public table> ON a = "
-                 "<its key>, or two protected tables of the same privacy unit joined on it (USING (unit))",
+        "error": "CROSS JOIN is not supported; supported: <protected> [INNER|LEFT] JOIN <public table> ON <a column "
+                 "before it> = <one of its keys>, any number of times, and at most one protected table of the same "
+                 "privacy unit joined on it (USING (unit))",
         "detail": {"construct": "CROSS JOIN"}, "charged": False,
     }
 

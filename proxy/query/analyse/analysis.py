@@ -21,7 +21,7 @@ from sqlglot import exp
 from proxy.query.analyse.cell_space import Scope, canonical_columns, cell_space
 from proxy.query.analyse.cell_space import scope as scope_of
 from proxy.query.analyse.group_keys import group_keys
-from proxy.query.analyse.joins import Joined, join
+from proxy.query.analyse.joins import Joined, canonical_links, join
 from proxy.query.analyse.measures import Aggregate, Measure, measures_for
 from proxy.query.analyse.names import Names, Output, declared
 from proxy.query.analyse.refusals import AGGREGATE_HINT, unsupported_clause
@@ -142,11 +142,10 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
     read_keys = tuple(k for k in keys if names.table.column(k) is not None) + tuple(
         c for key in names.computed for c in sorted(key.columns))
     canonical = canonical_columns(space, where_expr, read_keys) if canonical_units and reach.cells is not None else ()
-    if joined is not None and joined.public and any(c in joined.foreign for c in canonical) and (
-            joined.pair[0].name != joined.base.privacy_unit):
-        # a public column's canonical value is its MIN over the unit's joined rows: with the base join column
-        # canonical, those rows all meet the public rows of the unit's one key, whatever `unique` declares
-        canonical = (*canonical, joined.pair[0].name) if joined.pair[0].name not in canonical else canonical
+    if joined is not None:
+        # a public column's canonical value is its MIN over the unit's joined rows: with the protected column its
+        # chain starts from canonical, those rows all meet the public rows of one key at each link (chain.py)
+        canonical = canonical_links(joined, canonical)
     return Analysis(
         table=table, keys=keys, aggregates=aggregates, measures=measures_for(aggregates, table),
         outputs=outputs, where=where_expr, having=having_expr, order=ordering, limit=row_cap,

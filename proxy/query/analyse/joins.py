@@ -1,29 +1,18 @@
-"""Joins: one protected table joined to a public table on a declared key, or to another protected table of the
-same privacy unit on that unit; INNER or LEFT, `ON a = b` or `USING (col)`, with aliases.
+"""Joins: one protected table, at most one other protected table of the same privacy unit joined on it, and any
+number of public tables, each joined on one of its declared keys to a column of a table before it; INNER or
+LEFT, `ON a = b` or `USING (col)`, with aliases. This module reads the query's FROM … JOIN … into the steps of
+a chain; proxy/query/joins/chain.py makes them one *virtual table* that the rest of the analysis treats like any
+protected table, with the rules of its columns and its canonical values.
 
-The join becomes one *virtual table* that the rest of the analysis treats like any protected table: the
-protected (base) table's columns under their own names, then the other table's columns (renamed
-`<table>.<column>` when a name is taken). Its privacy unit is the base table's, so the rewrite bounds
-contributions per unit *after* the join: every joined row belongs to the unit of its protected row, a
-one-to-many fan-out only gives a unit more rows, and the bounding caps them (docs/privacy.md §1). Removing a unit
-removes exactly its joined rows, because the other side is either public (the same in every neighbour) or
-joined on the unit itself.
+Its privacy unit is the base table's, so the rewrite bounds contributions per unit *after* the join: every
+joined row belongs to the unit of its protected row, a one-to-many fan-out (a key a public table repeats, at
+any link of a chain) only gives a unit more rows, and the bounding caps them (docs/privacy.md §1). Removing a
+unit removes exactly its joined rows, because every other table is either public (the same in every neighbour)
+or joined on the unit itself.
 
-What the other side's columns may be:
-- a public table's columns are unit-level only when the base join column is unit-level (or the unit) and the
-  public table declares its key `unique` (each unit then meets one value); otherwise row-level;
-- a protected table's columns keep their declarations (`users.plan`, one row per user, is unit-level);
-  its privacy unit is the base table's unit (they are equal on every joined row) and is never a key.
 Bounds: of two protected tables, those of the one with more rows per unit (larger max_rows, then max_groups;
 never one declared one row per unit): `users JOIN visits` counts visits under visits' bounds. Any choice is
 private: the sensitivity follows the bounds the rewrite enforces.
-
-Canonical values (docs/privacy.md §7) are a property of the unit, never of the query: `canonical_source` reads
-a base column as its MIN over the unit's rows of the base table, and a protected table's column as its MIN over
-the unit's rows of that table, each *before* the join, so an INNER join that drops some of a unit's rows cannot
-move the unit to another cell. A unit-level column of a public table is read as its MIN over the unit's joined
-rows, with the base join column itself canonical: a function of the unit's canonical key and the public table,
-whatever `unique` claims. The join's cell space names the join (`via`) when it has an axis of the other table.
 
 Example:
     >>> from sqlglot import parse_one
@@ -38,68 +27,106 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection
-from dataclasses import dataclass
+import itertools
 
 from sqlglot import exp
 
-from proxy.query import types
 from proxy.query.analyse.refusals import located, where
 from proxy.query.analyse.resolve import check_qualifiers
 from proxy.query.catalog import Catalog, ColumnSpec, PublicTable, TableSchema
 from proxy.query.errors import PolicyError, UnsupportedQuery
+from proxy.query.joins.chain import Joined, Step, canonical_links, canonical_source, virtual
 
-BASE, OTHER = "__b", "__o"
-_HINT = ("supported: <protected> [INNER|LEFT] JOIN <public table> ON a = <its key>, or two protected tables of "
-         "the same privacy unit joined on it (USING (unit))")
+__all__ = ["Joined", "canonical_links", "canonical_source", "join", "joins_of"]
 
+_HINT = ("supported: <protected> [INNER|LEFT] JOIN <public table> ON <a column before it> = <one of its keys>, "
+         "any number of times, and at most one protected table of the same privacy unit joined on it "
+         "(USING (unit))")
 
-@dataclass(frozen=True, slots=True)
-class Joined:
-    table: TableSchema  # the virtual table (see the module docstring)
-    source: exp.Expr  # the FROM item computing it, from declared names only (no canonical values)
-    qualifiers: dict[str, dict[str, str]]  # table name or alias (lower) → column (lower) → virtual column
-    unqualified: dict[str, str | None]  # column (lower) → virtual column; None when two tables have it
-    base: TableSchema
-    other: TableSchema | PublicTable
-    pair: tuple[ColumnSpec, ColumnSpec]  # the ON equality: (base column, other column)
-    left_join: bool
-    foreign: dict[str, str]  # virtual column → the other table's column (its unit excepted)
-    via: str  # names the join in its cell space's fingerprint (scope.CellSpace.via)
-
-    @property
-    def public(self) -> bool:
-        return isinstance(self.other, PublicTable)
+Table = TableSchema | PublicTable
+_DEPTH = 3  # the longest dimension chain whose cells `joins_of` lists
 
 
 def join(select: exp.Select, catalog: Catalog) -> Joined:
     """The virtual table of `select`'s FROM … JOIN …, or a refusal naming what to write instead."""
-    joins = select.args.get("joins") or []
-    if len(joins) != 1:
-        raise UnsupportedQuery(f"one JOIN per query is supported; {_HINT}", construct="JOIN")
-    node = joins[0]
-    _check_shape(node)
+    nodes = list(select.args.get("joins") or [])
+    for node in nodes:
+        _check_shape(node)
     source = select.args.get("from_")
     if source is None:
         raise UnsupportedQuery("the query needs FROM <protected table>", construct="FROM")
-    left, left_alias = _side(source.this, catalog)
-    right, right_alias = _side(node.this, catalog)
-    if isinstance(left, PublicTable) and isinstance(right, PublicTable):
-        raise PolicyError(f"{left.name} and {right.name} are both public: join one to a protected table",
-                          construct="JOIN")
-    if left.name.lower() == right.name.lower():
-        raise UnsupportedQuery(f"joining {left.name} to itself is not supported", construct="JOIN")
-    if node.args.get("side") == "LEFT" and isinstance(left, PublicTable):
-        raise UnsupportedQuery(
-            f"{left.name} LEFT JOIN {right.name} keeps rows of the public table with no privacy unit; put the "
-            f"protected table first", construct="LEFT JOIN",
-        )
-    base, base_alias, other, other_alias = (
-        (right, right_alias, left, left_alias) if isinstance(left, PublicTable) else
-        (left, left_alias, right, right_alias))
+    first = _side(source.this, catalog)
+    sides = [_side(node.this, catalog) for node in nodes]
+    _check_tables([first, *sides])
+    if isinstance(first[0], PublicTable):
+        second = sides[0][0]
+        if isinstance(second, PublicTable):
+            raise PolicyError(f"{first[0].name} and {second.name} are both public: join one to a protected table "
+                              "first", construct="JOIN", hint=_HINT)
+        if nodes[0].args.get("side") == "LEFT":
+            raise UnsupportedQuery(
+                f"{first[0].name} LEFT JOIN {second.name} keeps rows of the public table with no privacy unit; put "
+                f"the protected table first", construct="LEFT JOIN",
+            )
+        base, base_alias = second, sides[0][1]
+        steps = [_step(nodes[0], first, virtual(base, base_alias, ()))]  # `pub JOIN p ON …`: p is the base
+        rest = list(zip(nodes[1:], sides[1:], strict=True))
+    else:
+        base, base_alias = first
+        steps, rest = [], list(zip(nodes, sides, strict=True))
     assert isinstance(base, TableSchema)
-    pair = _condition(node, base, base_alias, other, other_alias)
-    return _virtual(base, base_alias, other, other_alias, pair, left_join=node.args.get("side") == "LEFT")
+    for node, side in rest:
+        steps.append(_step(node, side, virtual(base, base_alias, steps)))
+    return virtual(base, base_alias, steps)
+
+
+def _check_tables(sides: list[tuple[Table, str]]) -> None:
+    """One table at most once, one alias at most once, and one or two protected tables."""
+    names = [t.name.lower() for t, _ in sides]
+    repeated = next((t for (t, _), n in zip(sides, names, strict=True) if names.count(n) > 1), None)
+    if repeated is not None:
+        raise UnsupportedQuery(f"joining {repeated.name} to itself (or twice) is not supported; {_HINT}",
+                               construct="JOIN", hint=_HINT)
+    aliases = [a.lower() for _, a in sides]
+    if len(set(aliases)) != len(aliases):
+        raise UnsupportedQuery("two joined tables have one alias: give each its own", construct="TABLE ALIAS")
+    protected = [t.name for t, _ in sides if isinstance(t, TableSchema)]
+    if not protected:
+        raise PolicyError(f"{', '.join(t.name for t, _ in sides)} are all public: join them to a protected table",
+                          construct="JOIN", hint=_HINT)
+    if len(protected) > 2:
+        raise UnsupportedQuery(
+            f"a join of {len(protected)} protected tables ({', '.join(protected)}) is not supported: at most two, "
+            f"of the same privacy unit, joined on it; {_HINT}", construct="JOIN", hint=_HINT)
+
+
+def _step(node: exp.Join, side: tuple[Table, str], before: Joined) -> Step:
+    """The step `node` joins `side` by: its equality resolved against the tables before it (`before`)."""
+    table, alias = side
+    left = node.args.get("side") == "LEFT"
+    if isinstance(table, TableSchema) and before.partner is not None:
+        raise UnsupportedQuery(f"at most two protected tables may be joined; {_HINT}", construct="JOIN", hint=_HINT)
+    parent, own = _condition(node, before, table, alias)
+    spec = before.table.column(parent)
+    assert spec is not None
+    if isinstance(table, PublicTable):
+        if own.name.lower() not in {k.lower() for k in table.keys}:
+            raise PolicyError(
+                f"the public table {table.name} may be joined on {', '.join(table.keys)}, not {own.name!r}",
+                construct="JOIN ON", column=own.name,
+                hint=f"join {table.name} ON <a column of a table before it> = {table.name}.{table.keys[0]}",
+            )
+    elif not (parent == before.base.privacy_unit and own.name == table.privacy_unit):
+        on = node.args.get("on") or node
+        raise PolicyError(
+            f"JOIN on {spec.name} = {own.name}{where(on)} is not supported between two protected tables; join on "
+            f"{before.base.privacy_unit} (their privacy unit), or declare {table.name!r} public",
+            construct="JOIN ON", column=spec.name, hint=_HINT, **located(on),
+        )
+    if _family(spec) != _family(own):
+        raise PolicyError(f"JOIN compares {spec.name} ({spec.type}) with {own.name} ({own.type})",
+                          construct="JOIN ON")
+    return Step(table, alias, parent, own, left)
 
 
 def _check_shape(node: exp.Join) -> None:
@@ -117,7 +144,7 @@ def _check_shape(node: exp.Join) -> None:
         raise UnsupportedQuery(f"a JOIN needs ON a = b or USING (column); {_HINT}", construct=construct)
 
 
-def _side(node: exp.Expr, catalog: Catalog) -> tuple[TableSchema | PublicTable, str]:
+def _side(node: exp.Expr, catalog: Catalog) -> tuple[Table, str]:
     if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier) or any(
         v for k, v in node.args.items() if k not in ("this", "alias", "db", "catalog")
     ):
@@ -134,109 +161,55 @@ def _side(node: exp.Expr, catalog: Catalog) -> tuple[TableSchema | PublicTable, 
     return table, (alias.name if alias is not None else table.name)
 
 
-def _condition(node: exp.Join, base: TableSchema, base_alias: str, other: TableSchema | PublicTable,
-               other_alias: str) -> tuple[ColumnSpec, ColumnSpec]:
-    """The one equality the join is on, as (base column, other column)."""
+def _condition(node: exp.Join, before: Joined, table: Table, alias: str) -> tuple[str, ColumnSpec]:
+    """The one equality `node` is on, as (the virtual column of a table before it, the joined table's column)."""
     using = node.args.get("using")
     if using:
         if len(using) != 1:
             raise UnsupportedQuery(f"USING takes one column; {_HINT}", construct="USING")
         name = using[0].name
-        a, b = base.column(name), other.column(name)
-        if a is None or b is None:
+        own = table.column(name)
+        found = {m[name.lower()] for m in before.qualifiers.values() if name.lower() in m}
+        if own is None or not found:
             raise PolicyError(f"USING ({name}): both tables must declare {name!r}", construct="USING", column=name)
-    else:
-        condition = node.args["on"]
-        while isinstance(condition, exp.Paren):
-            condition = condition.this
-        if not (isinstance(condition, exp.EQ) and isinstance(condition.this, exp.Column)
-                and isinstance(condition.expression, exp.Column)):
-            raise UnsupportedQuery(f"JOIN … ON takes one equality of two columns, not {condition.sql()}; {_HINT}",
-                                   construct="JOIN ON")
-        ends = [_owner(c, base, base_alias, other, other_alias) for c in (condition.this, condition.expression)]
-        if {side for side, _ in ends} != {"base", "other"}:
-            raise UnsupportedQuery(f"JOIN … ON must compare a column of each table: {condition.sql()}",
-                                   construct="JOIN ON")
-        a = next(spec for side, spec in ends if side == "base")
-        b = next(spec for side, spec in ends if side == "other")
-    if isinstance(other, PublicTable):
-        if b.name.lower() not in {k.lower() for k in other.keys}:
-            raise PolicyError(
-                f"the public table {other.name} may be joined on {', '.join(other.keys)}, not {b.name!r}",
-                construct="JOIN ON", column=b.name,
-            )
-    elif not (a.name == base.privacy_unit and b.name == other.privacy_unit):
-        on = node.args.get("on") or node
-        raise PolicyError(
-            f"JOIN on {a.name} = {b.name}{where(on)} is not supported between two protected tables; join on "
-            f"{base.privacy_unit} (their privacy unit), or declare {other.name!r} public",
-            construct="JOIN ON", column=a.name, **located(on),
-        )
-    if _family(a) != _family(b):
-        raise PolicyError(f"JOIN compares {a.name} ({a.type}) with {b.name} ({b.type})", construct="JOIN ON")
-    return a, b
+        if len(found) > 1:
+            raise PolicyError(f"USING ({name}): more than one table before {table.name} has {name!r}; write ON "
+                              f"<alias>.{name} = {alias}.{name}", construct="USING", column=name)
+        return found.pop(), own
+    condition = node.args["on"]
+    while isinstance(condition, exp.Paren):
+        condition = condition.this
+    if not (isinstance(condition, exp.EQ) and isinstance(condition.this, exp.Column)
+            and isinstance(condition.expression, exp.Column)):
+        raise UnsupportedQuery(f"JOIN … ON takes one equality of two columns, not {condition.sql()}; {_HINT}",
+                               construct="JOIN ON")
+    ends = [_owner(c, before, table, alias) for c in (condition.this, condition.expression)]
+    if sorted(side for side, _ in ends) != ["before", "joined"]:
+        raise UnsupportedQuery(f"JOIN … ON must compare a column of {table.name} with one of a table before it: "
+                               f"{condition.sql()}", construct="JOIN ON")
+    parent = next(name for side, name in ends if side == "before")
+    own = next(name for side, name in ends if side == "joined")
+    spec = table.column(own)
+    assert spec is not None
+    return parent, spec
 
 
-def _owner(column: exp.Column, base: TableSchema, base_alias: str, other: TableSchema | PublicTable,
-           other_alias: str) -> tuple[str, ColumnSpec]:
-    qualifier = column.table.lower()
-    candidates = [("base", base, base_alias), ("other", other, other_alias)]
-    found = [(side, spec) for side, table, alias in candidates
-             if qualifier in ("", alias.lower()) and (spec := table.column(column.name)) is not None]
+def _owner(column: exp.Column, before: Joined, table: Table, alias: str) -> tuple[str, str]:
+    """("joined", its column) for a column of the joined table, ("before", the virtual column) for one before it."""
+    qualifier, name = column.table.lower(), column.name.lower()
+    found: set[tuple[str, str]] = set()
+    if qualifier in ("", alias.lower()) and (spec := table.column(column.name)) is not None:
+        found.add(("joined", spec.name))
+    found |= {("before", mapping[name]) for key, mapping in before.qualifiers.items()
+              if qualifier in ("", key) and name in mapping}
     if len(found) != 1:
         raise PolicyError(f"{column.sql()} in JOIN … ON names {'no' if not found else 'more than one'} declared "
                           "column; qualify it with a table alias", construct="JOIN ON", column=column.sql())
-    return found[0]
+    return found.pop()
 
 
 def _family(spec: ColumnSpec) -> str:
     return "number" if spec.numeric else spec.kind
-
-
-def _virtual(base: TableSchema, base_alias: str, other: TableSchema | PublicTable, other_alias: str,
-             pair: tuple[ColumnSpec, ColumnSpec], *, left_join: bool) -> Joined:
-    taken = {c.name.lower() for c in base.columns}
-    protected = isinstance(other, TableSchema)
-    through = pair[0].unit_level or pair[0].name == base.privacy_unit
-    unit_level = protected or (through and isinstance(other, PublicTable) and other.unique)
-    added: list[ColumnSpec] = []
-    mapping = {c.name.lower(): c.name for c in base.columns}
-    other_mapping: dict[str, str] = {}
-    foreign: dict[str, str] = {}
-    for spec in other.columns:
-        if protected and spec.name == other.privacy_unit:  # equal to the base unit on every joined row
-            other_mapping[spec.name.lower()] = base.privacy_unit
-            continue
-        name = spec.name if spec.name.lower() not in taken else f"{other.name}.{spec.name}"
-        taken.add(name.lower())
-        other_mapping[spec.name.lower()] = name
-        foreign[name] = spec.name
-        virtual = dataclasses.replace(spec, name=name, unit_level=spec.unit_level if protected else
-                                      spec.unit_level or unit_level)
-        if not protected and not unit_level:
-            virtual = dataclasses.replace(virtual, unit_level=False)
-        added.append(virtual)
-    bounds = base
-    if isinstance(other, TableSchema) and (base.one_row_per_unit or (other.max_rows, other.max_groups) > (
-            base.max_rows, base.max_groups)) and not other.one_row_per_unit:
-        bounds = other  # the joined rows are the other table's rows: `users JOIN visits` counts visits
-    table = TableSchema(base.name, base.privacy_unit, base.columns + tuple(added), bounds.max_groups,
-                        bounds.max_rows, auto_max_rows=bounds.auto_max_rows,
-                        auto_max_groups=bounds.auto_max_groups)  # auto: refused, never run at the limit
-    unqualified: dict[str, str | None] = dict(mapping)
-    for key, name in other_mapping.items():
-        if key in unqualified and unqualified[key] != name:
-            unqualified[key] = None  # in both tables: qualify it
-        else:
-            unqualified[key] = name
-    qualifiers = {base_alias.lower(): mapping, other_alias.lower(): other_mapping}
-    # the other table's unit-level columns are read through this join: its tables and its ON (not INNER or LEFT,
-    # which only decide whether a unit with no match has rows at all: its canonical values are the same)
-    via = (f"{other.name}.{other.privacy_unit}" if isinstance(other, TableSchema) else
-           f"{other.name}.{pair[1].name} = {base.name}.{pair[0].name}")
-    joined = Joined(table, exp.Subquery(this=exp.select(exp.Star()), alias=exp.TableAlias()), qualifiers, unqualified,
-                    base, other, pair, left_join, foreign, via)
-    return dataclasses.replace(joined, source=canonical_source(joined, ()))
 
 
 def joins_of(base: TableSchema, catalog: Catalog) -> tuple[Joined, ...]:
@@ -257,78 +230,40 @@ def joins_of(base: TableSchema, catalog: Catalog) -> tuple[Joined, ...]:
     for other in catalog.tables:
         spec = other.column(other.privacy_unit)
         if other.name.lower() != base.name.lower() and spec is not None and _family(spec) == _family(unit):
-            found.append(_virtual(base, base.name, other, other.name, (unit, spec), left_join=False))
+            found.append(virtual(base, base.name, (Step(other, other.name, base.privacy_unit, spec, False),)))
     for public in catalog.public:
         for key in public.keys:
             spec = public.column(key)
             assert spec is not None
-            found += [_virtual(base, base.name, public, public.name, (column, spec), left_join=False)
+            found += [virtual(base, base.name, (Step(public, public.name, column.name, spec, False),))
                       for column in base.columns if (column.unit_level or column.name == base.privacy_unit)
                       and _family(column) == _family(spec)]
+    chains = [j.parts[0].step for j in found if isinstance(t := j.parts[0].step.table, PublicTable) and t.unique]
+    found += [j for step in chains for j in _chains(base, catalog, (step,))]
     return tuple(found)
 
 
-def canonical_source(joined: Joined, canonical: Collection[str]) -> exp.Expr:
-    """The FROM item computing the virtual table, with the virtual columns `canonical` read as each unit's
-    canonical value (the smallest, text under binary collation): a base column over the unit's rows of the base
-    table and a protected table's column over the unit's rows of that table, both *before* the join; a public
-    table's column over the unit's joined rows, after it (the analysis makes the base join column canonical
-    too, so those rows all meet the public rows of one key: analyse/analysis.py). What the join drops or multiplies
-    cannot move a unit to another cell (docs/privacy.md §7).
-
-    Example:
-        >>> from sqlglot import parse_one
-        >>> v = TableSchema("v", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("r", "VARCHAR", unit_level=True)))
-        >>> z = PublicTable("z", (ColumnSpec("r", "VARCHAR"), ColumnSpec("zone", "VARCHAR")), ("r",), unique=True)
-        >>> j = join(parse_one("SELECT COUNT(*) FROM v JOIN z USING (r)"), Catalog((v,), public=(z,)))
-        >>> print(canonical_source(j, ("r", "zone")).sql("duckdb"))
-        (SELECT "u" AS "u", "r" AS "r", "z.r" AS "z.r", MIN("zone" COLLATE "binary") OVER (PARTITION BY "u") AS "zone" \
-FROM (SELECT __b.*, "__o"."r" AS "z.r", "__o"."zone" AS "zone" FROM (SELECT "u" AS "u", MIN("r" COLLATE "binary") OVER \
-(PARTITION BY "u") AS "r" FROM "v") AS __b INNER JOIN "z" AS __o ON __b."r" COLLATE "binary" = __o."r" COLLATE \
-"binary") AS __each) AS __joined
-    """
-    base, other, pair = joined.base, joined.other, joined.pair
-    wanted = set(canonical)
-    own = {c.name for c in base.columns} & wanted
-    theirs = {joined.foreign[name] for name in wanted if name in joined.foreign}
-    projections: list[exp.Expr] = [exp.Column(this=exp.Star(), table=exp.to_identifier(BASE))]
-    projections += [exp.alias_(exp.column(column, table=OTHER, quoted=True), name, quoted=True)
-                    for name, column in joined.foreign.items()]
-    on = exp.EQ(this=_typed(pair[0], BASE), expression=_typed(pair[1], OTHER))
-    right = (_canonical(other, theirs, OTHER) if isinstance(other, TableSchema) else
-             exp.table_(other.name, quoted=True, alias=OTHER))
-    side = {"side": "LEFT"} if joined.left_join else {"kind": "INNER"}
-    join = exp.Join(this=right, on=on, **side)  # built, not parsed from a join type
-    query = exp.select(*projections).from_(_canonical(base, own, BASE)).join(join)
-    if joined.public and theirs:
-        unit = _typed(joined.table.column(base.privacy_unit), "")  # type: ignore[arg-type]
-        outer: list[exp.Expr] = []
-        for spec in joined.table.columns:
-            ref: exp.Expr = exp.column(spec.name, quoted=True)
-            if spec.name in wanted and spec.name in joined.foreign:
-                ref = exp.Window(this=exp.Min(this=_typed(spec, "")), partition_by=[unit.copy()])
-            outer.append(exp.alias_(ref, exp.to_identifier(spec.name, quoted=True), copy=False))
-        query = exp.select(*outer).from_(query.subquery("__each", copy=False), copy=False)
-    return exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier("__joined")))
-
-
-def _canonical(table: TableSchema, columns: set[str], alias: str) -> exp.Expr:
-    """`table AS alias`, or, with `columns`, its rows with those columns read as the unit's MIN over its rows."""
-    if not columns:
-        return exp.table_(table.name, quoted=True, alias=alias)
-    unit = _typed(table.column(table.privacy_unit), "")  # type: ignore[arg-type]
-    projections: list[exp.Expr] = []
-    for spec in table.columns:
-        ref: exp.Expr = exp.column(spec.name, quoted=True)
-        if spec.name in columns:
-            ref = exp.Window(this=exp.Min(this=_typed(spec, "")), partition_by=[unit.copy()])
-        projections.append(exp.alias_(ref, exp.to_identifier(spec.name, quoted=True), copy=False))
-    return exp.select(*projections).from_(exp.table_(table.name, quoted=True), copy=False).subquery(alias, copy=False)
-
-
-def _typed(spec: ColumnSpec, alias: str) -> exp.Expr:
-    column = types.column(spec.name, spec.type)
-    if alias:
-        for ref in column.find_all(exp.Column):
-            ref.set("table", exp.to_identifier(alias))
-    return column
+def _chains(base: TableSchema, catalog: Catalog, steps: tuple[Step, ...]) -> list[Joined]:
+    """Every dimension chain continuing `steps` through unique public tables (up to `_DEPTH` links, each INNER or
+    LEFT): only unique tables reached from unit-level columns carry axes. Joins of other shapes (two links from one
+    table, a partner and a chain) are charged in their own space all the same; only their cells are not listed."""
+    if len(steps) == _DEPTH:
+        return []
+    last = virtual(base, base.name, steps)
+    used = {s.table.name.lower() for s in steps} | {base.name.lower()}
+    found: list[Joined] = []
+    for public in catalog.public:
+        if not public.unique or public.name.lower() in used:
+            continue
+        for key in public.keys:
+            spec = public.column(key)
+            assert spec is not None
+            for name in last.parts[-1].columns:
+                parent = last.table.column(name)
+                if parent is None or _family(parent) != _family(spec):
+                    continue
+                longer = (*steps, Step(public, public.name, name, spec, False))
+                found += [virtual(base, base.name, tuple(dataclasses.replace(s, left=k) for s, k in zip(
+                    longer, kinds, strict=True))) for kinds in itertools.product((False, True), repeat=len(longer))]
+                found += _chains(base, catalog, longer)
+    return found

@@ -191,9 +191,9 @@ def store_canonical(analysis: Analysis) -> tuple[str, ...]:
         (('zone', 'r'), ('zone',))
     """
     join = analysis.join
-    if join is None or not join.public:
+    if join is None:
         return ()
-    return tuple(c for c in analysis.canonical if c in join.foreign)
+    return tuple(c for c in analysis.canonical if c in join.public_columns)
 
 
 def inputs(measures: tuple[Measure, ...]) -> dict[int, int]:
