@@ -27,7 +27,8 @@ def auto_server(demo: DemoFiles, tmp_path_factory: pytest.TempPathFactory) -> It
     text = policy.read_text(encoding="utf-8")
     assert text.count("max_rows = 20\n") == 1
     policy.write_text(text.replace("max_rows = 20\n", f'max_rows = "auto"\nmax_rows_limit = {LIMIT}\n')
-                      .replace('bounding = "store"', 'bounding = "store"\nauto_bounds_share = 0.2'), encoding="utf-8")
+                      .replace('bounding = "store"', 'bounding = "store"\nauto_bounds_share = 0.2\n'
+                      'auto_bounds_reuse = 0'), encoding="utf-8")  # each query draws: this module tests selection
     live = Server(directory / "server.log").start(policy)
     try:
         yield live
@@ -58,7 +59,8 @@ def test_an_auto_query_is_charged_once_and_reports_its_bound(client: httpx.Clien
     planned = preview.json()
     # max_rows aims at τ = √2·G/ε_count truncated cells per cell a unit keeps (bounds.cell_target), its `q`
     target = planned["bounds"]["parts"][0]["q"]
-    assert planned["bounds"] == {"max_rows": None, "chosen": True, "note": None, "max_rows_limit": LIMIT,
+    assert planned["bounds"] == {"max_rows": None, "chosen": True, "reused": False, "note": None,
+                                 "max_rows_limit": LIMIT,
                                  "epsilon": pytest.approx(0.1, rel=1e-12), "quantile": target,
                                  "parts": [{"bound": "max_rows", "column": None, "value": None, "limit": LIMIT,
                                             "epsilon": pytest.approx(0.1, rel=1e-12), "q": target}]}

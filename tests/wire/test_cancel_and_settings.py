@@ -83,17 +83,21 @@ def test_a_cancel_after_admission_ends_the_query_at_once_charged_and_releases_no
 
 def test_a_cancel_before_the_work_reaches_a_thread_runs_nothing() -> None:
     async def scenario(runner: QueryRunner) -> tuple[Stand, Stand]:
-        first_state, second_state = SimpleNamespace(charged=False), SimpleNamespace(charged=False)
-        first, second = Stand(first_state), Stand(second_state)
-        ana = SimpleNamespace(name="ana")  # with 2 threads an analyst runs on one: the second waits for it
+        first_state, other_state, second_state = (SimpleNamespace(charged=False) for _ in range(3))
+        first, other, second = Stand(first_state), Stand(other_state), Stand(second_state)
+        ana = SimpleNamespace(name="ana")  # an analyst alone runs on both workers (lent): the third waits
         busy = asyncio.ensure_future(_run(app(runner), ana, first, first_state, None))
+        busy_too = asyncio.ensure_future(_run(app(runner), ana, other, other_state, None))
         assert await asyncio.to_thread(first.admitted.wait, WAIT_S)
+        assert await asyncio.to_thread(other.admitted.wait, WAIT_S)
         cancel = Cancel()
         waiting = asyncio.ensure_future(_run(app(runner), ana, second, second_state, cancel))
         await asyncio.sleep(0.05)
         cancel.request()
         first.go.set()
+        other.go.set()
         assert await busy == "answer"
+        assert await busy_too == "answer"
         with pytest.raises(QueryCancelled):
             await waiting
         return first, second
