@@ -152,7 +152,8 @@ def test_replicas_sharing_a_ledger_never_overspend(load: Load) -> None:
             assert sorted(c.id for c in charges) == sorted(a["id"] for a in answers)  # no charge without answer
             for replica in load.replicas:  # both replicas report the one shared spend
                 key = load.keys[name]
-                with httpx.Client(base_url=replica.base_url, headers={"Authorization": f"Bearer {key}"}) as client:
+                with httpx.Client(base_url=replica.base_url, headers={"Authorization": f"Bearer {key}"},
+                                  timeout=60.0) as client:
                     assert spend(client)["epsilon_spent"] == recorded.epsilon
         assert load.refusals == WORKERS * REQUESTS - 32
     finally:
