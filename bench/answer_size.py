@@ -3,7 +3,7 @@ drill-down queries (issue #30 part 3), on a live server over a small demo (the d
 
     /work/main/.venv/bin/python -m bench.answer_size
 
-Prints bytes; targets: an answer <= 2048 (the test allows 2200) and every header <= 1024."""
+Prints bytes; targets: an answer <= 2048 (the test's bound) and every header <= 1024."""
 
 from __future__ import annotations
 

@@ -6,7 +6,15 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from mechanisms.rounding import down, up
 from proxy.query.parse.lexical_gate import MAX_LENGTH
@@ -91,10 +99,14 @@ class QueryRequest(BaseModel):
 
 
 class NoiseOut(BaseModel):
+    """The noise and error bars of one released column. Every optional field is left out of the JSON where it
+    has no value (each applies to some aggregates only): an answer stays small (issue #30: the README's
+    example within 2 KB), and a reader takes an absent field as null."""
+
     column: str
     mechanism: Literal["laplace", "gaussian", "exponential"]
-    scale: float | None = Field(description="Laplace b or Gaussian σ, in the column's units; null if derived")
-    ci95: float | None = Field(description="half-width of the 95% noise interval; null if derived")
+    scale: float | None = Field(None, description="Laplace b or Gaussian σ, in the column's units; absent if derived")
+    ci95: float | None = Field(None, description="half-width of the 95% noise interval; absent if derived")
     confidence: float = Field(0.95, description="the confidence of `ci`, `ci_times_count` and `rank_error`")
     ci: float | None = Field(None, description="COUNT, SUM: half-width of the noise interval at `confidence`")
     ci_times_count: float | None = Field(
@@ -122,8 +134,15 @@ class NoiseOut(BaseModel):
         None, description="answers, AVG, VAR, STDDEV: each row's released noisy parts in their integer units "
                           "(AVG: centred sum, count; VAR, STDDEV: count, centred sum, centred squares), from "
                           "which `interval_rows` is computed; a repeat recomputes it from them (with "
-                          "?detail=cells; null in the default summary)",
+                          "?detail=cells; absent in the default summary)",
     )
+
+    @model_serializer(mode="wrap")
+    def _without_nulls(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        # Only the noise entries drop their nulls: elsewhere a null is part of the contract (`charge.events`).
+        # No return annotation: with one, pydantic would describe the output by it in the OpenAPI document
+        # (`Any` is the empty schema) instead of by the fields above.
+        return {name: value for name, value in handler(self).items() if value is not None}
 
 
 Accounting = Literal["basic", "zcdp", "gdp"]

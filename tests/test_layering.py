@@ -133,7 +133,7 @@ def test_side_effects_stay_in_their_module(path: Path) -> None:
     if "sqlite3" in tops:
         assert relative in ("accountant/ledger/sqlite.py", "accountant/audit/log.py"), relative  # two SQLite stores
     if "psycopg" in tops:
-        assert relative == "accountant/ledger/postgres.py", relative
+        assert relative in ("accountant/ledger/postgres.py", "accountant/ledger/postgres_pool.py"), relative
     if names & RANDOMNESS or "random" in tops or "secrets" in tops:
         # demo: API keys; store: the deployment's bounding key
         assert relative in ("mechanisms/sampling.py", "proxy/cli/demo.py", "proxy/store/duckdb_store.py"), relative

@@ -36,7 +36,7 @@ from fractions import Fraction
 from typing import Literal
 
 from accountant.audit.chain import AuditRecord
-from accountant.errors import AccountantError
+from accountant.errors import AccountantError, BudgetExceeded
 from accountant.filter import Budget
 from mechanisms.rounding import down, up
 
@@ -209,14 +209,25 @@ def allowance_of(ops: Iterable[StoredOp], analyst: str | None) -> Allowance:
     return Allowance(floor, epsilon, delta)
 
 
+class UnusableBudget(BudgetExceeded):
+    """The budget in force guarantees nothing: the policy's δ plus the δ granted this period is 1 or more (the
+    grants were checked when written, so only a policy δ raised since reaches it). Every query is refused,
+    free (fail closed), as a `budget_exceeded` with a hint for the operator, never the 422 of a write."""
+
+
+UNUSABLE_HINT = ("an operator must lower this budget's delta in the policy, or start a new budget period "
+                 "(`dpproxy budget new-period`: the grants lapse); until then nothing is admitted")
+
+
 def raised(budget: Budget, allowance: Allowance) -> Budget:
     """`budget` with the allowance's grants added, exactly (its decimals kept, docs/privacy.md §8.6); the
-    same budget when nothing is granted. A total δ of 1 or more is refused (grants are checked against it
-    when written, so only a policy lowered since can reach it)."""
+    same budget when nothing is granted. A total δ of 1 or more raises `UnusableBudget`."""
     if not (allowance.epsilon or allowance.delta):
         return budget
     epsilon, delta = budget.limits()
     epsilon, delta = epsilon + allowance.epsilon, delta + allowance.delta
     if delta >= 1:
-        raise InvalidBudgetOperation("the granted delta takes the budget's delta to 1 or more", field="delta")
+        raise UnusableBudget(f"the policy's delta and the {_text(allowance.delta)} granted this period add up to "
+                             "1 or more, which guarantees nothing", delta_granted=_text(allowance.delta),
+                             hint=UNUSABLE_HINT)
     return Budget(down(epsilon), down(delta), exact=(epsilon, delta))

@@ -1,24 +1,21 @@
-"""The ledger in PostgreSQL, shared by any number of proxy processes; the one place psycopg is used.
+"""The ledger in PostgreSQL, shared by any number of proxy processes; with its pool, where psycopg is used.
 
 `PostgresLedger` implements the same `Ledger` protocol as `SqliteLedger` and admits through the same
 `_Admitting.admit`: only the storage hooks differ. The check-and-charge is atomic *in the database*, so
 replicas sharing one database can never overspend. Schema changes are versioned migrations applied at
-start-up under an advisory lock (`migrate`), which the audit log reuses for its own table.
+start-up under an advisory lock (`migrate`, accountant/ledger/postgres_schema.py), which the audit log reuses for
+its own table; the connections are accountant/ledger/postgres_pool.py's.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import queue
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
 
 import psycopg
-from psycopg import pq
 
 from accountant.audit.chain import AuditRecord
 from accountant.audit.chain_tables import POSTGRES_MIGRATIONS, append
@@ -29,195 +26,14 @@ from accountant.ledger.admit import Since, _Admitting, _Memos
 from accountant.ledger.budget_ops import StoredOp, allowance_of, op_of
 from accountant.ledger.charges import ANSWERED, Charge, ChargeFilter, Claim, Clock, StoredRelease, Waits, _utcnow
 from accountant.ledger.kept_bounds import KeptBounds
+from accountant.ledger.postgres_pool import Connection, Pool, lock_key
+from accountant.ledger.postgres_pool import ms as _ms
+from accountant.ledger.postgres_schema import MIGRATIONS, migrate
 from accountant.ledger.sql_rows import COLUMNS, charge_of, charge_row, since_of, since_sql, where
 
-Connection = psycopg.Connection[tuple[Any, ...]]
-
-# One key for every migration of every component: start-ups of many processes apply them one at a time.
-_MIGRATION_LOCK = int.from_bytes(hashlib.sha256(b"dp-proxy schema migrations").digest()[:8], "big", signed=True)
 # Operators' budget operations against admits: admits hold it shared, an operation exclusive (`_operating`).
 _OPS_LOCK = int.from_bytes(hashlib.sha256(b"dp-proxy budget operations").digest()[:8], "big", signed=True)
 
-
-def lock_key(*parts: str) -> int:
-    """A signed 64-bit advisory-lock key for `parts` (sha256, so unambiguous and stable across versions).
-
-    Example:
-        >>> key = lock_key("ledger", "ana", "sales")
-        >>> key == lock_key("ledger", "ana", "sales") != lock_key("ledger", "an", "asales"), -(2**63) <= key < 2**63
-        (True, True)
-    """
-    digest = hashlib.sha256(json.dumps(["dp-proxy", *parts]).encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
-# --- connections ------------------------------------------------------------------------------------
-
-
-class Pool:
-    """At most `size` autocommit connections to one database, opened lazily and reused; thread-safe.
-
-    A connection that broke, or came back inside a transaction, is closed instead of reused. Each session
-    runs in UTC, gives up waiting for a lock after `waits.lock_s` (lock_timeout), and is ended by the server
-    if it idles inside a transaction for `waits.idle_s` (idle_in_transaction_session_timeout: a frozen
-    process's locks last no longer; the product's own transactions never idle, they run statement after
-    statement). Waiting for a free connection is bounded by `waits.lock_s` too; connecting, by `timeout_s`.
-    """
-
-    def __init__(self, conninfo: str, *, size: int = 8, timeout_s: float = 30.0, waits: Waits | None = None) -> None:
-        if size < 1:
-            raise ValueError(f"pool size must be >= 1, got {size!r}")
-        self._conninfo = conninfo
-        self.timeout_s = timeout_s
-        self.waits = waits or Waits()
-        self._slots = threading.BoundedSemaphore(size)
-        self._idle: queue.LifoQueue[Connection] = queue.LifoQueue()
-        self._closed = False
-
-    def _connect(self) -> Connection:
-        conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=max(1, int(self.timeout_s)))
-        try:
-            conn.execute(
-                "SELECT set_config('TimeZone', 'UTC', false), set_config('lock_timeout', %s, false),"
-                " set_config('idle_in_transaction_session_timeout', %s, false)",
-                (_ms(self.waits.lock_s), _ms(self.waits.idle_s)),
-            )
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    @contextmanager
-    def connection(self) -> Iterator[Connection]:
-        """A connection for this thread until the block ends."""
-        if self._closed:
-            raise RuntimeError("the PostgreSQL pool is closed")
-        if not self._slots.acquire(timeout=self.waits.lock_s):
-            raise LedgerBusy(f"no PostgreSQL connection free within {self.waits.lock_s:g} s; retry shortly",
-                             retry_after_s=self.waits.retry_after_s)
-        try:
-            try:
-                conn = self._idle.get_nowait()
-            except queue.Empty:
-                conn = self._connect()
-            try:
-                yield conn
-            finally:
-                reusable = (
-                    not self._closed
-                    and not conn.closed
-                    and not conn.broken
-                    and conn.info.transaction_status == pq.TransactionStatus.IDLE
-                )
-                if reusable:
-                    self._idle.put(conn)
-                else:
-                    conn.close()
-        finally:
-            self._slots.release()
-
-    def close(self) -> None:
-        """Close the idle connections now, and each busy one when it is given back."""
-        self._closed = True
-        while True:
-            try:
-                self._idle.get_nowait().close()
-            except queue.Empty:
-                return
-
-
-def _ms(seconds: float) -> str:
-    """A PostgreSQL duration setting in whole milliseconds, at least 1 (0 would mean no limit).
-
-    Example:
-        >>> _ms(5.0), _ms(0.0001)
-        ('5000', '1')
-    """
-    return str(max(1, int(seconds * 1000)))
-
-
-def migrate(pool: Pool, component: str, migrations: Sequence[str]) -> int:
-    """Bring `component`'s tables up to `len(migrations)`; returns that version. Idempotent.
-
-    `schema_migrations` records one row per (component, version) applied. Every migration runs in one
-    transaction holding one advisory lock, so processes starting together apply each migration once, and
-    a failed migration leaves nothing behind. A database newer than this code is refused, not altered.
-    """
-    with pool.connection() as conn, conn.transaction():
-        # start-up waits for another process's migration as long as connecting may take, not an admit's bound
-        conn.execute("SELECT set_config('lock_timeout', %s, true)", (_ms(pool.timeout_s),))
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations ("
-            " component text NOT NULL, version integer NOT NULL,"
-            " applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (component, version))"
-        )
-        applied = [
-            version
-            for (version,) in conn.execute(
-                "SELECT version FROM schema_migrations WHERE component = %s ORDER BY version", (component,)
-            )
-        ]
-        if applied != list(range(1, len(applied) + 1)) or len(applied) > len(migrations):
-            found = ", ".join(map(str, applied))
-            raise RuntimeError(
-                f"{component} schema versions {found} do not match the {len(migrations)} this dp-proxy knows;"
-                " upgrade dp-proxy"
-            )
-        for version in range(len(applied) + 1, len(migrations) + 1):
-            conn.execute(migrations[version - 1])  # no parameters, so it may hold several statements
-            conn.execute(
-                "INSERT INTO schema_migrations (component, version) VALUES (%s, %s)", (component, version)
-            )
-    return len(migrations)
-
-
-# --- the ledger -------------------------------------------------------------------------------------
-
-MIGRATIONS: tuple[str, ...] = (
-    # 1: charges and stored releases, as in SqliteLedger (event as its exact JSON text, ε/δ as float8)
-    """
-    CREATE TABLE charges (
-        seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        id text NOT NULL UNIQUE,
-        analyst text NOT NULL,
-        dataset text NOT NULL,
-        at timestamptz NOT NULL,
-        sql_sha256 text NOT NULL,
-        event text NOT NULL,
-        epsilon double precision NOT NULL,
-        delta double precision NOT NULL,
-        composition text NOT NULL
-    );
-    CREATE INDEX charges_by_owner ON charges (analyst, dataset);
-    CREATE INDEX charges_by_time ON charges (at, seq);
-    CREATE INDEX charges_by_dataset ON charges (dataset);
-    CREATE TABLE releases (
-        analyst text NOT NULL,
-        dataset text NOT NULL,
-        request_sha256 text NOT NULL,
-        charge_id text NOT NULL REFERENCES charges (id),
-        body bytea NOT NULL,
-        PRIMARY KEY (analyst, dataset, request_sha256)
-    );
-    """,
-    # 2: the cells a charge could touch (accountant/cells.py), as JSON; NULL for every privacy unit
-    "ALTER TABLE charges ADD COLUMN scope text",
-    # 3: the charges of each history counted by triggers, filled from the existing ones (accountant/ledger/tallies.py)
-    tallies.POSTGRES,
-    # 4: an analyst's idempotency key and the charge it paid, committed with that charge (kept as long as it)
-    """
-    CREATE TABLE idempotency_keys (
-        analyst text NOT NULL,
-        key text NOT NULL,
-        dataset text NOT NULL,
-        request_sha256 text NOT NULL,
-        charge_id text NOT NULL UNIQUE REFERENCES charges (id),
-        outcome text,
-        PRIMARY KEY (analyst, key)
-    );
-    """,
-)
 _CLAIM = "SELECT analyst, key, dataset, request_sha256, charge_id, outcome FROM idempotency_keys"
 _COLUMNS = COLUMNS.format(at="at")
 

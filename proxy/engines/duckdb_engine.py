@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 
 from proxy.engines.base import EngineMisconfigured, ExecutionFailed, ExecutionTimeout, Rows, catalog_problems
+from proxy.engines.interrupts import running
 from proxy.engines.watchdog import WATCHDOG
 from proxy.query.catalog import Catalog
 from proxy.query.rewrite.render import DUCKDB
@@ -141,12 +142,13 @@ class Engine:
 
         alarm = WATCHDOG.after(timeout_s, interrupt)
         try:
-            cursor.execute(sql, list(params) if params else None)
-            columns = tuple(str(d[0]) for d in cursor.description or ())
-            rows = tuple(tuple(row) for row in cursor.fetchall())
+            with running(interrupt):  # a client's cancel interrupts it too (proxy/engines/interrupts.py)
+                cursor.execute(sql, list(params) if params else None)
+                columns = tuple(str(d[0]) for d in cursor.description or ())
+                rows = tuple(tuple(row) for row in cursor.fetchall())
         except duckdb.Error as err:
             if timed_out.is_set() or isinstance(err, duckdb.InterruptException):
-                log.warning("query interrupted after %.3gs", timeout_s)
+                log.warning("query interrupted (its limit %.3gs, or a cancel)", timeout_s)
                 raise ExecutionTimeout() from None
             # Engine text may quote data (e.g. a failed cast): log it, raise only the fixed message.
             log.warning("query failed: %s: %s", type(err).__name__, err)

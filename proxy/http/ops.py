@@ -36,7 +36,15 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from pydantic import BaseModel, ConfigDict
 
 from accountant.filter import Budget
-from accountant.ledger.budget_ops import Allowance, InvalidBudgetOperation, Operation, StoredOp, decimal_of, raised
+from accountant.ledger.budget_ops import (
+    Allowance,
+    InvalidBudgetOperation,
+    Operation,
+    StoredOp,
+    UnusableBudget,
+    decimal_of,
+    raised,
+)
 from accountant.ledger.sqlite import SqliteLedger
 from accountant.ledger.stores import store_of
 from proxy.http import errors
@@ -303,7 +311,10 @@ def _dataset(env: Env, name: str) -> None:
 
 def _fits(policy: Budget, allowance: Allowance, epsilon: Fraction, delta: Fraction) -> None:
     """Refuse a grant that would take the budget's δ to 1 or more (no (ε, δ) guarantee is left there)."""
-    raised(policy, Allowance(allowance.floor, allowance.epsilon + epsilon, allowance.delta + delta))
+    try:
+        raised(policy, Allowance(allowance.floor, allowance.epsilon + epsilon, allowance.delta + delta))
+    except UnusableBudget:  # the operator's write: a 422 naming the field, not a query's refusal
+        raise InvalidBudgetOperation("the granted delta takes the budget's delta to 1 or more", field="delta") from None
 
 
 def _done(env: Env, op: StoredOp) -> OperationDone:

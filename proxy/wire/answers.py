@@ -24,6 +24,7 @@ from typing import Any
 from accountant.audit.chain import AuditRecord, Decision, sql_sha256
 from proxy import logs
 from proxy.engines.base import ExecutionTimeout
+from proxy.engines.interrupts import Interrupts, watching
 from proxy.http.errors import STATUS
 from proxy.http.formats import column_types
 from proxy.http.middleware.access_log import Rejection
@@ -94,13 +95,16 @@ class QueryCancelled(ExecutionTimeout):
 class Cancel:
     """One running query's cancel, shared by the event loop (`request`, from a CancelRequest) and the query
     thread (`bind`, before the pipeline starts), under one lock: a cancel that comes before the thread starts
-    refuses the work (nothing charged); one after expires its deadline, as its time limit would."""
+    refuses the work (nothing charged); one after expires its deadline, as its time limit would, and
+    interrupts the engine call in flight (`interrupts`, proxy/engines/interrupts.py), so the query thread is
+    free at once instead of at the time limit."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._deadline: Deadline | None = None
         self.requested = asyncio.Event()
         self.expired = False  # the deadline was ended by the cancel (False: no deadline yet, or delivered)
+        self.interrupts = Interrupts()
 
     def bind(self, deadline: Deadline) -> None:
         """On the query thread, first: raise QueryCancelled if the query was cancelled already."""
@@ -115,6 +119,8 @@ class Cancel:
             if self._deadline is not None and not self.requested.is_set():
                 self.expired = self._deadline.expire()
             self.requested.set()
+        if self.expired:  # nothing of this query can be released now: stop its engine work too
+            self.interrupts.stop()
 
 
 async def _run(app_state: Any, analyst: AnalystPolicy, work: Any, state: Any, cancel: Cancel | None) -> Any:
@@ -126,7 +132,8 @@ async def _run(app_state: Any, analyst: AnalystPolicy, work: Any, state: Any, ca
 
     def cancellable(deadline: Deadline) -> Any:
         cancel.bind(deadline)
-        return work(deadline)
+        with watching(cancel.interrupts):  # the engine calls of this work, on this thread, can be interrupted
+            return work(deadline)
 
     running = asyncio.ensure_future(app_state.runner.run(analyst.name, cancellable, timeout))
     stopped = asyncio.ensure_future(cancel.requested.wait())

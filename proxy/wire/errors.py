@@ -52,7 +52,8 @@ def error_message(err: Exception) -> bytes:
     elif isinstance(err, ProxyError):  # the product's errors, with their stable codes (proxy/http/errors.py)
         code = err.code
         sqlstate, message = SQLSTATE.get(code, "22023" if err.status < 500 else "XX000"), str(err)
-        detail, hint = dict(err.detail), HINTS.get(code)
+        detail = dict(err.detail)
+        hint = str(detail["hint"]) if detail.get("hint") else HINTS.get(code)  # the error's own next step first
         if code == "internal":
             message = "internal error"
     elif isinstance(err, ValueError):

@@ -81,7 +81,7 @@ def test_an_auto_query_is_charged_once_and_reports_its_bound(client: httpx.Clien
     assert loss.epsilon_delta(event, 0.0)[0] == charge["epsilon"]
     # each noise is calibrated to the chosen bound: the scale of the limit's noise times k / limit (rounded up)
     for noise, limit_noise in zip(body["noise"], planned["noise"], strict=True):
-        if noise["scale"] is not None and limit_noise["scale"] is not None:
+        if noise.get("scale") is not None and limit_noise.get("scale") is not None:
             ratio = noise["scale"] / limit_noise["scale"]
             assert ratio == pytest.approx(bounds["max_rows"] / LIMIT, rel=1e-9)
     assert math.isclose(_spent(client), before + charge["epsilon"], rel_tol=1e-12)

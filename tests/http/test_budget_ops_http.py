@@ -5,6 +5,7 @@ operation in the audit chain (which verifies, and fails when an operation's entr
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -13,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from accountant.ledger.admit import NEXT_STEP
+from accountant.ledger.budget_ops import UNUSABLE_HINT
 from proxy.cli.demo import DemoFiles
-from tests.support.live import REPO, Server, StartFresh, spend
+from tests.support.live import REPO, Server, StartFresh, free_port, spend
 from tests.support.pg_fixtures import fresh_schema
 
 ASKED = iter(range(18, 10**6))  # each query asks about another age: a repeat would be free
@@ -166,3 +169,102 @@ def test_metrics_and_the_dashboard_show_the_granted_budget(fresh_server: StartFr
         assert 'dpproxy_budget_granted_epsilon{analyst="analyst",dataset="demo"} 0.7' in metrics
         assert 'dpproxy_budget_epsilon{analyst="analyst",dataset="demo"} 1.0' in metrics
         assert 'dpproxy_budget_operations_total{dataset="demo",kind="grant"} 1.0' in metrics
+
+
+GAUSSIAN_DELTA = 1e-7  # what each δ-spending query below is charged: a Gaussian count
+
+
+def _gaussian(client: httpx.Client, path: str = "/v1/query") -> httpx.Response:
+    sql = f"SELECT COUNT(*) AS n FROM users WHERE age > {next(ASKED)}"
+    return client.post(path, json={"dataset": "demo", "sql": sql, "epsilon": 0.1, "delta": GAUSSIAN_DELTA,
+                                   "mechanism": "gaussian"})
+
+
+def _restart_with_delta(server: Server, delta: str) -> int:
+    """Stop the server, set every analyst's policy δ on demo to `delta`, start it again (on a new PostgreSQL
+    port); the port."""
+    assert server.policy is not None
+    server.stop()
+    text, found = re.subn(r"^(budgets = \{ demo = \{ epsilon = [^,]+, delta = )[^ ]+( \} \})$",
+                          lambda m: f"{m[1]}{delta}{m[2]}", server.policy.read_text(), flags=re.MULTILINE)
+    assert found == 2, "the policy copy changed shape"
+    server.policy.write_text(text)
+    server.settings["DPPROXY_PG_PORT"] = str(port := free_port())
+    server.start(server.policy)
+    return port
+
+
+def _wire_refusal(port: int, key: str, sql: str) -> psycopg.Error:
+    dsn = f"postgresql://analyst:{key}@127.0.0.1:{port}/demo?sslmode=disable&connect_timeout=20"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET dp.mechanism = gaussian")
+        conn.execute(f"SET dp.delta = {GAUSSIAN_DELTA}")
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute(sql)
+        assert conn.execute("SELECT 1").fetchone() == (1,)  # the connection is kept, as PostgreSQL's
+    return refused.value
+
+
+def test_a_policy_delta_changed_after_a_grant_refuses_cleanly_over_http_and_the_wire(
+    fresh_server: StartFresh, demo: DemoFiles
+) -> None:
+    """The policy's δ lowered under what was spent (a grant then covers less), or raised until it and the
+    grants reach δ = 1 (no guarantee left): each query is refused free, a 403 `budget_exceeded` with a hint over
+    HTTP and 53400 with the stable code and the same hint over the wire, never a 422 or a 500, and the budget
+    stays readable (GET /v1/budget, SHOW dp.budget, the dashboard)."""
+    server = fresh_server(epsilon=1.0, delta=1e-6, settings={"DPPROXY_PG_PORT": str(free_port()),
+                                                             "DPPROXY_PG_ALLOW_PLAINTEXT_LOOPBACK": "true"})
+    with server.client(demo.analyst_key) as analyst, server.client(demo.admin_key) as admin:
+        for _ in range(2):
+            assert _gaussian(analyst).status_code == 200
+        grant = {"dataset": "demo", "analyst": "analyst", "epsilon": 1, "delta": "0.0000001", "reason": "pilot"}
+        assert admin.post("/v1/admin/grants", json=grant).status_code == 200
+    charged = server.policy.parent / "ledger.sqlite" if server.policy else Path()
+
+    def charges() -> int:
+        with sqlite3.connect(charged) as conn:
+            (n,) = conn.execute("SELECT COUNT(*) FROM charges").fetchone()
+        return int(n)
+
+    # lowered: δ 0 in the policy, so the budget is the grant's 1e-7, below the 2e-7 spent
+    port = _restart_with_delta(server, "0.0")
+    with server.client(demo.analyst_key) as analyst:
+        refused = _gaussian(analyst)
+        assert refused.status_code == 403, refused.text
+        body = refused.json()
+        assert (body["code"], body["charged"], body["detail"]["hint"]) == ("budget_exceeded", False, NEXT_STEP)
+        now = spend(analyst)
+        assert (now["delta"], now["delta_spent"], now["delta_remaining"]) == (1e-7, 2e-7, 0.0)
+    error = _wire_refusal(port, demo.analyst_key, f"SELECT COUNT(*) AS n FROM users WHERE age > {next(ASKED)}")
+    assert error.sqlstate == "53400" and str(error.diag.message_primary).startswith("budget_exceeded: ")
+    assert error.diag.message_hint == NEXT_STEP and "charged=false" in str(error.diag.message_detail)
+    with server.client(demo.admin_key) as admin:  # a grant of 0.5 more still fits under 1: answered again
+        assert admin.post("/v1/admin/grants", json={**grant, "delta": "0.5"}).status_code == 200
+    with server.client(demo.analyst_key) as analyst:
+        assert _gaussian(analyst).status_code == 200
+    before = charges()
+
+    # raised: δ 0.5 in the policy, and with the 0.5000001 granted the budget's δ would be 1 or more
+    port = _restart_with_delta(server, "0.5")
+    with server.client(demo.analyst_key) as analyst, server.client(demo.admin_key) as admin:
+        for path in ("/v1/query", "/v1/query/preview"):
+            refused = _gaussian(analyst, path)
+            if path == "/v1/query":
+                assert refused.status_code == 403, refused.text
+                body = refused.json()
+                assert (body["code"], body["charged"], body["detail"]["hint"]) == (
+                    "budget_exceeded", False, UNUSABLE_HINT)
+            else:  # the preview answers, and says the admit would refuse it
+                assert refused.status_code == 200 and refused.json()["admissible"] is False, refused.text
+        shown = spend(analyst)  # readable: the policy's figures, nothing left, and why
+        assert (shown["delta"], shown["epsilon_remaining"], shown["delta_remaining"]) == (0.5, 0.0, 0.0)
+        assert shown["display"].startswith("unusable: ") and UNUSABLE_HINT in shown["display"]
+        assert admin.get("/dashboard/data").status_code == 200 and admin.get("/metrics").status_code == 200
+        error = _wire_refusal(port, demo.analyst_key, f"SELECT COUNT(*) AS n FROM users WHERE age > {next(ASKED)}")
+        assert error.sqlstate == "53400" and str(error.diag.message_primary).startswith("budget_exceeded: ")
+        assert error.diag.message_hint == UNUSABLE_HINT and "charged=false" in str(error.diag.message_detail)
+        assert charges() == before  # nothing charged for any refusal
+        # the hint's way out: a new period lapses the grants, and the policy's δ 0.5 is the budget again
+        period = admin.post("/v1/admin/periods", json={"dataset": "demo", "analyst": "analyst", "reason": "fix"})
+        assert period.status_code == 200, period.text
+        assert _gaussian(analyst).status_code == 200

@@ -27,10 +27,10 @@ BUDGET_KEYS = {
     "dataset", "epsilon", "delta", "epsilon_spent", "delta_spent", "epsilon_remaining", "delta_remaining",
     "accounting", "accounts", "reported", "shared", "cells", "display",
 }
-NOISE_KEYS = {"column", "mechanism", "scale", "ci95", "confidence", "ci", "ci_times_count", "rank_error",
-              "ci_rows", "method", "interval_rows", "parts_rows"}
+NOISE_KEYS = {"column", "mechanism", "scale", "ci95", "confidence", "ci", "method"}  # a COUNT's: the fields it has
 # confidence/ci/ci_times_count/rank_error: error bars for every aggregate (issue #15); method, interval_rows,
-# parts_rows: AVG/VAR/STDDEV bars from the released noisy parts (issue #29)
+# parts_rows: AVG/VAR/STDDEV bars from the released noisy parts (issue #29); a field without a value is left out
+# (issue #30: ci_times_count, rank_error, ci_rows, interval_rows and parts_rows have none for a COUNT)
 
 
 def post(client: httpx.Client, sql: str, path: str = "/v1/query?detail=cells", **params: object) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import httpx
 import psycopg
 import pytest
 
+from accountant.ledger.admit import NEXT_STEP
 from proxy.cli.demo import DemoFiles
 from tests.support.live import Server, StartFresh, free_port, policy_copy, spend
 
@@ -285,7 +286,7 @@ def test_exceeding_the_budget_is_an_error_with_the_stable_code(fresh_server: Sta
         assert refused.value.sqlstate == "53400"
         assert str(refused.value.diag.message_primary).startswith("budget_exceeded: ")
         assert "charged=false" in str(refused.value.diag.message_detail)
-        assert "SHOW dp.budget" in str(refused.value.diag.message_hint)
+        assert refused.value.diag.message_hint == NEXT_STEP  # the HTTP refusal's own hint: what to do next
         ((_, _, total, _, spent, _, remaining, _),) = conn.execute("SHOW dp.budget").fetchall()
     assert (total, round(spent, 9), round(remaining, 9)) == (0.15, 0.1, 0.05)
     assert live.charges() == 1

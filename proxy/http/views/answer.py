@@ -65,7 +65,7 @@ def _costs_of(event: Event, epsilon: float, delta: float) -> tuple[CostOut, ...]
 def noise(analysis: Analysis, price: Price, confidence: float | None = None) -> list[NoiseOut]:
     """Noise per released aggregate column, in the column's own units, with its error bar at `confidence`
     (proxy/query/release/error_bars.py). Derived columns (AVG, VAR, arithmetic) have no single scale: their scale and
-    ci95 are null."""
+    ci95 are None (absent from the JSON, as every None of a `NoiseOut`)."""
     out = []
     level = 0.95 if confidence is None else float(confidence)
     for output in analysis.outputs:
@@ -198,8 +198,10 @@ def summarised(body: bytes) -> bytes:
         if isinstance(scope, dict):
             scope.update(listed=[], truncated=scope.get("cells", 0) > 0, bitmap=None)
     for entry in answer.get("noise") or []:
-        if isinstance(entry, dict) and entry.get("parts_rows") is not None:
-            entry["parts_rows"] = None  # the intervals stay; the parts under them are detail
+        if isinstance(entry, dict):  # the intervals stay; the parts under them are detail
+            entry.pop("parts_rows", None)
+            for name in [name for name, value in entry.items() if value is None]:
+                del entry[name]  # an answer stored before NoiseOut left its nulls out is shown as one is now
     budget = answer.get("budget")
     if isinstance(budget, dict):
         budget.update(accounts=[], cells=[])

@@ -23,7 +23,7 @@ from accountant.cell_scope import CellScope
 from accountant.cells import Ledgered
 from accountant.errors import UnsupportedEvent
 from accountant.filter import Accounting, Budget, Entry, Rule, Usage
-from accountant.ledger.budget_ops import NONE, Allowance, raised
+from accountant.ledger.budget_ops import NONE, Allowance, UnusableBudget, raised
 from proxy.pipeline import Env
 from proxy.policy.load import DatasetPolicy
 from proxy.query.analyse.cell_space import cell_space
@@ -117,8 +117,8 @@ def refusal(
             used = everyone(rule).bound(entry.scope)
             refused = report.refusal(used, entry, everyone.budget(dataset.budget), dataset.accounting,
                                      scope="dataset")
-    except UnsupportedEvent as err:  # the history itself holds an event the rule cannot account for
-        return err
+    except (UnsupportedEvent, UnusableBudget) as err:  # the history holds an event the rule cannot account for,
+        return err  # or the budget in force guarantees nothing: the admit refuses it too
     return refused
 
 
@@ -172,7 +172,11 @@ def budget_out(dataset: DatasetPolicy, allowed: Budget, mine: View, everyone: Vi
     """A budget and its history: basic Σε/Σδ spent, and what the rule in force leaves (ε at the budget's δ);
     the budgets are the policy's plus what operators granted in the current period."""
     accounting = dataset.accounting
-    allowed = mine.budget(allowed)
+    try:
+        allowed = mine.budget(allowed)
+        shared_budget = None if dataset.budget is None or everyone is None else everyone.budget(dataset.budget)
+    except UnusableBudget as err:
+        return unusable(dataset, allowed, mine, err)
     accounts = _accounts(mine, allowed, accounting)
     basic = accounts[0]
     in_force = next((a for a in accounts if a.accounting == accounting.rule), None)
@@ -182,8 +186,7 @@ def budget_out(dataset: DatasetPolicy, allowed: Budget, mine: View, everyone: Vi
         if epsilon < float("inf"):
             reported = ReportedOut(epsilon=epsilon, delta=allowed.delta, accounting=rule)
     shared = None
-    if dataset.budget is not None and everyone is not None:
-        shared_budget = everyone.budget(dataset.budget)
+    if shared_budget is not None and everyone is not None:
         totals = _accounts(everyone, shared_budget, accounting)
         total_in_force = next((a for a in totals if a.accounting == accounting.rule), None)
         shared = SharedBudgetOut(
@@ -199,6 +202,19 @@ def budget_out(dataset: DatasetPolicy, allowed: Budget, mine: View, everyone: Vi
         accounting=accounting.rule, accounts=accounts, reported=reported, shared=shared,
         cells=_cells(dataset, allowed, mine),
     ))
+
+
+def unusable(dataset: DatasetPolicy, policy: Budget, mine: View, err: UnusableBudget) -> BudgetOut:
+    """A budget whose grants and policy add up to a δ of 1 or more, as reads show it (GET /v1/budget, the
+    dashboard, the metrics, an answer's summary), where the admit refuses every query (budget_ops.UnusableBudget):
+    the policy's (ε, δ) without the grants, the basic spend, nothing remaining, and `display` saying why and
+    what the operator can do, instead of the error every read would otherwise answer."""
+    basic = _accounts(mine, policy, Accounting("basic"))[0]
+    return BudgetOut(
+        dataset=dataset.name, epsilon=policy.epsilon, delta=policy.delta, epsilon_spent=basic.epsilon_spent,
+        delta_spent=basic.delta_spent, epsilon_remaining=0.0, delta_remaining=0.0,
+        accounting=dataset.accounting.rule, display=f"unusable: {err}; {err.detail.get('hint', '')}",
+    )
 
 
 def json_value(value: object) -> object:

@@ -12,6 +12,7 @@ from accountant import tradeoff
 from accountant.cells import Ledgered
 from accountant.errors import UnsupportedEvent
 from accountant.filter import Budget, Entry, Rule
+from accountant.ledger.budget_ops import UnusableBudget
 from accountant.pld_cells import pld_report_cells
 from proxy.policy.load import DatasetPolicy
 from proxy.schemas import BudgetReportOut, CurveOut, HistoryReportOut, PairOut, TradeoffOut
@@ -50,6 +51,9 @@ def detailed(sums: Callable[[Rule], Ledgered], entries: Callable[[], Sequence[En
     the PLD report (a budget with a δ). `allowed` is the policy's budget: with `sums` a budget.View, the
     budget in force adds its period's grants."""
     granted = getattr(sums, "budget", None)
-    allowed = allowed if granted is None else granted(allowed)
+    try:
+        allowed = allowed if granted is None else granted(allowed)
+    except UnusableBudget:  # nothing is admitted under it (budget.unusable): no curve of it to draw
+        return BudgetReportOut(dataset=dataset.name, tradeoff=None, history_report=None)
     return BudgetReportOut(dataset=dataset.name, tradeoff=curves(sums, dataset, allowed),
                            history_report=history_report(entries(), allowed) if allowed.delta > 0 else None)
