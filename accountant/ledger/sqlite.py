@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
@@ -114,6 +115,14 @@ def use_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
             time.sleep(0.05)
 
 
+def _reader(path: str | os.PathLike[str], busy_ms: int) -> sqlite3.Connection:
+    """A read-only connection for lookups (sqlite_reads.py): autocommit, so each statement reads the last commit."""
+    conn = sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
+    conn.execute("PRAGMA query_only = ON")  # a reader never writes: every write is the writer's transaction
+    return conn
+
+
 @contextmanager
 def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
     """`BEGIN IMMEDIATE` … `COMMIT`; on any exception (a refusal included) or a failed COMMIT, roll back."""
@@ -157,7 +166,9 @@ class SqliteLedger(_Admitting):
         except BaseException:
             self._conn.close()
             raise
-        self._reads = Readers(path, self._busy_ms, self._conn, self._lock)
+        text = os.fspath(path)  # an in-memory database has no second connection: reads share the writer's
+        self._reads = Readers(functools.partial(_reader, path, self._busy_ms), self._conn, self._lock,
+                              shared=text in ("", ":memory:") or text.startswith("file:"))
 
     def _create_schema(self) -> None:
         with self._writer, _immediate(self._conn):

@@ -1,13 +1,16 @@
-"""Read-only connections to a SQLite ledger's file (accountant/ledger/sqlite.py), one per concurrent reader.
+"""Read-only connections to a SQLite ledger's file, one per concurrent reader: the pool of
+accountant/ledger/sqlite.py's lookups. It opens no file itself: sqlite.py hands it the function that connects
+(the one module that speaks to SQLite, with accountant/audit/log.py).
 
 Example:
-    >>> import tempfile, pathlib
+    >>> import sqlite3, tempfile, pathlib
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     path = pathlib.Path(tmp) / "l.db"
     ...     writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     ...     _ = writer.execute("PRAGMA journal_mode = WAL")
     ...     _ = writer.execute("CREATE TABLE t (x)"); _ = writer.execute("INSERT INTO t VALUES (1)")
-    ...     reads = Readers(path, 1000, writer, threading.Lock())
+    ...     reads = Readers(lambda: sqlite3.connect(path, check_same_thread=False), writer, threading.Lock(),
+    ...                     shared=False)
     ...     found = reads.read("SELECT x FROM t", ())
     ...     reads.close(); writer.close()
     >>> found
@@ -16,10 +19,13 @@ Example:
 
 from __future__ import annotations
 
-import os
-import sqlite3
 import threading
+from collections.abc import Callable
 from typing import Any
+
+
+class LedgerClosed(RuntimeError):
+    """A read after the ledger was closed."""
 
 
 class Readers:
@@ -31,14 +37,12 @@ class Readers:
     (`fetchall`), so no snapshot stays open between reads. An in-memory file has no second connection: there
     `read` uses the writer's, under its lock, as every read did before."""
 
-    def __init__(self, path: str | os.PathLike[str], busy_ms: int, writer: sqlite3.Connection,
-                 lock: threading.Lock) -> None:
-        text = os.fspath(path)
-        self._path, self._busy_ms = path, busy_ms
-        self._shared = (writer, lock) if text in ("", ":memory:") or text.startswith("file:") else None
+    def __init__(self, connect: Callable[[], Any], writer: Any, lock: threading.Lock, *, shared: bool) -> None:
+        self._connect = connect  # a new read-only connection to the file (sqlite.py's `_reader`)
+        self._shared = (writer, lock) if shared else None
         self._lock = threading.Lock()
-        self._idle: list[sqlite3.Connection] = []
-        self._all: list[sqlite3.Connection] = []
+        self._idle: list[Any] = []
+        self._all: list[Any] = []
         self._closed = False
 
     def read(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
@@ -56,16 +60,13 @@ class Readers:
                 else:
                     self._idle.append(conn)
 
-    def _take(self) -> sqlite3.Connection:
+    def _take(self) -> Any:
         with self._lock:
             if self._closed:
-                raise sqlite3.ProgrammingError("the ledger is closed")
+                raise LedgerClosed("the ledger is closed")
             if self._idle:
                 return self._idle.pop()
-        conn = sqlite3.connect(self._path, timeout=self._busy_ms / 1000, isolation_level=None,
-                               check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-        conn.execute("PRAGMA query_only = ON")  # a reader never writes: every write is the writer's transaction
+        conn = self._connect()
         with self._lock:
             self._all.append(conn)
         return conn
