@@ -276,7 +276,7 @@ def plan(
     # Everything but the bounded SQL is a function of these arguments, not of the salt: memoised (issue #32), so a
     # text sent again (a repeat, a dashboard's refresh) is not parsed, analysed and priced again. `exact` keys:
     # arguments equal in Python but planned differently (1 and 1.0) never share an entry.
-    key = (sql, id(catalog), exact(epsilon), exact(delta), mechanism, exact(noise_multiplier), cells, dialect,
+    key = (sql, id(catalog), exact(epsilon), exact(delta), mechanism, exact(noise_multiplier), exact(cells), dialect,
            conversion, bounding, exact(auto_share), exact(auto_quantile), today)
     held = _PLANS.get(key)
     if held is not None and held[0] is catalog:
