@@ -15,9 +15,11 @@ Runs the request path of `POST /v1/query` without HTTP, on the demo (bounding st
     render          the JSON answer, of which `budget` is the budget shown in it
     store+audit     the stored release with its `answered` audit entry (one FULL commit)
 
-and plain DuckDB on the same query in the same run. The HTTP layer's share is what bench/throughput.py's
-server CPU per answer adds to the total here. On a loaded machine CPU times inflate less than wall times;
-the load before and after is printed.
+and plain DuckDB on the same query in the same run; then (issue #32) `--repeats` identical requests answered from
+the stored release through the route's whole work (`routes.query_work`: the public-table check, plan, repeat
+lookup, the answer's summary), timed as one stage, `repeat (whole)`. The HTTP layer's share is what
+bench/throughput.py's server CPU per answer adds to the total here. On a loaded machine CPU times inflate less
+than wall times; the load before and after is printed.
 
     python bench/request_cost.py --rows 1000000 --users 50000 --count 300
 
@@ -34,6 +36,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,8 +51,10 @@ from proxy import pipeline  # noqa: E402
 from proxy.app import build_env  # noqa: E402
 from proxy.http import routes  # noqa: E402
 from proxy.http.middleware.audit_trail import answered  # noqa: E402
+from proxy.http.views.answer import summarised  # noqa: E402
 from proxy.http.views.budget import budget_now  # noqa: E402
 from proxy.query.release.publish import release  # noqa: E402
+from proxy.run.deadline import Deadline  # noqa: E402
 from proxy.schemas import QueryRequest  # noqa: E402
 from proxy.settings import Settings  # noqa: E402
 
@@ -102,6 +107,22 @@ def one(env: pipeline.Env, analyst: Any, i: int, timed: Stages, again: bool = Fa
     timed("store+audit", lambda: env.ledger.store_release(stored, answered(charge, plan.normalized_sql)))
 
 
+def repeats(env: pipeline.Env, analyst: Any, count: int, timed: Stages) -> None:
+    """`count` identical requests after a first one: each answered from its stored release (checked)."""
+    request = QueryRequest(sql=SQL.format(i="_repeat"))
+
+    def ask() -> bool:
+        reply = routes.query_work(request, analyst, env, SimpleNamespace())(Deadline(env.settings.query_timeout_s))
+        summarised(reply.body)  # what the route sends
+        return reply.repeat
+
+    if ask() or not ask():
+        raise SystemExit("the first request must be new and the second a repeat")
+    for _ in range(count):
+        if not timed("repeat (whole)", ask):
+            raise SystemExit("a repeat was not answered from the stored release")
+
+
 def plain(db: Path, settings: Settings, count: int) -> tuple[float, float]:
     conn = duckdb.connect(str(db), read_only=True, config={"threads": settings.threads,
                                                           "memory_limit": settings.memory_limit})
@@ -123,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=300, help="distinct queries timed (after 20 untimed)")
     parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "data-1m")
     parser.add_argument("--again", action="store_true", help="also time each engine run repeated at once (warm)")
+    parser.add_argument("--repeats", type=int, default=300, help="identical requests timed after (0: none)")
     args = parser.parse_args(argv)
     directory = args.dir.resolve()
     meta, _ = ensure_dataset(directory, rows=args.rows, users=args.users)
@@ -140,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             one(env, analyst, 10**6 + i, warm)
         for i in range(args.count):
             one(env, analyst, i, timed, args.again)
+        again = Stages()
+        if args.repeats:
+            repeats(env, analyst, args.repeats, again)
     finally:
         pipeline_close(env)
     print(f"dataset {meta['rows']:,} visits, {meta['users']:,} users; {args.count} distinct queries; "
@@ -151,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         if not stage.startswith(" "):
             total_cpu, total_wall = total_cpu + cpu, total_wall + wall
     print(row("total", total_cpu, total_wall, args.count))
+    for stage, (cpu, wall) in again.sums.items():
+        print(row(stage, cpu, wall, args.repeats))
     return 0
 
 

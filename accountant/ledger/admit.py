@@ -280,12 +280,14 @@ class _Admitting(ABC):
             self._record(entry_record, charge.at)
         return charge
 
-    def tallied(self, *, dataset: str, analyst: str | None = None, rule: Rule = "basic") -> Ledgered:
+    def tallied(self, *, dataset: str, analyst: str | None = None, rule: Rule = "basic",
+                floor: int | None = None) -> Ledgered:
         """The per-cell sums of the analyst's (or, with None, every analyst's) charges on the dataset under
         `rule` in the current budget period, exactly as an admit sees them, from the same memo: what reports
-        read."""
+        read. `floor` is the period's, from an `allowance` the caller read already (else it is read here)."""
         with self._reading():
-            floor = allowance_of(self._ops(analyst, dataset), analyst).floor
+            if floor is None:
+                floor = allowance_of(self._ops(analyst, dataset), analyst).floor
             return self._tallied(analyst, dataset, rule, floor)
 
     def _tallied(self, analyst: str | None, dataset: str, rule: Rule, floor: int = 0) -> Ledgered:

@@ -253,8 +253,10 @@ class Ledger(Protocol):
         sees it: the event and its basic (ε, δ). For reports; admit reads its own inside the transaction."""
         ...
 
-    def tallied(self, *, dataset: str, analyst: str | None = None, rule: Rule = "basic") -> Ledgered:
-        """The per-cell sums of those charges under `rule` (cells.Ledgered), as admit sees them."""
+    def tallied(self, *, dataset: str, analyst: str | None = None, rule: Rule = "basic",
+                floor: int | None = None) -> Ledgered:
+        """The per-cell sums of those charges under `rule` (cells.Ledgered), as admit sees them; from the
+        budget period starting above `floor` when given (an `allowance`'s), else the current one."""
         ...
 
     def charges(

@@ -1,5 +1,7 @@
 """The durable ledger in one SQLite file (`SqliteLedger`): WAL, synchronous=FULL, every admit one
-`BEGIN IMMEDIATE` transaction, so threads and processes sharing the file can never overspend.
+`BEGIN IMMEDIATE` transaction, so threads and processes sharing the file can never overspend. Lookups that
+read one statement of committed rows (a stored release, a key's claim, a spend, the charges) run on read-only
+connections of their own, so they never wait for a write's fsync (accountant/ledger/sqlite_reads.py).
 
 Example:
     >>> import tempfile, pathlib
@@ -18,11 +20,12 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 
@@ -37,6 +40,7 @@ from accountant.ledger.budget_ops import StoredOp, allowance_of, op_of
 from accountant.ledger.charges import ANSWERED, Charge, ChargeFilter, Claim, Clock, StoredRelease, Waits, _utcnow
 from accountant.ledger.kept_bounds import KeptBounds
 from accountant.ledger.sql_rows import COLUMNS, charge_of, charge_row, since_of, since_sql, where
+from accountant.ledger.sqlite_reads import Readers
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -111,6 +115,14 @@ def use_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
             time.sleep(0.05)
 
 
+def _reader(path: str | os.PathLike[str], busy_ms: int) -> sqlite3.Connection:
+    """A read-only connection for lookups (sqlite_reads.py): autocommit, so each statement reads the last commit."""
+    conn = sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
+    conn.execute("PRAGMA query_only = ON")  # a reader never writes: every write is the writer's transaction
+    return conn
+
+
 @contextmanager
 def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
     """`BEGIN IMMEDIATE` … `COMMIT`; on any exception (a refusal included) or a failed COMMIT, roll back."""
@@ -154,6 +166,9 @@ class SqliteLedger(_Admitting):
         except BaseException:
             self._conn.close()
             raise
+        text = os.fspath(path)  # an in-memory database has no second connection: reads share the writer's
+        self._reads = Readers(functools.partial(_reader, path, self._busy_ms), self._conn, self._lock,
+                              shared=text in ("", ":memory:") or text.startswith("file:"))
 
     def _create_schema(self) -> None:
         with self._writer, _immediate(self._conn):
@@ -224,8 +239,8 @@ class SqliteLedger(_Admitting):
         return charge_of(row, _EPOCH + row[3] * _MICROSECOND)
 
     def claim(self, analyst: str, key: str) -> Claim | None:
-        with self._lock:
-            return self._claimed(analyst, key)
+        rows = self._reads.read(f"{_CLAIM} WHERE analyst = ? AND key = ?", (analyst, key))
+        return Claim(*rows[0]) if rows else None
 
     def end_claim(self, analyst: str, key: str, code: str) -> Claim | None:
         with self._write():
@@ -246,11 +261,9 @@ class SqliteLedger(_Admitting):
         append(self._conn, record, at, postgres=False)  # inside BEGIN IMMEDIATE: the file's write lock
 
     def spent(self, analyst: str, dataset: str) -> Spend:
-        with self._lock:
-            rows: Iterable[tuple[float, float]] = self._conn.execute(
-                "SELECT epsilon, delta FROM charges WHERE analyst = ? AND dataset = ?", (analyst, dataset)
-            )
-            return total(rows)  # summed exactly in Python: SQL SUM() rounds arbitrarily
+        rows = self._reads.read("SELECT epsilon, delta FROM charges WHERE analyst = ? AND dataset = ?",
+                                (analyst, dataset))
+        return total(rows)  # summed exactly in Python: SQL SUM() rounds arbitrarily
 
     def _reading(self) -> AbstractContextManager[object]:
         return self._lock  # the connection is this object's; one statement needs no transaction
@@ -294,25 +307,25 @@ class SqliteLedger(_Admitting):
         analyst, dataset, since, until = where.analyst, where.dataset, where.since, where.until
         clause, params = _where(analyst, dataset, since, until)
         sql = f"SELECT {_COLUMNS} FROM charges WHERE {clause} ORDER BY at_us DESC, seq DESC LIMIT ? OFFSET ?"
-        with self._lock:
-            rows = self._conn.execute(sql, (*params, limit, offset)).fetchall()
+        rows = self._reads.read(sql, (*params, limit, offset))
         return tuple(charge_of(row, _EPOCH + row[3] * _MICROSECOND) for row in rows)
 
     def _count(self, where: ChargeFilter) -> int:
         analyst, dataset, since, until = where.analyst, where.dataset, where.since, where.until
         clause, params = _where(analyst, dataset, since, until)
         sql = tallies.count_sql(clause, timed=since is not None or until is not None)
-        with self._lock:
-            (number,) = self._conn.execute(sql, params).fetchone()
+        ((number,),) = self._reads.read(sql, params)
         return int(number)
 
     def stored_release(self, analyst: str, dataset: str, request_sha256: str) -> StoredRelease | None:
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT charge_id, body FROM releases WHERE analyst = ? AND dataset = ? AND request_sha256 = ?",
-                (analyst, dataset, request_sha256),
-            ).fetchone()
-        return None if row is None else StoredRelease(analyst, dataset, request_sha256, row[0], bytes(row[1]))
+        rows = self._reads.read(
+            "SELECT charge_id, body FROM releases WHERE analyst = ? AND dataset = ? AND request_sha256 = ?",
+            (analyst, dataset, request_sha256),
+        )
+        if not rows:
+            return None
+        ((charge_id, body),) = rows
+        return StoredRelease(analyst, dataset, request_sha256, str(charge_id), bytes(body))
 
     def store_release(
         self, release: StoredRelease, audit: AuditRecord | None = None, *, idempotency_key: str | None = None
@@ -384,5 +397,6 @@ class SqliteLedger(_Admitting):
             self._conn.execute("PRAGMA synchronous = FULL")  # every charge commits with its own fsync
 
     def close(self) -> None:
+        self._reads.close()
         with self._lock:
             self._conn.close()

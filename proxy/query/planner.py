@@ -21,9 +21,10 @@ from proxy.query.errors import EmptyScope, PolicyError, UnsupportedQuery
 from proxy.query.parse.comma_joins import explicit_joins
 from proxy.query.parse.flatten import flatten
 from proxy.query.parse.statement import normalised, parse
+from proxy.query.plan_cache import MAX_TEXT, Memo, exact
 from proxy.query.price.charge import Price, price, price_for_noise
 from proxy.query.public import PublicQuery, public_query, reads_public
-from proxy.query.rewrite.on_store import rewrite_ranked
+from proxy.query.rewrite.on_store import rewrite_ranked, uses_rank_filter
 from proxy.query.rewrite.per_query import rewrite_tree, store_canonical
 from proxy.query.rewrite.store_layout import ranked_columns
 
@@ -92,8 +93,20 @@ def repeat_identity(planned: QueryPlan, catalog: Catalog) -> str:
         >>> key("SELECT COUNT(*) FROM t WHERE a // 10 = 3") == key("select count(*) from t where a / 10 = 3", "tsql")
         True
     """
+    # memoised by the identity of the records (a plan from the plan memo shares them): the repr of a large
+    # analysis costs more than the rest of a repeat's lookup; the records are held, so no id is reused meanwhile
+    key = (id(catalog), id(planned.analysis), id(planned.price), id(planned.auto), planned.bounding)
+    held = _IDENTITIES.get(key)
+    if held is not None and held[0] is catalog and held[1] is planned.analysis and held[2] is planned.price \
+            and held[3] is planned.auto:
+        return held[4]
     parts = (_declarations(catalog), planned.analysis, planned.price, planned.auto, planned.bounding)
-    return hashlib.sha256(repr(parts).encode()).hexdigest()
+    identity = hashlib.sha256(repr(parts).encode()).hexdigest()
+    _IDENTITIES.put(key, (catalog, planned.analysis, planned.price, planned.auto, identity))
+    return identity
+
+
+_IDENTITIES: Memo[tuple[Catalog, Analysis, Price, auto.AutoBounds | None, str]] = Memo(512)
 
 
 @functools.lru_cache(maxsize=16)
@@ -161,7 +174,34 @@ class PublicPlan:
 
 
 def _select(sql: str, dialect: str) -> tuple[exp.Select, exp.Select]:
-    """The parsed statement and the SELECT the rules analyse: flattened, comma joins made explicit, depth bounded."""
+    """The parsed statement and the SELECT the rules analyse: flattened, comma joins made explicit, depth bounded.
+    Memoised by (text, dialect): the same text is parsed once, for `plan_public` and `plan` alike, and for every
+    request that sends it again (the trees are shared: no step mutates them, proxy/query/plan_cache.py)."""
+    key = (sql, dialect)
+    found = _STATEMENTS.get(key)
+    if found is None:
+        found = _parsed(sql, dialect)
+        if len(sql) <= MAX_TEXT:
+            _STATEMENTS.put(key, found)
+    return found
+
+
+_STATEMENTS: Memo[tuple[exp.Select, exp.Select]] = Memo(512)
+_NORMALISED: Memo[str] = Memo(512)
+
+
+def _normalised(sql: str, parsed: exp.Select, dialect: str) -> str:
+    """`normalised(parsed, dialect)` of the memoised statement of `sql` (printing copies the whole tree first)."""
+    key = (sql, dialect)
+    found = _NORMALISED.get(key)
+    if found is None:
+        found = normalised(parsed, dialect)
+        if len(sql) <= MAX_TEXT:
+            _NORMALISED.put(key, found)
+    return found
+
+
+def _parsed(sql: str, dialect: str) -> tuple[exp.Select, exp.Select]:
     parsed = parse(sql, dialect)
     select = explicit_joins(flatten(parsed))  # a BI tool's wrapper is flattened; `FROM a, b WHERE a.k = b.k` joins
     if _depth(select) > MAX_TREE_DEPTH:
@@ -187,7 +227,7 @@ def plan_public(sql: str, catalog: Catalog, *, max_rows: int, dialect: str = "du
     """
     parsed, select = _select(sql, dialect)
     query = public_query(select, catalog, max_rows=max_rows)
-    return None if query is None else PublicPlan(sql, normalised(parsed, dialect), query)
+    return None if query is None else PublicPlan(sql, _normalised(sql, parsed, dialect), query)
 
 
 def plan(
@@ -231,6 +271,52 @@ def plan(
         >>> p.normalized_sql, p.price.epsilon
         ('SELECT COUNT(*) FROM orders', 0.5)
     """
+    if today is None:
+        today = dt.datetime.now(dt.UTC).date()
+    # Everything but the bounded SQL is a function of these arguments, not of the salt: memoised (issue #32), so a
+    # text sent again (a repeat, a dashboard's refresh) is not parsed, analysed and priced again. `exact` keys:
+    # arguments equal in Python but planned differently (1 and 1.0) never share an entry.
+    key = (sql, id(catalog), exact(epsilon), exact(delta), mechanism, exact(noise_multiplier), exact(cells), dialect,
+           conversion, bounding, exact(auto_share), exact(auto_quantile), today)
+    held = _PLANS.get(key)
+    if held is not None and held[0] is catalog:
+        unsalted, fixed = held[1], held[2]
+    else:
+        unsalted = _unsalted(sql, catalog, epsilon=epsilon, delta=delta, mechanism=mechanism,
+                             noise_multiplier=noise_multiplier, cells=cells, dialect=dialect, conversion=conversion,
+                             auto_share=auto_share, auto_quantile=auto_quantile, today=today, bounding=bounding)
+        fixed = _salt_free_sql(unsalted.analysis, bounding, catalog)
+        if len(sql) <= MAX_TEXT:
+            _PLANS.put(key, (catalog, unsalted, fixed))  # the catalog is held: its id is not reused meanwhile
+    tree, sql_text = (None, fixed) if fixed is not None else bounded_sql(unsalted.analysis, salt, bounding, catalog)
+    return dataclasses.replace(unsalted, sql=sql_text, tree=tree, salt=salt)
+
+
+_PLANS: Memo[tuple[Catalog, QueryPlan, str | None]] = Memo(256)
+
+
+def _salt_free_sql(analysis: Analysis, bounding: Bounding, catalog: Catalog) -> str | None:
+    """The bounded SQL when no salt enters it, else None: the store's rank filters (`rewrite_ranked` reads the
+    salt only on its per-cell path, `rewrite_cells`, taken exactly when `uses_rank_filter` is false) bound by
+    ranks stored under the deployment's key, so their text is the same at every salt and a repeat renders none.
+    tests/query/test_plan_cache.py plans the corpus at two salts against fresh plans."""
+    if bounding == "store" and ranks_serve(analysis, catalog) and uses_rank_filter(analysis):
+        return rewrite_ranked(analysis, 0)
+    return None
+
+
+def clear_memos() -> None:
+    """Forget every memoised statement, plan and identity (tests compare the memoised path with the plain one)."""
+    for memo in (_STATEMENTS, _NORMALISED, _PLANS, _IDENTITIES):
+        memo.clear()
+
+
+def _unsalted(
+    sql: str, catalog: Catalog, *, epsilon: float, delta: float, mechanism: Mechanism,
+    noise_multiplier: float | None, cells: bool, dialect: str, conversion: Conversion, auto_share: float,
+    auto_quantile: float, today: dt.date, bounding: Bounding,
+) -> QueryPlan:
+    """`plan` without its bounded SQL (`sql` empty, `tree` None, salt 0): what `plan` memoises."""
     parsed, select = _select(sql, dialect)
     if reads_public(select, catalog):  # answered exactly by plan_public, never planned as a DP release
         name = select.args["from_"].this.name
@@ -239,8 +325,6 @@ def plan(
             "/v1/query, with no DP plan or charge to preview; join it to a protected table to aggregate "
             "protected rows", construct="TABLE", table=name,
         )
-    if today is None:
-        today = dt.datetime.now(dt.UTC).date()
     analysis = analyse(select, catalog, canonical_units=cells, today=today)
     if analysis.scope.cells is not None and not analysis.scope.cells:
         # no unit can pass this WHERE: nothing to answer, and a charge on no cell must never be made (issue #10)
@@ -270,8 +354,7 @@ def plan(
     else:
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,
                                  conversion=conversion)
-    tree, sql_text = bounded_sql(analysis, salt, bounding, catalog)
-    return QueryPlan(sql, normalised(parsed, dialect), analysis, sql_text, priced, scope, tree, chooser, salt,
+    return QueryPlan(sql, _normalised(sql, parsed, dialect), analysis, "", priced, scope, None, chooser, 0,
                      bounding, unselected)
 
 

@@ -90,9 +90,11 @@ class View:
 
 def stored(env: Env, dataset: str, analyst: str | None) -> View:
     """The history in the ledger (the current budget period's), read through the admit's memo (only what is
-    new since is read), once per rule: one budget's figures ask for the same rule several times."""
-    return View(functools.cache(lambda rule: env.ledger.tallied(dataset=dataset, analyst=analyst, rule=rule)),
-                env.ledger.allowance(dataset=dataset, analyst=analyst))
+    new since is read), once per rule: one budget's figures ask for the same rule several times. The period is
+    read once: its grants and its floor (where the sums start) come from the same read."""
+    allowance = env.ledger.allowance(dataset=dataset, analyst=analyst)
+    return View(functools.cache(lambda rule: env.ledger.tallied(dataset=dataset, analyst=analyst, rule=rule,
+                                                                floor=allowance.floor)), allowance)
 
 
 def plus(history: View, entry: Entry) -> View:
