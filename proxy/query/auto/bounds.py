@@ -62,7 +62,7 @@ from mechanisms import laplace
 from mechanisms.rounding import down
 from proxy.query.analyse.analysis import Analysis
 from proxy.query.analyse.measures import capped, fixed_point
-from proxy.query.auto import quantile, total
+from proxy.query.auto import quantile, share, total
 from proxy.query.auto.at_bounds import at_bound, for_sql, price_at
 from proxy.query.auto.chosen import ChosenBound, ChosenBounds, chosen_from_json, chosen_json
 from proxy.query.auto.clamp import VALUES_PER_UNIT
@@ -97,6 +97,24 @@ def split_epsilon(epsilon: float, share: float) -> tuple[float, float]:
     """
     selection = down(Fraction(epsilon) * Fraction(share))
     return selection, down(Fraction(epsilon) - Fraction(selection))
+
+
+def selection_share(analysis: Analysis, epsilon: float, limits: float | tuple[float, float]) -> float:
+    """The share of ε the selection spends: `limits` fixed (one number), or chosen within [low, high] by the
+    expected error (auto/share.py) from ε, the limits and the bounds the query needs: never from the data.
+
+    Example:
+        >>> from proxy.query.parse.statement import parse
+        >>> from proxy.query.analyse.analysis import analyse
+        >>> from proxy.query.catalog import Catalog, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("x", "DOUBLE", bounds=(0, 50),
+        ...     auto_bounds=True)), max_rows=50, auto_max_rows=True)
+        >>> a = analyse(parse("SELECT COUNT(*), SUM(x) FROM t"), Catalog((t,)))
+        >>> selection_share(a, 0.1, (0.1, 0.5)), selection_share(a, 0.1, 0.1)
+        (0.387, 0.1)
+    """
+    wanted = needed(analysis)
+    return share.choose(limits, epsilon=epsilon, bounds=len(wanted), caps=sum(b == "total" for b, _ in wanted))
 
 
 def clamped_columns(analysis: Analysis) -> tuple[ColumnSpec, ...]:
