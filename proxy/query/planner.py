@@ -256,9 +256,9 @@ def plan(
         limits = auto.limits_reason(analysis, noise_multiplier, quantiles_serve(analysis))
         if limits is None:
             # the share: fixed, or chosen in [low, high] by the expected error from public inputs (auto/share.py)
-            share = auto.selection_share(analysis, epsilon, auto_share)
+            share, weights = auto.selection_share(analysis, epsilon, auto_share)
             selection_epsilon, epsilon = auto.split_epsilon(epsilon, share)
-            chooser = auto.auto_bounds(analysis, selection_epsilon, auto_quantile)
+            chooser = auto.auto_bounds(analysis, selection_epsilon, auto_quantile, weights)
         else:
             chooser = auto.AutoBounds((), limits)
     unselected = None

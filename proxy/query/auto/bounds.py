@@ -99,9 +99,11 @@ def split_epsilon(epsilon: float, share: float) -> tuple[float, float]:
     return selection, down(Fraction(epsilon) - Fraction(selection))
 
 
-def selection_share(analysis: Analysis, epsilon: float, limits: float | tuple[float, float]) -> float:
-    """The share of ε the selection spends: `limits` fixed (one number), or chosen within [low, high] by the
-    expected error (auto/share.py) from ε, the limits and the bounds the query needs: never from the data.
+def selection_share(analysis: Analysis, epsilon: float,
+                    limits: float | tuple[float, float]) -> tuple[float, tuple[Fraction, ...]]:
+    """The share of ε the selection spends and each bound's fraction of it: `limits` fixed (one number, split
+    evenly), or chosen within [low, high] by the expected error (auto/share.py) from ε, the limits and the bounds
+    the query needs: never from the data.
 
     Example:
         >>> from proxy.query.parse.statement import parse
@@ -111,10 +113,11 @@ def selection_share(analysis: Analysis, epsilon: float, limits: float | tuple[fl
         ...     auto_bounds=True)), max_rows=50, auto_max_rows=True)
         >>> a = analyse(parse("SELECT COUNT(*), SUM(x) FROM t"), Catalog((t,)))
         >>> selection_share(a, 0.1, (0.1, 0.5)), selection_share(a, 0.1, 0.1)
-        (0.387, 0.1)
+        ((0.343, (Fraction(50, 343), Fraction(293, 343))), (0.1, (Fraction(1, 2), Fraction(1, 2))))
     """
-    wanted = needed(analysis)
-    return share.choose(limits, epsilon=epsilon, bounds=len(wanted), caps=sum(b == "total" for b, _ in wanted))
+    kinds = [b for b, _ in needed(analysis)]
+    chosen = share.choose(limits, epsilon=epsilon, bounds=len(kinds), caps=kinds.count("total"))
+    return chosen, share.weights(limits, chosen, kinds)
 
 
 def clamped_columns(analysis: Analysis) -> tuple[ColumnSpec, ...]:
@@ -206,8 +209,10 @@ def limits_reason(analysis: Analysis, noise_multiplier: float | None, plain: boo
     return None
 
 
-def auto_bounds(analysis: Analysis, selection_epsilon: float, q: float) -> AutoBounds:
-    """The selection for `analysis` at ε_sel, split evenly (rounded down) over the bounds it needs.
+def auto_bounds(analysis: Analysis, selection_epsilon: float, q: float,
+                weights: tuple[Fraction, ...] | None = None) -> AutoBounds:
+    """The selection for `analysis` at ε_sel, split over the bounds it needs: evenly, or by `weights` (exact
+    fractions adding up to 1, share.weights), each part's ε rounded down.
 
     Example:
         >>> from proxy.query.parse.statement import parse
@@ -220,9 +225,11 @@ def auto_bounds(analysis: Analysis, selection_epsilon: float, q: float) -> AutoB
         ([('max_rows', 500, 4, 80.0), ('max_groups', 4, 1, 20.0)], 0.1)
     """
     wanted = needed(analysis)
-    each = down(Fraction(selection_epsilon) / len(wanted))
+    split = weights or tuple(Fraction(1, len(wanted)) for _ in wanted)
+    assert len(split) == len(wanted) and sum(split) == 1
     parts = []
-    for bound, spec in wanted:
+    for (bound, spec), weight in zip(wanted, split, strict=True):
+        each = down(Fraction(selection_epsilon) * weight)
         if bound == "max_rows":
             limit: float = analysis.table.max_rows
             sensitivity = analysis.max_groups
