@@ -131,8 +131,8 @@ def test_the_demos_split_is_exact_and_the_same_on_other_data(demo: DemoFiles, tm
         chooser = answer.selected.auto
         assert len(chooser.parts) == parts  # each part at b = ⌈Δ/ε_each⌉ (bounds.auto_bounds)
         assert tuple(p.bound for p in chooser.parts) == kinds
-        assert [p.selection.scale for p in chooser.parts] == [
-            laplace.scale_for(p.sensitivity, down(Fraction(selection) * w)) for p, w in zip(chooser.parts, split, strict=True)]
+        assert [p.selection.scale for p in chooser.parts] == [laplace.scale_for(p.sensitivity, down(
+            Fraction(selection) * w)) for p, w in zip(chooser.parts, split, strict=True)]
         assert isinstance(answer.charge.event, AutoBoundsEvent) and answer.charge.epsilon <= 0.1
         assert math.isclose(answer.charge.epsilon, 0.1, rel_tol=1e-12)
     assert one.charge.event == two.charge.event  # the same split and prices: nothing read from the data
