@@ -2,7 +2,7 @@
 beside the demo's fixed ones, on the demo data, through proxy.pipeline.answer in process.
 
     python bench/auto_utility.py [--rows 1000000] [--users 50000] [--answers 20] [--epsilon 1] [--dir bench/data-1m]
-                                 [--variants fixed,rows,auto]
+                                 [--variants fixed,rows,auto] [--share 0.1,0.5]
 
 The policies are the generated demo policy with the bench budget and the bounding store; they differ only in
 visits' bounds: `fixed` (max_rows 20, max_groups 4, amount clamped to [0, 500]); `rows` (max_rows "auto",
@@ -35,6 +35,7 @@ for path in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(path))
 
 import duckdb  # noqa: E402
+from oracle_bounds import set_share  # noqa: E402
 from query_latency import build_bounding_store, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
 from utility import median_relative_error, request_epsilon  # noqa: E402
 
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epsilon", type=Decimal, default=Decimal(1))
     parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "data-1m")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated: fixed, rows, auto")
+    parser.add_argument("--share", default="", help='the auto_bounds_share: "0.1" fixed, "0.1,0.5" limits')
     args = parser.parse_args(argv)
     variants = tuple(v for v in args.variants.split(",") if v)
     assert variants and all(v in VARIANTS for v in variants), f"variants are {VARIANTS}"
@@ -152,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     directory = args.dir.resolve()
     meta, key = ensure_dataset(directory, rows=args.rows, users=args.users)
     set_bounding(directory / "policy.toml", "store")
+    set_share(directory / "policy.toml", args.share)
     with duckdb.connect(str(directory / "demo.duckdb"), read_only=True) as conn:
         truths, plain_ms = {}, {}
         for _, sql, _ in QUERIES:

@@ -2,7 +2,7 @@
 chosen with hindsight, beside the product's own (automatic) answers.
 
     python bench/oracle_bounds.py [--rows 1000000] [--users 50000] [--epsilons 0.1,1] [--draws 40] [--answers 20]
-                                  [--dir bench/data-1m] [--queries region,category,...]
+                                  [--dir bench/data-1m] [--queries region,category,...] [--share 0.1,0.5]
 
 For each query the demo policy (visits on "auto", the bounding store) plans it at ε; for every combination of
 candidate bounds the query chooses (k on rows.bound_grid, g on bound_grid(G), a cap C on every second point of
@@ -18,8 +18,12 @@ are `--answers` answers through proxy.pipeline.answer with its real sampler (the
 cautious fixed policy of the issue (g = 4, k = 20, amount clamped to [0, 500]) is evaluated the same way where
 it applies (a clamp at 500 stands for a cap: the fixed policy has no cap).
 
+`--share` sets the demo's `auto_bounds_share` (one number: fixed; two: the limits the split by expected error
+chooses in, proxy/query/auto/share.py); without it the generated policy's own.
+
 The oracle spends nothing on selection: its query runs at the plan's ε_q (the selection's share is the price
 of not knowing the bound), so it is a bound on what any automatic choice within the same charge can reach.
+With share limits the plan's ε_q is the chosen share's, so compare the oracle against a fixed-share run's.
 """
 
 from __future__ import annotations
@@ -93,6 +97,18 @@ class NumpySampler:
         x = np.array([float(n) / denominator for n in numerators])
         w = np.exp(-(x - x.min()))
         return int(self.rng.choice(len(w), p=w / w.sum()))
+
+
+def set_share(policy: Path, share: str) -> None:
+    """Set the demo dataset's `auto_bounds_share`: "0.1" (fixed) or "0.1,0.5" (limits: the split by expected error,
+    proxy/query/auto/share.py); "" leaves the generated policy's own."""
+    if not share:
+        return
+    values = [float(v) for v in share.split(",")]
+    value = f"{values[0]!r}" if len(values) == 1 else f"[{values[0]!r}, {values[1]!r}]"
+    lines = [line for line in policy.read_text().split("\n") if not line.startswith("auto_bounds_share")]
+    text = "\n".join(lines).replace("[datasets.demo]\n", f"[datasets.demo]\nauto_bounds_share = {value}\n", 1)
+    policy.write_text(text)
 
 
 def errors_of(truth: dict[tuple[str, ...], tuple[Any, ...]], released: Any, n_keys: int) -> list[float]:
@@ -217,10 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "data-1m")
     parser.add_argument("--queries", default=",".join(QUERIES))
     parser.add_argument("--seed", type=int, default=29)
+    parser.add_argument("--share", default="", help='the auto_bounds_share: "0.1" fixed, "0.1,0.5" limits')
     args = parser.parse_args(argv)
     directory = args.dir.resolve()
     meta, key = ensure_dataset(directory, rows=args.rows, users=args.users)
     set_bounding(directory / "policy.toml", "store")
+    set_share(directory / "policy.toml", args.share)
     names = [q for q in args.queries.split(",") if q]
     with duckdb.connect(str(directory / "demo.duckdb"), read_only=True) as conn:
         truths = {}

@@ -31,6 +31,7 @@ from proxy.policy.readers import (
 from proxy.policy.sql_reading import READING_KEYS, read_sql_reading
 from proxy.policy.tables import IDENTIFIER, _column, _table
 from proxy.query.analyse.analysis import MAX_PUBLIC_CELLS
+from proxy.query.auto import share
 from proxy.query.auto.bounds import DEFAULT_AUTO_QUANTILE, DEFAULT_AUTO_SHARE
 from proxy.query.catalog import Catalog, Mechanism
 from proxy.query.planner import Bounding
@@ -89,7 +90,7 @@ class DatasetPolicy:
     bounding: Bounding = "store"  # filter a bounding store's ranks (proxy/store/duckdb_store.py); or "per_query"
     engine: EngineName = "duckdb"  # "spark": the tables live on Spark (`spark`; `path` is then unused)
     spark: SparkSource | None = None
-    auto_bounds_share: float = DEFAULT_AUTO_SHARE  # of a query's ε, spent choosing an auto max_rows
+    auto_bounds_share: float | tuple[float, float] = DEFAULT_AUTO_SHARE  # ε share choosing bounds (auto/share.py)
     auto_bounds_quantile: float = DEFAULT_AUTO_QUANTILE  # q of an auto clamp's DP quantile of the column's values
     # how many later queries of one shape may run at the bounds a query chose, before one draws them afresh (0:
     # never reused); a new source stamp always draws afresh (docs/privacy.md §10.8)
@@ -148,10 +149,10 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     if max_release_cells is not None and not 1 <= max_release_cells <= MAX_PUBLIC_CELLS:
         p.add(f"{loc}.max_release_cells", f"must be an integer in [1, {MAX_PUBLIC_CELLS}], got {max_release_cells}")
     reading = read_sql_reading(raw, loc, p.add)
-    auto_share = _float(raw, "auto_bounds_share", loc, p, default=DEFAULT_AUTO_SHARE)
-    if auto_share is not None and not 0 < auto_share < 1:
-        p.add(f"{loc}.auto_bounds_share", f"must be a number in (0, 1) (the share of a query's epsilon spent on "
-                                          f"choosing its bounds), got {auto_share!r}")
+    auto_share = share.read_limits(raw.get("auto_bounds_share", DEFAULT_AUTO_SHARE))  # fixed, or [low, high]
+    if isinstance(auto_share, str):
+        p.add(f"{loc}.auto_bounds_share", auto_share)
+        auto_share = None
     auto_q = _float(raw, "auto_bounds_quantile", loc, p, default=DEFAULT_AUTO_QUANTILE)
     if auto_q is not None and not 0.5 <= auto_q < 1:
         p.add(f"{loc}.auto_bounds_quantile", f"must be a number in [0.5, 1), got {auto_q!r}")

@@ -243,7 +243,7 @@ def plan(
     dialect: str = "duckdb",
     conversion: Conversion = "zcdp",
     bounding: Bounding = "per_query",
-    auto_share: float = auto.DEFAULT_AUTO_SHARE,
+    auto_share: float | tuple[float, float] = auto.DEFAULT_AUTO_SHARE,
     auto_quantile: float = auto.DEFAULT_AUTO_QUANTILE,
     today: dt.date | None = None,
 ) -> QueryPlan:
@@ -339,8 +339,10 @@ def _unsalted(
         # aggregate, joint quantiles or a given noise run at the declared limits (valid bounds), with no selection
         limits = auto.limits_reason(analysis, noise_multiplier, quantiles_serve(analysis))
         if limits is None:
-            selection_epsilon, epsilon = auto.split_epsilon(epsilon, auto_share)
-            chooser = auto.auto_bounds(analysis, selection_epsilon, auto_quantile)
+            # the share: fixed, or chosen in [low, high] by the expected error from public inputs (auto/share.py)
+            share, weights = auto.selection_share(analysis, epsilon, auto_share)
+            selection_epsilon, epsilon = auto.split_epsilon(epsilon, share)
+            chooser = auto.auto_bounds(analysis, selection_epsilon, auto_quantile, weights)
         else:
             chooser = auto.AutoBounds((), limits)
     unselected = None

@@ -41,6 +41,11 @@ aggregate, three quantiles of one column) and a given `noise_multiplier` are ans
 limits, which are valid bounds: no selection runs or is charged, and the response's `bounds` says so
 (`chosen` false, `note` why).
 
+This module decides which bounds a query chooses and what the selection is charged (`needed`, `auto_bounds`,
+`auto_price`); the records are in auto/parts.py (before the draw) and auto/chosen.py (after it), the targets in
+auto/targets.py, and the query at the drawn bounds in auto/at_bounds.py. Their names are re-exported here, the
+callers' one door.
+
 Example:
     >>> split_epsilon(1.0, 0.25)
     (0.25, 0.75)
@@ -49,139 +54,37 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
 
 from accountant import loss
 from accountant.events import AutoBoundsEvent, ExponentialEvent
 from mechanisms import laplace
-from mechanisms.gaussian import zcdp
-from mechanisms.rounding import down, sqrt_up
+from mechanisms.rounding import down
 from proxy.query.analyse.analysis import Analysis
-from proxy.query.analyse.measures import capped, fixed_point, measures_for
-from proxy.query.auto import quantile, total
+from proxy.query.analyse.measures import capped, fixed_point
+from proxy.query.auto import quantile, share, total
+from proxy.query.auto.at_bounds import at_bound, for_sql, price_at
+from proxy.query.auto.chosen import ChosenBound, ChosenBounds, chosen_from_json, chosen_json
 from proxy.query.auto.clamp import VALUES_PER_UNIT
-from proxy.query.auto.gauss import sigma_at
+from proxy.query.auto.parts import AutoBounds, AutoPart, Bound
 from proxy.query.auto.rows import bound_grid, choose_bound, selection_sql, selection_text, store_selection_sql
-from proxy.query.catalog import ColumnSpec, TableSchema
-from proxy.query.price.charge import Price, release_l0
-from proxy.query.price.quantiles import QuantileSpec
+from proxy.query.auto.targets import COUNTED, cell_target, released_groups, with_targets
+from proxy.query.catalog import ColumnSpec
+from proxy.query.price.charge import Price
 
-__all__ = ["bound_grid", "choose_bound", "selection_sql", "selection_text", "store_selection_sql"]
+# the callers' one door (auto_release, planner, pipeline, the benches): the records and steps of the other modules
+__all__ = ["COUNTED", "AutoBounds", "AutoPart", "Bound", "ChosenBound", "ChosenBounds", "at_bound", "bound_grid",
+           "cell_target", "choose_bound", "chosen_from_json", "chosen_json", "for_sql", "price_at", "released_groups",
+           "selection_sql", "selection_text", "store_selection_sql", "with_targets"]
 
 DEFAULT_AUTO_SHARE = 0.10
 DEFAULT_AUTO_QUANTILE = 0.99
 DEFAULT_AUTO_LIMIT = 1000
 DEFAULT_GROUPS_LIMIT = 100
 
-Bound = Literal["max_rows", "max_groups", "lower", "upper", "total"]
 # the measures that read a column's clamp: a sum's sensitivity, and a quantile's grid (auto/quantile.py: 1001
 # points over the declared limit would be too coarse for any value far below it)
 CLAMPED = ("sum", "centred_sum", "histogram")
-
-
-@dataclass(frozen=True, slots=True)
-class AutoPart:
-    """One bound chosen from the data: its own exponential mechanism, at its share of the selection's ε."""
-
-    bound: Bound
-    column: str | None  # the clamped column (lower, upper)
-    limit: float  # the declared limit of this bound (for a clamp: the limit's end on this side)
-    q: float  # the quantile drawn (the lower bound draws 1 − q)
-    sensitivity: int  # the histogram's L1 sensitivity: L0 cells, 1 unit, or m values per unit
-    selection: ExponentialEvent  # its pure ε = sensitivity / scale
-
-    @property
-    def epsilon(self) -> Fraction:
-        """The ε it runs with: exactly Δ/b, at most what its event is charged."""
-        return Fraction(self.selection.sensitivity) / Fraction(self.selection.scale)
-
-
-@dataclass(frozen=True, slots=True)
-class AutoBounds:
-    """The bound selection of one query: everything fixed before admission (the bounds are not)."""
-
-    parts: tuple[AutoPart, ...]
-    note: str | None = None  # no parts: why the query runs at the declared limits instead (limits_reason)
-
-    def part(self, bound: Bound, column: str | None = None) -> AutoPart | None:
-        return next((p for p in self.parts if p.bound == bound and p.column == column), None)
-
-    @property
-    def epsilon(self) -> Fraction:
-        return sum((p.epsilon for p in self.parts), Fraction(0))
-
-    @property
-    def limit(self) -> int:
-        """The max_rows limit (0 when max_rows is not chosen)."""
-        rows = self.part("max_rows")
-        return int(rows.limit) if rows else 0
-
-
-@dataclass(frozen=True, slots=True)
-class ChosenBound:
-    """One bound a query used, as a response reports it (value None: not chosen yet, in a preview)."""
-
-    bound: Bound
-    column: str | None
-    value: float | None
-    limit: float
-    epsilon: float  # its charged ε
-    q: float
-
-
-@dataclass(frozen=True, slots=True)
-class ChosenBounds:
-    """What a response reports: every bound chosen, and what choosing them cost."""
-
-    parts: tuple[ChosenBound, ...]
-    max_rows: int  # the bound used (rows per unit and group): chosen, or the table's fixed one
-    max_groups: int  # the groups per unit used
-    clamps: tuple[tuple[str, float, float], ...] = ()  # (column, lower, upper) chosen
-    caps: tuple[tuple[str, int], ...] = ()  # (column, C in grid units) chosen: each unit's L1 cap (auto/total.py)
-    note: str | None = None  # set when nothing was chosen: the query ran at the declared limits, and why
-    reused: bool = False  # chosen by an earlier query of the same shape and kept (docs/privacy.md §10.8): free
-
-    def value(self, bound: Bound, column: str | None = None) -> float | None:
-        return next((p.value for p in self.parts if p.bound == bound and p.column == column), None)
-
-    def report(self) -> dict[str, object]:
-        """The response's `bounds` (proxy/schemas.py BoundsOut)."""
-        rows = next((p for p in self.parts if p.bound == "max_rows"), None)
-        return {"max_rows": None if rows is not None and rows.value is None else self.max_rows,
-                "chosen": self.note is None, "note": self.note,
-                "max_rows_limit": int(rows.limit) if rows else self.max_rows,
-                "epsilon": 0.0 if self.reused else math.fsum(p.epsilon for p in self.parts),
-                "quantile": self.parts[0].q if self.parts else 0.0,
-                "parts": [{**dataclasses.asdict(p), "epsilon": 0.0} if self.reused else dataclasses.asdict(p)
-                          for p in self.parts],
-                "reused": self.reused}
-
-
-def chosen_json(chosen: ChosenBounds) -> str:
-    """The chosen bounds as the ledger keeps them for reuse (accountant/ledger/kept_bounds.py); exact: floats
-    travel as JSON's shortest round-trip text, so `chosen_from_json` gives the same record back.
-
-    Example:
-        >>> c = ChosenBounds((ChosenBound("max_rows", None, 8.0, 1000, 0.05, 1.5),), 8, 1, caps=(("amount", 7),))
-        >>> chosen_from_json(chosen_json(c)) == c
-        True
-        >>> chosen_from_json(chosen_json(c)).report()["reused"], dataclasses.replace(c, reused=True).report()["epsilon"]
-        (False, 0.0)
-    """
-    return json.dumps(dataclasses.asdict(chosen), separators=(",", ":"), allow_nan=False)
-
-
-def chosen_from_json(text: str) -> ChosenBounds:
-    """The record `chosen_json` wrote."""
-    raw = json.loads(text)
-    return ChosenBounds(
-        tuple(ChosenBound(**p) for p in raw["parts"]), int(raw["max_rows"]), int(raw["max_groups"]),
-        tuple((str(n), float(lo), float(hi)) for n, lo, hi in raw["clamps"]),
-        tuple((str(n), int(c)) for n, c in raw["caps"]), raw["note"], bool(raw["reused"]))
 
 
 def split_epsilon(epsilon: float, share: float) -> tuple[float, float]:
@@ -194,6 +97,27 @@ def split_epsilon(epsilon: float, share: float) -> tuple[float, float]:
     """
     selection = down(Fraction(epsilon) * Fraction(share))
     return selection, down(Fraction(epsilon) - Fraction(selection))
+
+
+def selection_share(analysis: Analysis, epsilon: float,
+                    limits: float | tuple[float, float]) -> tuple[float, tuple[Fraction, ...]]:
+    """The share of ε the selection spends and each bound's fraction of it: `limits` fixed (one number, split
+    evenly), or chosen within [low, high] by the expected error (auto/share.py) from ε, the limits and the bounds
+    the query needs: never from the data.
+
+    Example:
+        >>> from proxy.query.parse.statement import parse
+        >>> from proxy.query.analyse.analysis import analyse
+        >>> from proxy.query.catalog import Catalog, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("x", "DOUBLE", bounds=(0, 50),
+        ...     auto_bounds=True)), max_rows=50, auto_max_rows=True)
+        >>> a = analyse(parse("SELECT COUNT(*), SUM(x) FROM t"), Catalog((t,)))
+        >>> selection_share(a, 0.1, (0.1, 0.5)), selection_share(a, 0.1, 0.1)
+        ((0.343, (Fraction(50, 343), Fraction(293, 343))), (0.1, (Fraction(1, 2), Fraction(1, 2))))
+    """
+    kinds = [b for b, _ in needed(analysis)]
+    chosen = share.choose(limits, epsilon=epsilon, bounds=len(kinds), caps=kinds.count("total"))
+    return chosen, share.weights(limits, chosen, kinds)
 
 
 def clamped_columns(analysis: Analysis) -> tuple[ColumnSpec, ...]:
@@ -285,8 +209,10 @@ def limits_reason(analysis: Analysis, noise_multiplier: float | None, plain: boo
     return None
 
 
-def auto_bounds(analysis: Analysis, selection_epsilon: float, q: float) -> AutoBounds:
-    """The selection for `analysis` at ε_sel, split evenly (rounded down) over the bounds it needs.
+def auto_bounds(analysis: Analysis, selection_epsilon: float, q: float,
+                weights: tuple[Fraction, ...] | None = None) -> AutoBounds:
+    """The selection for `analysis` at ε_sel, split over the bounds it needs: evenly, or by `weights` (exact
+    fractions adding up to 1, share.weights), each part's ε rounded down.
 
     Example:
         >>> from proxy.query.parse.statement import parse
@@ -299,9 +225,11 @@ def auto_bounds(analysis: Analysis, selection_epsilon: float, q: float) -> AutoB
         ([('max_rows', 500, 4, 80.0), ('max_groups', 4, 1, 20.0)], 0.1)
     """
     wanted = needed(analysis)
-    each = down(Fraction(selection_epsilon) / len(wanted))
+    split = weights or tuple(Fraction(1, len(wanted)) for _ in wanted)
+    assert len(split) == len(wanted) and sum(split) == 1
     parts = []
-    for bound, spec in wanted:
+    for (bound, spec), weight in zip(wanted, split, strict=True):
+        each = down(Fraction(selection_epsilon) * weight)
         if bound == "max_rows":
             limit: float = analysis.table.max_rows
             sensitivity = analysis.max_groups
@@ -337,206 +265,3 @@ def auto_price(query: Price, auto: AutoBounds, conversion: loss.Conversion = "zc
     event = AutoBoundsEvent(first, query.event, tuple(more))
     epsilon, delta = loss.epsilon_delta(event, query.gaussian_delta, conversion)
     return dataclasses.replace(query, event=event, epsilon=epsilon, delta=delta)
-
-
-def price_at(priced: Price, analysis: Analysis, k: int) -> Price:
-    """The noise at bound k: each Laplace part keeps the ε it has at the limit (b_j = Δ_j(k)/ε_j rounded up),
-    so no part costs more than the admitted event says. `priced` is the plan's price (event: AutoBoundsEvent).
-
-    Example:
-        >>> from proxy.query.parse.statement import parse
-        >>> from proxy.query.analyse.analysis import analyse
-        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-        >>> from proxy.query.price.charge import price
-        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"),), max_rows=100, auto_max_rows=True)
-        >>> a = analyse(parse("SELECT COUNT(*) FROM t"), Catalog((t,)))
-        >>> at_limit = price(a, epsilon=0.5, delta=0.0, mechanism="laplace")
-        >>> [(n.sensitivity, n.scale) for n in price_at(at_limit, a, 7).noise]
-        [(7, 14.0)]
-    """
-    noise = []
-    for spec in priced.noise:
-        if not spec.sensitivity:
-            noise.append(spec)
-            continue
-        measure = analysis.measures[spec.measure]
-        if spec.mechanism == "gaussian":  # Δ2 = √(g·s(k)²) <= the limit's; σ by gauss.sigma_at
-            delta2 = sqrt_up(release_l0(analysis) * Fraction(measure.sensitivity(k)) ** 2)
-            if measure.cap:  # a capped unit's L2 is at most its L1 <= C (privacy.md §10.2)
-                delta2 = min(delta2, Fraction(measure.cap))
-            sigma = sigma_at(delta2, spec.sensitivity, spec.scale) if delta2 else 1.0
-            noise.append(dataclasses.replace(spec, sensitivity=delta2, scale=sigma, grid=measure.grid,
-                                             ci95=zcdp.ci_halfwidth(sigma)))
-            continue
-        part = laplace.epsilon(spec.sensitivity, spec.scale)
-        sensitivity = measure.release_l1(release_l0(analysis), k)  # L0 = min(g, d): price/charge.py
-        scale = laplace.scale_for(sensitivity, part) if sensitivity else 1.0
-        assert math.isfinite(scale) and laplace.epsilon(sensitivity, scale) <= part if sensitivity else True
-        noise.append(dataclasses.replace(spec, sensitivity=sensitivity, scale=scale, grid=measure.grid,
-                                         ci95=laplace.ci_halfwidth(scale)))
-    quantiles = tuple(quantile.at_bound(q, k, analysis.measures[q.measure].points)
-                      if isinstance(q, QuantileSpec) else q for q in priced.quantiles)
-    assert all(isinstance(q, QuantileSpec) for q in quantiles)  # joint quantiles run at the limits
-    return dataclasses.replace(priced, noise=tuple(noise), quantiles=quantiles)
-
-
-def with_targets(chooser: AutoBounds, analysis: Analysis, priced: Price) -> AutoBounds:
-    """The selection with each part's target in its `q` (the bound is then chosen by the error it causes,
-    mechanisms/count_target.py): an L1 cap's t = √2·G/ε_sum (total.target_above); max_rows' and max_groups'
-    τ = √2·G/ε_count (`cell_target`), the items a bound may leave truncated per cell a unit may keep. G is the
-    number of groups released (the public domains' product; 1 without keys, or when the groups are not public: a
-    smaller target chooses a larger bound, the unbiased side), ε the ε the plan gives the measure."""
-    groups = released_groups(analysis)
-    parts = []
-    for part in chooser.parts:
-        if part.bound == "total":
-            j = next(j for j, m in enumerate(analysis.measures) if m.kind == "sum" and m.column == part.column)
-            spec = next(n for n in priced.noise if n.measure == j)
-            epsilon = laplace.epsilon(spec.sensitivity, spec.scale)
-            # a sum of sensitivity 0 (bounds that round to 0 on the grid, as ±1e-300) is 0 whatever the cap: any
-            # target serves, and t = 0 keeps the planner from dividing by its ε of 0
-            target = total.target_above(groups, epsilon) if epsilon > 0 else 0
-            part = dataclasses.replace(part, q=float(target))
-        elif part.bound in ("max_rows", "max_groups"):
-            part = dataclasses.replace(part, q=cell_target(analysis, priced))
-        parts.append(part)
-    return dataclasses.replace(chooser, parts=tuple(parts))
-
-
-def released_groups(analysis: Analysis) -> int:
-    """G: the groups a release shows, where they are public (the domains' product), else 1 (no keys, or private
-    partitions: their number is itself private)."""
-    return math.prod(len(d) for d in analysis.domains) if analysis.partitions == "public" and analysis.keys else 1
-
-
-# measures whose per-group sensitivity is one per kept row: a truncated row costs them exactly 1 (bias), and their
-# noise grows by √2·b/k per unit of the bound (Laplace; σ/k Gaussian)
-COUNTED = ("rows", "values")
-
-
-def cell_target(analysis: Analysis, priced: Price) -> float:
-    """τ: the error-optimal number of truncated cells per cell a unit may keep (Amin et al., ICML 2019). For a count
-    over G released groups at bounds (k, g), the error is bias(k) + G·std(k), bias(k) = Σ_cells max(0, n − k) and
-    std(k) = √2·g·k/ε_j (Laplace of scale g·k/ε_j per group); d/dk = −N(k) + √2·G·g/ε_j vanishes where N(k) = τ·g,
-    τ = √2·G/ε_j: rows.choose_bound aims at N = τ·g, max_groups at τ units beyond g (a dropped group costs about
-    k rows, a group more about √2·G·k/ε_j of noise). ε_j is the count's share at the limits (fixed before any data
-    is read); with several counts, the largest (the smallest τ: the larger bound, the unbiased side). Gaussian:
-    std(k) = σ_L·k/K at g = L0, so τ = G·σ_L/(Δ2_L·√L0). Without a count (a sum on a one-row table, quantiles),
-    the count form of the query's ε: the same slope for a measure whose bias per truncated row is at most its
-    noise per unit of bound. A public function of the plan, so the score stays a count with a target.
-
-    Example:
-        >>> from proxy.query.parse.statement import parse
-        >>> from proxy.query.analyse.analysis import analyse
-        >>> from proxy.query.catalog import Catalog, TableSchema
-        >>> from proxy.query.price.charge import price
-        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True,
-        ...     public_domain=("a", "b"))), max_rows=100, auto_max_rows=True)
-        >>> a = analyse(parse("SELECT g, COUNT(*) FROM t GROUP BY g"), Catalog((t,)))
-        >>> round(cell_target(a, price(a, epsilon=0.5, delta=0.0, mechanism="laplace")), 3)  # √2·2/0.5
-        5.657
-    """
-    groups = released_groups(analysis)
-    targets = []
-    for spec in priced.noise:
-        if not spec.sensitivity or analysis.measures[spec.measure].kind not in COUNTED:
-            continue
-        if spec.mechanism == "gaussian":
-            targets.append(groups * spec.scale / (spec.sensitivity * math.sqrt(max(1, analysis.max_groups))))
-        else:
-            targets.append(math.sqrt(2) * groups / float(laplace.epsilon(spec.sensitivity, spec.scale)))
-    if not targets:
-        targets.append(math.sqrt(2) * groups / priced.epsilon if priced.epsilon > 0 else 0.0)
-    return min(targets)
-
-
-def at_bound(analysis: Analysis, k: int, g: int | None = None,
-             clamps: tuple[tuple[str, float, float], ...] = (), caps: tuple[tuple[str, int], ...] = ()) -> Analysis:
-    """The analysis at max_rows = k, max_groups = g, the chosen clamps (each within its declared limit) and caps: what
-    the release reads. The rewrite reads `for_sql` of it: the store's clamped grid column is at the declared
-    limits, so the SQL must see the declared bounds (a sum clamped tighter then reads its measure's per-row clamp).
-
-    Example:
-        >>> from proxy.query.parse.statement import parse
-        >>> from proxy.query.analyse.analysis import analyse
-        >>> from proxy.query.catalog import Catalog, TableSchema
-        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
-        ...     ColumnSpec("x", "INTEGER", bounds=(0, 1000), auto_bounds=True)), max_groups=8, auto_max_groups=True)
-        >>> a = at_bound(analyse(parse("SELECT g, SUM(x) FROM t GROUP BY g"), Catalog((t,))), 1, 3, caps=(("x", 90),))
-        >>> [(m.kind, m.lo, m.hi, m.cap) for m in a.measures], a.max_groups
-        ([('sum', 0, 1000, 90)], 3)
-        >>> one = TableSchema("t", "u", t.columns, one_row_per_unit=True)  # clamped, not capped: one row per unit
-        >>> a = at_bound(analyse(parse("SELECT SUM(x) FROM t"), Catalog((one,))), 1, None, (("x", 0, 90),))
-        >>> [(m.kind, m.lo, m.hi) for m in a.measures], a.table.columns[2].bounds
-        ([('sum', 0, 90)], (0, 90))
-        >>> for_sql(a, one).table.columns[2].bounds
-        (0, 1000)
-    """
-    table = analysis.table
-    g = analysis.max_groups if g is None else g
-    assert 1 <= k <= table.max_rows and 1 <= g <= analysis.max_groups
-    chosen = {name.lower(): (lo, hi) for name, lo, hi in clamps}
-    cap_of = {name.lower(): cap for name, cap in caps}
-    measures = analysis.measures
-    if chosen or cap_of:
-        columns = []
-        for c in table.columns:
-            bounds = chosen.get(c.name.lower())
-            if c.name.lower() in cap_of:
-                assert c.auto_bounds and cap_of[c.name.lower()] >= 1
-                c = dataclasses.replace(c, total_cap=cap_of[c.name.lower()])
-            if bounds is not None:
-                assert c.auto_bounds and c.bounds is not None and bounds[0] <= bounds[1]
-                # kept inside the declared clamp (candidates are: auto/clamp.py), a data-independent step after
-                # the draw (post-processing); the declared clamp when nothing is left
-                inside = (max(c.bounds[0], bounds[0]), min(c.bounds[1], bounds[1]))
-                bounds = inside if inside[0] <= inside[1] else c.bounds
-                # a capped sum keeps the declared clamp (cap_bounds) when the column's quantiles or spreads chose
-                # a tighter one: the cap, not the clamp, bounds it (the rewrite clamps each measure at its own).
-                # The grids start at the declared clamp's (grid_bounds; refined below by `_finest_grids`)
-                c = dataclasses.replace(c, bounds=bounds, cap_bounds=c.bounds if capped(c, table) else None,
-                                        grid_bounds=c.grid_bounds or c.bounds)
-            columns.append(c)
-        table = _finest_grids(analysis, dataclasses.replace(table, columns=tuple(columns)), k, set(chosen))
-        measures = measures_for(analysis.aggregates, table)
-        assert [m.kind for m in measures] == [m.kind for m in analysis.measures]
-    bounded = dataclasses.replace(table, max_rows=k, max_groups=g if analysis.max_groups > 1 else table.max_groups)
-    return dataclasses.replace(analysis, table=bounded, max_groups=g, measures=measures)
-
-
-def _finest_grids(analysis: Analysis, table: TableSchema, k: int, names: set[str]) -> TableSchema:
-    """`table` with each chosen clamp (columns `names`) on the finest fixed-point grid, 2^j times the declared
-    clamp's (its `grid_bounds` scaled by 2^-j), at which no measure's integer sensitivity at k exceeds the charged
-    one at the limit. The noise is an integer mechanism on the grid: its privacy is that of its integer (Δ, σ),
-    so a tighter clamp's own finer grid, whose Δ in grid units can exceed the charged Δ, would fail the noise's
-    calibration after the charge; j = 0 (the declared grid, where the clamp inside the declared one and k <= the
-    limit give Δ_k <= Δ_L) always fits. A data-independent function of the chosen bounds: post-processing."""
-    limit_k = analysis.table.max_rows
-
-    def fits(candidate: TableSchema) -> bool:
-        return all(m.sensitivity(k) <= old.sensitivity(limit_k) for m, old in
-                   zip(measures_for(analysis.aggregates, candidate), analysis.measures, strict=True))
-
-    assert fits(table)
-    for name in sorted(names):
-        spec = table.column(name)
-        assert spec is not None and spec.bounds is not None and spec.grid_bounds is not None
-        lo, hi = spec.grid_bounds
-        if spec.kind == "integer" and float(lo).is_integer() and float(hi).is_integer():
-            continue  # grid 1, as declared: whole numbers are exact
-        magnitude = max(abs(b) for b in spec.bounds) or 2.0**-20
-        top = min(50, max(0, math.ceil(math.log2(max(abs(lo), abs(hi)) / magnitude)) + 1))
-        for j in range(top, 0, -1):
-            scaled = dataclasses.replace(spec, grid_bounds=(math.ldexp(lo, -j), math.ldexp(hi, -j)))
-            candidate = dataclasses.replace(table, columns=tuple(scaled if c is spec else c for c in table.columns))
-            if fits(candidate):
-                table = candidate
-                break
-    return table
-
-
-def for_sql(analysis: Analysis, declared: TableSchema) -> Analysis:
-    """`analysis` (at chosen bounds) with the `declared` table's columns, as the rewrite must read it: the
-    store's clamped grid column holds values clamped to the declared bounds, and the rewrite reads it only for
-    a measure clamped exactly there (rewrite/on_store.py); any tighter clamp is computed per row from the measure."""
-    return dataclasses.replace(analysis, table=dataclasses.replace(analysis.table, columns=declared.columns))

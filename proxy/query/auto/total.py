@@ -84,7 +84,8 @@ def target_above(groups: int, epsilon_sum: float) -> Fraction:
     return Fraction(math.sqrt(2) * max(1, groups) / epsilon_sum)
 
 
-def exponents(above: Sequence[int], t: Fraction, epsilon: Fraction, anchor: int) -> tuple[list[int], int]:
+def exponents(above: Sequence[int], t: Fraction, epsilon: Fraction, anchor: int,
+              below: Fraction = Fraction(0)) -> tuple[list[int], int]:
     """The exponents ε·|N_i − t|/2 + (7/10)·max(0, i − anchor) (P[i] ∝ exp(−exponent)) as integers over one
     denominator; `above[i]` = N(C_i), `anchor` the index of the largest candidate <= M.
 
@@ -96,9 +97,11 @@ def exponents(above: Sequence[int], t: Fraction, epsilon: Fraction, anchor: int)
     # (the least common denominator of Nᵢ/D is D/gcd(D, N…)), at a tenth of the cost (~80 candidates per query).
     a, b, c, d = epsilon.numerator, epsilon.denominator, t.numerator, t.denominator
     p, q = PRIOR_STEP.numerator, PRIOR_STEP.denominator
-    whole = math.lcm(2 * b * d, q)
-    per_score, per_step = a * (whole // (2 * b * d)), p * (whole // q)
-    numerators = [per_score * abs(n * d - c) + per_step * max(0, i - anchor) for i, n in enumerate(above)]
+    r, w = below.numerator, below.denominator
+    whole = math.lcm(2 * b * d, q, w)
+    per_score, per_step, per_below = a * (whole // (2 * b * d)), p * (whole // q), r * (whole // w)
+    numerators = [per_score * abs(n * d - c) + per_step * max(0, i - anchor) + per_below * max(0, anchor - i)
+                  for i, n in enumerate(above)]
     common = math.gcd(whole, *numerators)
     return [n // common for n in numerators], whole // common
 

@@ -1,0 +1,85 @@
+"""Each bound's target, the balance of bias and noise its selection aims at (issue #29, Amin et al., ICML 2019;
+docs/privacy.md §10, §10.2): a function of the plan alone (the released groups, the measures' ε at the limits),
+never of the data, so every selection score stays a count with a public target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from mechanisms import laplace
+from proxy.query.analyse.analysis import Analysis
+from proxy.query.auto import total
+from proxy.query.auto.parts import AutoBounds
+from proxy.query.price.charge import Price
+
+
+def with_targets(chooser: AutoBounds, analysis: Analysis, priced: Price) -> AutoBounds:
+    """The selection with each part's target in its `q` (the bound is then chosen by the error it causes,
+    mechanisms/count_target.py): an L1 cap's t = √2·G/ε_sum (total.target_above); max_rows' and max_groups'
+    τ = √2·G/ε_count (`cell_target`), the items a bound may leave truncated per cell a unit may keep. G is the
+    number of groups released (the public domains' product; 1 without keys, or when the groups are not public: a
+    smaller target chooses a larger bound, the unbiased side), ε the ε the plan gives the measure."""
+    groups = released_groups(analysis)
+    parts = []
+    for part in chooser.parts:
+        if part.bound == "total":
+            j = next(j for j, m in enumerate(analysis.measures) if m.kind == "sum" and m.column == part.column)
+            spec = next(n for n in priced.noise if n.measure == j)
+            epsilon = laplace.epsilon(spec.sensitivity, spec.scale)
+            # a sum of sensitivity 0 (bounds that round to 0 on the grid, as ±1e-300) is 0 whatever the cap: any
+            # target serves, and t = 0 keeps the planner from dividing by its ε of 0
+            target = total.target_above(groups, epsilon) if epsilon > 0 else 0
+            part = dataclasses.replace(part, q=float(target))
+        elif part.bound in ("max_rows", "max_groups"):
+            part = dataclasses.replace(part, q=cell_target(analysis, priced))
+        parts.append(part)
+    return dataclasses.replace(chooser, parts=tuple(parts))
+
+
+def released_groups(analysis: Analysis) -> int:
+    """G: the groups a release shows, where they are public (the domains' product), else 1 (no keys, or private
+    partitions: their number is itself private)."""
+    return math.prod(len(d) for d in analysis.domains) if analysis.partitions == "public" and analysis.keys else 1
+
+
+# measures whose per-group sensitivity is one per kept row: a truncated row costs them exactly 1 (bias), and their
+# noise grows by √2·b/k per unit of the bound (Laplace; σ/k Gaussian)
+COUNTED = ("rows", "values")
+
+
+def cell_target(analysis: Analysis, priced: Price) -> float:
+    """τ: the error-optimal number of truncated cells per cell a unit may keep (Amin et al., ICML 2019). For a count
+    over G released groups at bounds (k, g), the error is bias(k) + G·std(k), bias(k) = Σ_cells max(0, n − k) and
+    std(k) = √2·g·k/ε_j (Laplace of scale g·k/ε_j per group); d/dk = −N(k) + √2·G·g/ε_j vanishes where N(k) = τ·g,
+    τ = √2·G/ε_j: rows.choose_bound aims at N = τ·g, max_groups at τ units beyond g (a dropped group costs about
+    k rows, a group more about √2·G·k/ε_j of noise). ε_j is the count's share at the limits (fixed before any data
+    is read); with several counts, the largest (the smallest τ: the larger bound, the unbiased side). Gaussian:
+    std(k) = σ_L·k/K at g = L0, so τ = G·σ_L/(Δ2_L·√L0). Without a count (a sum on a one-row table, quantiles),
+    the count form of the query's ε: the same slope for a measure whose bias per truncated row is at most its
+    noise per unit of bound. A public function of the plan, so the score stays a count with a target.
+
+    Example:
+        >>> from proxy.query.parse.statement import parse
+        >>> from proxy.query.analyse.analysis import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> from proxy.query.price.charge import price
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True,
+        ...     public_domain=("a", "b"))), max_rows=100, auto_max_rows=True)
+        >>> a = analyse(parse("SELECT g, COUNT(*) FROM t GROUP BY g"), Catalog((t,)))
+        >>> round(cell_target(a, price(a, epsilon=0.5, delta=0.0, mechanism="laplace")), 3)  # √2·2/0.5
+        5.657
+    """
+    groups = released_groups(analysis)
+    targets = []
+    for spec in priced.noise:
+        if not spec.sensitivity or analysis.measures[spec.measure].kind not in COUNTED:
+            continue
+        if spec.mechanism == "gaussian":
+            targets.append(groups * spec.scale / (spec.sensitivity * math.sqrt(max(1, analysis.max_groups))))
+        else:
+            targets.append(math.sqrt(2) * groups / float(laplace.epsilon(spec.sensitivity, spec.scale)))
+    if not targets:
+        targets.append(math.sqrt(2) * groups / priced.epsilon if priced.epsilon > 0 else 0.0)
+    return min(targets)
