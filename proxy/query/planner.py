@@ -20,6 +20,7 @@ from proxy.query.catalog import Catalog, Mechanism
 from proxy.query.errors import EmptyScope, PolicyError, UnsupportedQuery
 from proxy.query.parse.comma_joins import explicit_joins
 from proxy.query.parse.flatten import flatten
+from proxy.query.parse.normalise import normalise
 from proxy.query.parse.statement import normalised, parse
 from proxy.query.price.charge import Price, price, price_for_noise
 from proxy.query.public import PublicQuery, public_query, reads_public
@@ -163,7 +164,9 @@ class PublicPlan:
 def _select(sql: str, dialect: str) -> tuple[exp.Select, exp.Select]:
     """The parsed statement and the SELECT the rules analyse: flattened, comma joins made explicit, depth bounded."""
     parsed = parse(sql, dialect)
-    select = explicit_joins(flatten(parsed))  # a BI tool's wrapper is flattened; `FROM a, b WHERE a.k = b.k` joins
+    # a BI tool's wrapper is flattened; constants folded, an OR's shared conjuncts factored (parse/normalise.py);
+    # `FROM a, b WHERE a.k = b.k` joins
+    select = explicit_joins(normalise(flatten(parsed)))
     if _depth(select) > MAX_TREE_DEPTH:
         raise UnsupportedQuery(
             f"the query's expressions nest deeper than {MAX_TREE_DEPTH} levels", construct="nesting",
