@@ -21,6 +21,7 @@ from proxy.query.errors import EmptyScope, PolicyError, UnsupportedQuery
 from proxy.query.parse.comma_joins import explicit_joins
 from proxy.query.parse.flatten import flatten
 from proxy.query.parse.normalise import normalise
+from proxy.query.parse.qualify import qualify
 from proxy.query.parse.statement import normalised, parse
 from proxy.query.price.charge import Price, price, price_for_noise
 from proxy.query.public import PublicQuery, public_query, reads_public
@@ -161,12 +162,12 @@ class PublicPlan:
         return self.query.tree
 
 
-def _select(sql: str, dialect: str) -> tuple[exp.Select, exp.Select]:
+def _select(sql: str, dialect: str, catalog: Catalog) -> tuple[exp.Select, exp.Select]:
     """The parsed statement and the SELECT the rules analyse: flattened, comma joins made explicit, depth bounded."""
     parsed = parse(sql, dialect)
     # a BI tool's wrapper is flattened; constants folded, an OR's shared conjuncts factored (parse/normalise.py);
     # `FROM a, b WHERE a.k = b.k` joins
-    select = explicit_joins(normalise(flatten(parsed)))
+    select = explicit_joins(qualify(normalise(flatten(parsed)), catalog))  # parse/qualify.py: by the declarations
     if _depth(select) > MAX_TREE_DEPTH:
         raise UnsupportedQuery(
             f"the query's expressions nest deeper than {MAX_TREE_DEPTH} levels", construct="nesting",
@@ -188,7 +189,7 @@ def plan_public(sql: str, catalog: Catalog, *, max_rows: int, dialect: str = "du
         >>> plan_public("select count(*) from t", c, max_rows=10) is None
         True
     """
-    parsed, select = _select(sql, dialect)
+    parsed, select = _select(sql, dialect, catalog)
     query = public_query(select, catalog, max_rows=max_rows)
     return None if query is None else PublicPlan(sql, normalised(parsed, dialect), query)
 
@@ -234,7 +235,7 @@ def plan(
         >>> p.normalized_sql, p.price.epsilon
         ('SELECT COUNT(*) FROM orders', 0.5)
     """
-    parsed, select = _select(sql, dialect)
+    parsed, select = _select(sql, dialect, catalog)
     if reads_public(select, catalog):  # answered exactly by plan_public, never planned as a DP release
         name = select.args["from_"].this.name
         raise PolicyError(
