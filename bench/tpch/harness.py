@@ -19,9 +19,9 @@ from pathlib import Path
 
 import duckdb
 
+from accountant.errors import ProxyError
 from mechanisms.sampling import FixedSampler, Sampler, SecureSampler
 from proxy.engines.duckdb_engine import Engine
-from accountant.errors import ProxyError
 from proxy.policy.load import load_policy
 from proxy.query.catalog import Catalog
 from proxy.query.expr import Key
