@@ -137,8 +137,9 @@ def _base_rows(analysis: Analysis, catalog: Catalog | None) -> bool:
         >>> [ranks_serve(analyse(parse(q), c), c) for q in queries]
         [True, True, False]
     """
-    if catalog is None or analysis.source is None or analysis.join is None or analysis.join.public:
-        return False  # a public table may repeat a key: a base row may meet several of its rows
+    if catalog is None or analysis.source is None or analysis.join is None or analysis.join.public or len(
+            analysis.join.parts) != 1:
+        return False  # a public table may repeat a key, and a third table fan out: a base row may meet several rows
     join = analysis.source.find(exp.Join)
     base, other = catalog.table(analysis.table.name), catalog.table(join.this.name) if join is not None else None
     if base is None or other is None or not other.one_row_per_unit:

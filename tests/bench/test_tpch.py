@@ -18,12 +18,12 @@ import harness  # noqa: E402
 
 from mechanisms.sampling import FixedSampler  # noqa: E402
 
-ANSWERED = {"q01", "q06", "q12", "q14", "q19"}
+ANSWERED = {"q01", "q05", "q06", "q12", "q14", "q19"}
 REFUSED = {  # the stable code of each refusal: what the text needs that the product does not answer
-    "q02": "unsupported", "q03": "unsupported", "q04": "unsupported", "q05": "unsupported", "q07": "unsupported",
-    "q08": "unsupported", "q09": "unsupported", "q10": "unsupported", "q11": "unsupported", "q13": "unsupported",
-    "q15": "unsupported", "q16": "unsupported", "q17": "policy", "q18": "unsupported", "q20": "unsupported",
-    "q21": "unsupported", "q22": "policy",
+    "q02": "unsupported", "q03": "policy", "q04": "unsupported", "q07": "unsupported", "q08": "unsupported",
+    "q09": "unsupported", "q10": "policy", "q11": "unsupported", "q13": "unsupported", "q15": "unsupported",
+    "q16": "unsupported", "q17": "policy", "q18": "policy", "q20": "unsupported", "q21": "unsupported",
+    "q22": "policy",
 }
 
 
@@ -67,5 +67,5 @@ def test_q01_groups_and_counts_equal_duckdbs(outcomes: dict[str, harness.Outcome
 
 @pytest.mark.parametrize("name", ["q10", "q18"])
 def test_texts_grouped_by_the_unit_stay_refused_saying_why(outcomes: dict[str, harness.Outcome], name: str) -> None:
-    assert outcomes[name].code == "unsupported"
-    assert outcomes[name].message
+    assert (outcomes[name].code, outcomes[name].message) == (
+        "policy", "cannot GROUP BY the privacy unit 'c_custkey': each group would be one person")

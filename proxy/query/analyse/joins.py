@@ -45,6 +45,7 @@ _HINT = ("supported: <protected> [INNER|LEFT] JOIN <public table> ON <a column b
 
 Table = TableSchema | PublicTable
 _DEPTH = 3  # the longest dimension chain whose cells `joins_of` lists
+_PROTECTED = 3  # protected tables in one join (customer, orders, lineitem), each of the base's unit
 
 
 def join(select: exp.Select, catalog: Catalog) -> Joined:
@@ -94,18 +95,17 @@ def _check_tables(sides: list[tuple[Table, str]]) -> None:
     if not protected:
         raise PolicyError(f"{', '.join(t.name for t, _ in sides)} are all public: join them to a protected table",
                           construct="JOIN", hint=_HINT)
-    if len(protected) > 2:
+    if len(protected) > _PROTECTED:
         raise UnsupportedQuery(
-            f"a join of {len(protected)} protected tables ({', '.join(protected)}) is not supported: at most two, "
-            f"of the same privacy unit, joined on it; {_HINT}", construct="JOIN", hint=_HINT)
+            f"a join of {len(protected)} protected tables ({', '.join(protected)}) is not supported: at most "
+            f"{_PROTECTED}, of the same privacy unit, each joined on it or along a declared unit_via key; {_HINT}",
+            construct="JOIN", hint=_HINT)
 
 
 def _step(node: exp.Join, side: tuple[Table, str], before: Joined) -> Step:
     """The step `node` joins `side` by: its equality resolved against the tables before it (`before`)."""
     table, alias = side
     left = node.args.get("side") == "LEFT"
-    if isinstance(table, TableSchema) and before.partner is not None:
-        raise UnsupportedQuery(f"at most two protected tables may be joined; {_HINT}", construct="JOIN", hint=_HINT)
     parent, own = _condition(node, before, table, alias)
     path = False
     spec = before.table.column(parent)
@@ -136,10 +136,10 @@ def _step(node: exp.Join, side: tuple[Table, str], before: Joined) -> Step:
 
 def along_path(before: Joined, parent: str, table: TableSchema, own: str) -> bool:
     """Whether joining `table` on `before`'s column `parent` = its `own` follows a declared `unit_via` hop between
-    two tables of one unit (the same unit column and type): the base's first hop into `table`, or `table`'s first
-    hop into the base. Each key then resolves to one parent row, whose unit is the child's (checked when the store
-    is built), so the join on the key pairs only rows of one unit, and adding the unit to the ON (chain.py)
-    changes no answer.
+    two tables of one unit (the same unit column and type): the first hop of the protected table `parent` is a
+    column of (the base, or a protected table joined before) into `table`, or `table`'s first hop into it. Each
+    key then resolves to one parent row, whose unit is the child's (checked when the store is built), so the join
+    on the key pairs only rows of one unit, and adding the unit to the ON (chain.py) changes no answer.
 
     Example:
         >>> from proxy.query.catalog import UnitHop
@@ -151,9 +151,11 @@ def along_path(before: Joined, parent: str, table: TableSchema, own: str) -> boo
         >>> along_path(virtual(o, "o", ()), "ck", li, "lk")
         False
     """
-    base = before.base
-    if before.owner(parent) is not None or base.privacy_unit.lower() != table.privacy_unit.lower():
-        return False
+    owner = before.owner(parent)
+    base = before.base if owner is None else owner.step.table
+    if not isinstance(base, TableSchema) or base.privacy_unit.lower() != table.privacy_unit.lower():
+        return False  # a public table's column, or a table of another unit column
+    column = parent if owner is None else owner.columns[parent]
     units = base.column(base.privacy_unit), table.column(table.privacy_unit)
     if units[0] is None or units[1] is None or units[0].type != units[1].type:
         return False
@@ -163,7 +165,7 @@ def along_path(before: Joined, parent: str, table: TableSchema, own: str) -> boo
         return hop is not None and (hop.column.lower(), hop.table.lower(), hop.key.lower()) == (
             column.lower(), other.name.lower(), key.lower())
 
-    return first(base, parent, table, own) or first(table, own, base, parent)
+    return first(base, column, table, own) or first(table, own, base, column)
 
 
 def _check_shape(node: exp.Join) -> None:

@@ -137,10 +137,10 @@ def virtual(base: TableSchema, base_alias: str, steps: Sequence[Step]) -> Joined
         qualifiers[step.alias.lower()] = mapping
         parts.append(Part(step, OTHER if i == 0 else f"{OTHER}{i}", own))
     bounds = base
-    partner = next((s.table for s in steps if isinstance(s.table, TableSchema)), None)
-    if partner is not None and (base.one_row_per_unit or (partner.max_rows, partner.max_groups) > (
-            base.max_rows, base.max_groups)) and not partner.one_row_per_unit:
-        bounds = partner  # the joined rows are the partner's rows: `users JOIN visits` counts visits
+    for partner in (s.table for s in steps if isinstance(s.table, TableSchema)):
+        if (bounds.one_row_per_unit or (partner.max_rows, partner.max_groups) > (
+                bounds.max_rows, bounds.max_groups)) and not partner.one_row_per_unit:
+            bounds = partner  # the joined rows are the partner's rows: `users JOIN visits` counts visits
     table = TableSchema(base.name, base.privacy_unit, tuple(columns), bounds.max_groups, bounds.max_rows,
                         auto_max_rows=bounds.auto_max_rows,
                         auto_max_groups=bounds.auto_max_groups)  # auto: refused, never run at the limit

@@ -3,7 +3,8 @@
 `FROM orders, lineitem WHERE o_orderkey = l_orderkey` (every TPC-H text) names no table in its equality, so the
 comma-join rule (comma_joins.py), which reads syntax only, cannot tell which tables it connects. SQL resolves
 an unqualified column to the one table in FROM that has it; this rule does the same against the policy's
-declarations: a column of the WHERE that exactly one FROM table declares gets that table's alias (or name).
+declarations: a column of the WHERE that exactly one FROM table declares gets that table's alias (or name); the
+unit column a `unit_via` table has only in the store is not one of its columns here.
 A column no FROM table declares, or that several declare, is left as written, and the analyser then resolves or
 refuses it as before. The query is the same query: the product reads declared columns only, and a name that
 one table alone declares is the column SQL would resolve it to.
@@ -41,6 +42,8 @@ def qualify(select: exp.Select, catalog: Catalog) -> exp.Select:
         if table is None:
             continue
         for column in table.columns:
+            if getattr(table, "unit_via", ()) and column.name == table.privacy_unit:
+                continue  # materialised by the store, not a column of the table as written (SQL would not see it)
             owners.setdefault(column.name.lower(), []).append(node.alias_or_name)
     out = select.copy()
     changed = False
