@@ -39,9 +39,8 @@ import duckdb
 from proxy.engines.base import EngineError, Rows
 from proxy.engines.duckdb_engine import Engine
 from proxy.query.catalog import Catalog
-from proxy.query.rewrite import store_layout
+from proxy.query.rewrite import store_layout, unit_paths
 from proxy.query.rewrite.render import DUCKDB
-from proxy.store import unit_paths
 from proxy.store.histogram_cache import Remembered
 from proxy.store.swap import Closed, Swap
 
@@ -157,8 +156,8 @@ def build_store(
 
     Raises:
         StoreError: a table declared one row per unit is not, a key of a `unit_via` path does not resolve to
-            exactly one parent row (proxy/store/unit_paths.py), or the engine failed (its text is in the message:
-            this runs before any query, for the operator).
+            exactly one parent row (proxy/query/rewrite/unit_paths.py), or the engine failed (its text is in the
+            message: this runs before any query, for the operator).
     """
     stamp = fingerprint(source, catalog, key)
     target = store_path(directory, dataset, stamp)
@@ -183,7 +182,9 @@ def build_store(
                         )
                 begun = time.perf_counter()
                 if table.unit_via:  # the unit through declared keys: each must resolve to one parent row
-                    unit_paths.check(conn, dataset, table, StoreError)
+                    for hop, sql in enumerate(unit_paths.unresolved_sql(table)):
+                        if bad := conn.execute(sql).fetchone()[0]:  # type: ignore[index]
+                            raise StoreError(unit_paths.unresolved_message(dataset, table, hop, bad))
                     conn.execute(f'CREATE TABLE "{table.name}" AS '
                                  f"{store_layout.select_sql(table, key, unit_paths.source_sql(table))}")
                 else:

@@ -1,4 +1,5 @@
-"""The unit of a `unit_via` table (docs/policy.md), resolved when the bounding store is built.
+"""The unit of a `unit_via` table (docs/policy.md), resolved when the bounding store is built (the SQL text;
+proxy/store/duckdb_store.py runs it).
 
 Two SQL texts over the attached source (`src`):
 
@@ -68,14 +69,9 @@ def source_sql(table: TableSchema, source: str = "src") -> str:
             f"{' '.join(joins)}) AS __via")
 
 
-def check(conn: object, dataset: str, table: TableSchema, error: type[Exception]) -> None:
-    """Raise `error` naming the table and the key when a hop's key does not resolve to exactly one parent row."""
-    for hop, sql in zip(table.unit_via, unresolved_sql(table), strict=True):
-        bad = conn.execute(sql).fetchone()[0]  # type: ignore[attr-defined]
-        if bad:
-            raise error(
-                f"dataset {dataset}: table {table.name} declares its unit through {hop.column} -> "
-                f"{hop.table}.{hop.key}, but {bad} rows of "
-                f"{_tables(table)[table.unit_via.index(hop)]} have a {hop.column} that matches no row or several "
-                f"rows of {hop.table}.{hop.key} (or is NULL); fix the data or the declaration"
-            )
+def unresolved_message(dataset: str, table: TableSchema, hop: int, rows: int) -> str:
+    """Why the store of `dataset` cannot be built: `rows` rows of hop `hop`'s table do not resolve."""
+    link = table.unit_via[hop]
+    return (f"dataset {dataset}: table {table.name} declares its unit through {link.column} -> {link.table}."
+            f"{link.key}, but {rows} rows of {_tables(table)[hop]} have a {link.column} that matches no row or "
+            f"several rows of {link.table}.{link.key} (or is NULL); fix the data or the declaration")
