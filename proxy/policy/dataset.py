@@ -30,6 +30,7 @@ from proxy.policy.readers import (
 )
 from proxy.policy.sql_reading import READING_KEYS, read_sql_reading
 from proxy.policy.tables import IDENTIFIER, _column, _table
+from proxy.policy.unit_paths import resolve_paths
 from proxy.query.analyse.analysis import MAX_PUBLIC_CELLS
 from proxy.query.auto import share
 from proxy.query.auto.bounds import DEFAULT_AUTO_QUANTILE, DEFAULT_AUTO_SHARE
@@ -168,6 +169,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     if not declared and isinstance(raw.get("tables", {}), dict):
         p.add(f"{loc}.tables", "declare at least one protected table")
     tables = tuple(t for n, r in declared if (t := _table(n, r, loc, p)))
+    tables = resolve_paths(tables, loc, p.add, bounding, engine)  # unit_via: checked against the other tables
     public = read_public_tables(raw, loc, p, _column)  # proxy/policy/public_tables.py
     _check_case_duplicates(tuple(t.name for t in tables) + tuple(t.name for t in public), f"{loc}.tables", p)
     if len(p.items) > before or path is None or mechanism is None or accounting is None:

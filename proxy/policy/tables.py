@@ -20,6 +20,7 @@ from proxy.policy.readers import (
     _Raw,
     _str,
 )
+from proxy.policy.unit_paths import PLACEHOLDER, read_path
 from proxy.query import types
 from proxy.query.auto.bounds import DEFAULT_AUTO_LIMIT, DEFAULT_GROUPS_LIMIT
 from proxy.query.catalog import MAX_ABS_BOUND, ColumnSpec, Literal_, TableSchema
@@ -31,9 +32,12 @@ def _table(name: str, raw: _Raw, dataset_loc: str, p: _Problems) -> TableSchema 
     loc = f"{dataset_loc}.tables.{name}"
     before = len(p.items)
     _check_keys(raw, loc, ("privacy_unit", "max_groups", "max_groups_limit", "max_rows", "max_rows_limit",
-                           "one_row_per_unit", "columns"), p)
+                           "one_row_per_unit", "columns", "unit_via"), p)
     _check_limits_used(raw, loc, p)
-    unit = _str(raw, "privacy_unit", loc, p)
+    path = read_path(raw["unit_via"], loc, p) if "unit_via" in raw else None
+    if "unit_via" in raw and "privacy_unit" in raw:
+        p.add(f"{loc}.privacy_unit", "a table with unit_via has the unit its path ends at: remove privacy_unit")
+    unit = path[1] if path is not None else None if "unit_via" in raw else _str(raw, "privacy_unit", loc, p)
     auto_groups = raw.get("max_groups") == "auto"
     max_groups = _auto_limit(raw, "max_groups", DEFAULT_GROUPS_LIMIT, loc, p) if auto_groups else _int(
         raw, "max_groups", loc, p, default=1)
@@ -51,7 +55,12 @@ def _table(name: str, raw: _Raw, dataset_loc: str, p: _Problems) -> TableSchema 
     named = _named_tables(raw, "columns", loc, IDENTIFIER, p)
     columns = tuple(c for n, r in named if (c := _column(n, r, loc, p)))
     _check_case_duplicates(tuple(c.name for c in columns), f"{loc}.columns", p)
-    if unit is not None and "columns" in raw:
+    if path is not None and unit is not None:
+        if any(c.name.lower() == unit.lower() for c in columns):
+            p.add(f"{loc}.columns.{unit}", "is the unit reached through unit_via, materialised by the bounding store: "
+                                           "do not declare it")
+        columns += (ColumnSpec(unit, PLACEHOLDER),)  # typed as the parent's unit by resolve_paths
+    elif unit is not None and "columns" in raw:
         spec = next((c for c in columns if c.name.lower() == unit.lower()), None)
         if not any(n.lower() == unit.lower() for n, _ in named):
             p.add(f"{loc}.privacy_unit", f"{unit!r} is not a declared column")
@@ -61,7 +70,7 @@ def _table(name: str, raw: _Raw, dataset_loc: str, p: _Problems) -> TableSchema 
         return None
     try:
         return TableSchema(name, unit, columns, max_groups, max_rows, one_row, auto_max_rows=auto,
-                           auto_max_groups=auto_groups)
+                           auto_max_groups=auto_groups, unit_via=path[0] if path is not None else ())
     except ValueError as err:
         p.add(loc, str(err))
         return None

@@ -106,6 +106,16 @@ class ColumnSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class UnitHop:
+    """One link of a declared path to the privacy unit: this table's `column` is a key of `table`'s `key`
+    (proxy/policy/unit_paths.py reads it; the store resolves it when it is built)."""
+
+    column: str
+    table: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class TableSchema:
     """A protected table: each row belongs to one privacy unit; each unit's contribution is bounded."""
 
@@ -117,6 +127,8 @@ class TableSchema:
     one_row_per_unit: bool = False  # declared; checked against the data when the bounding store is built
     auto_max_rows: bool = False  # max_rows = "auto": each query chooses its bound <= max_rows (auto/bounds.py)
     auto_max_groups: bool = False  # max_groups = "auto": each query chooses its bound <= max_groups (auto/groups.py)
+    # the unit reached through keys (`unit_via`): the unit column is then materialised by the store, not in the source
+    unit_via: tuple[UnitHop, ...] = ()
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.columns]

@@ -20,6 +20,8 @@ from proxy.query.catalog import Catalog, Mechanism
 from proxy.query.errors import EmptyScope, PolicyError, UnsupportedQuery
 from proxy.query.parse.comma_joins import explicit_joins
 from proxy.query.parse.flatten import flatten
+from proxy.query.parse.normalise import normalise
+from proxy.query.parse.qualify import qualify
 from proxy.query.parse.statement import normalised, parse
 from proxy.query.plan_cache import MAX_TEXT, Memo, exact
 from proxy.query.price.charge import Price, price, price_for_noise
@@ -148,8 +150,9 @@ def _base_rows(analysis: Analysis, catalog: Catalog | None) -> bool:
         >>> [ranks_serve(analyse(parse(q), c), c) for q in queries]
         [True, True, False]
     """
-    if catalog is None or analysis.source is None or analysis.join is None or analysis.join.public:
-        return False  # a public table may repeat a key: a base row may meet several of its rows
+    if catalog is None or analysis.source is None or analysis.join is None or analysis.join.public or len(
+            analysis.join.parts) != 1:
+        return False  # a public table may repeat a key, and a third table fan out: a base row may meet several rows
     join = analysis.source.find(exp.Join)
     base, other = catalog.table(analysis.table.name), catalog.table(join.this.name) if join is not None else None
     if base is None or other is None or not other.one_row_per_unit:
@@ -173,20 +176,22 @@ class PublicPlan:
         return self.query.tree
 
 
-def _select(sql: str, dialect: str) -> tuple[exp.Select, exp.Select]:
-    """The parsed statement and the SELECT the rules analyse: flattened, comma joins made explicit, depth bounded.
-    Memoised by (text, dialect): the same text is parsed once, for `plan_public` and `plan` alike, and for every
-    request that sends it again (the trees are shared: no step mutates them, proxy/query/plan_cache.py)."""
-    key = (sql, dialect)
-    found = _STATEMENTS.get(key)
-    if found is None:
-        found = _parsed(sql, dialect)
-        if len(sql) <= MAX_TEXT:
-            _STATEMENTS.put(key, found)
+def _select(sql: str, dialect: str, catalog: Catalog) -> tuple[exp.Select, exp.Select]:
+    """The parsed statement and the SELECT the rules analyse: flattened, normalised, comma joins made explicit and
+    qualified by the catalog's declarations, depth bounded. Memoised by (text, dialect, catalog): the same text is
+    parsed once, for `plan_public` and `plan` alike, and for every request that sends it again (the trees are
+    shared: no step mutates them, proxy/query/plan_cache.py)."""
+    key = (sql, dialect, id(catalog))
+    held = _STATEMENTS.get(key)
+    if held is not None and held[0] is catalog:
+        return held[1]
+    found = _parsed(sql, dialect, catalog)
+    if len(sql) <= MAX_TEXT:
+        _STATEMENTS.put(key, (catalog, found))  # the catalog is held: its id is not reused meanwhile
     return found
 
 
-_STATEMENTS: Memo[tuple[exp.Select, exp.Select]] = Memo(512)
+_STATEMENTS: Memo[tuple[Catalog, tuple[exp.Select, exp.Select]]] = Memo(512)
 _NORMALISED: Memo[str] = Memo(512)
 
 
@@ -201,9 +206,12 @@ def _normalised(sql: str, parsed: exp.Select, dialect: str) -> str:
     return found
 
 
-def _parsed(sql: str, dialect: str) -> tuple[exp.Select, exp.Select]:
+def _parsed(sql: str, dialect: str, catalog: Catalog) -> tuple[exp.Select, exp.Select]:
+    """The statement and its SELECT, parsed afresh (what `_select` memoises)."""
     parsed = parse(sql, dialect)
-    select = explicit_joins(flatten(parsed))  # a BI tool's wrapper is flattened; `FROM a, b WHERE a.k = b.k` joins
+    # a BI tool's wrapper is flattened; constants folded, an OR's shared conjuncts factored (parse/normalise.py);
+    # `FROM a, b WHERE a.k = b.k` joins
+    select = explicit_joins(qualify(normalise(flatten(parsed)), catalog))  # parse/qualify.py: by the declarations
     if _depth(select) > MAX_TREE_DEPTH:
         raise UnsupportedQuery(
             f"the query's expressions nest deeper than {MAX_TREE_DEPTH} levels", construct="nesting",
@@ -225,7 +233,7 @@ def plan_public(sql: str, catalog: Catalog, *, max_rows: int, dialect: str = "du
         >>> plan_public("select count(*) from t", c, max_rows=10) is None
         True
     """
-    parsed, select = _select(sql, dialect)
+    parsed, select = _select(sql, dialect, catalog)
     query = public_query(select, catalog, max_rows=max_rows)
     return None if query is None else PublicPlan(sql, _normalised(sql, parsed, dialect), query)
 
@@ -313,11 +321,12 @@ def clear_memos() -> None:
 
 def _unsalted(
     sql: str, catalog: Catalog, *, epsilon: float, delta: float, mechanism: Mechanism,
-    noise_multiplier: float | None, cells: bool, dialect: str, conversion: Conversion, auto_share: float,
+    noise_multiplier: float | None, cells: bool, dialect: str, conversion: Conversion,
+    auto_share: float | tuple[float, float],
     auto_quantile: float, today: dt.date, bounding: Bounding,
 ) -> QueryPlan:
     """`plan` without its bounded SQL (`sql` empty, `tree` None, salt 0): what `plan` memoises."""
-    parsed, select = _select(sql, dialect)
+    parsed, select = _select(sql, dialect, catalog)
     if reads_public(select, catalog):  # answered exactly by plan_public, never planned as a DP release
         name = select.args["from_"].this.name
         raise PolicyError(

@@ -39,7 +39,7 @@ import duckdb
 from proxy.engines.base import EngineError, Rows
 from proxy.engines.duckdb_engine import Engine
 from proxy.query.catalog import Catalog
-from proxy.query.rewrite import store_layout
+from proxy.query.rewrite import store_layout, unit_paths
 from proxy.query.rewrite.render import DUCKDB
 from proxy.store.histogram_cache import Remembered
 from proxy.store.swap import Closed, Swap
@@ -155,8 +155,9 @@ def build_store(
     """Build the store of `dataset` from `source` (attached read-only) and return its path.
 
     Raises:
-        StoreError: a table declared one row per unit is not, or the engine failed (its text is in the message:
-            this runs before any query, for the operator).
+        StoreError: a table declared one row per unit is not, a key of a `unit_via` path does not resolve to
+            exactly one parent row (proxy/query/rewrite/unit_paths.py), or the engine failed (its text is in the
+            message: this runs before any query, for the operator).
     """
     stamp = fingerprint(source, catalog, key)
     target = store_path(directory, dataset, stamp)
@@ -180,7 +181,14 @@ def build_store(
                             f"rows share their {table.privacy_unit} with an earlier row; remove the declaration"
                         )
                 begun = time.perf_counter()
-                conn.execute(store_layout.build_sql(table, key))
+                if table.unit_via:  # the unit through declared keys: each must resolve to one parent row
+                    for hop, sql in enumerate(unit_paths.unresolved_sql(table)):
+                        if bad := conn.execute(sql).fetchone()[0]:  # type: ignore[index]
+                            raise StoreError(unit_paths.unresolved_message(dataset, table, hop, bad))
+                    conn.execute(f'CREATE TABLE "{table.name}" AS '
+                                 f"{store_layout.select_sql(table, key, unit_paths.source_sql(table))}")
+                else:
+                    conn.execute(store_layout.build_sql(table, key))
                 rows = conn.execute(f'SELECT COUNT(*) FROM "{table.name}"').fetchone()[0]  # type: ignore[index]
                 log.info("bounding store of %s: table %s, %d rows ranked in %.1f s", dataset, table.name, rows,
                          time.perf_counter() - begun)

@@ -121,7 +121,7 @@ def test_bounds_and_composition_of_joins() -> None:
     ("SELECT COUNT(*) FROM p JOIN pub USING (k), dim", "CROSS JOIN"),
     ("SELECT COUNT(*) FROM p JOIN pub USING (k) JOIN pub AS pub2 USING (k)", "JOIN"),  # one table twice
     ("SELECT COUNT(*) FROM p JOIN r ON p.uid = r.uid", "JOIN ON"),  # two units: r's is cid
-    ("SELECT COUNT(*) FROM p JOIN q USING (uid) JOIN r ON p.uid = r.cid", "JOIN"),  # a third protected table
+    ("SELECT COUNT(*) FROM p JOIN q USING (uid) JOIN r ON q.y = r.cid", "JOIN ON"),  # a third, not on the unit
     ("SELECT COUNT(*) FROM pub JOIN dim USING (label) JOIN p USING (k)", "JOIN"),  # public tables first
     ("SELECT COUNT(*) FROM p JOIN pub USING (k) JOIN dim USING (k)", "USING"),  # dim has no k
     ("SELECT COUNT(*) FROM p CROSS JOIN pub", "CROSS JOIN"),

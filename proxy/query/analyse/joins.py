@@ -41,10 +41,11 @@ __all__ = ["Joined", "canonical_links", "canonical_source", "join", "joins_of"]
 
 _HINT = ("supported: <protected> [INNER|LEFT] JOIN <public table> ON <a column before it> = <one of its keys>, "
          "any number of times, and at most one protected table of the same privacy unit joined on it "
-         "(USING (unit))")
+         "(USING (unit)) or on a key of its declared unit_via path")
 
 Table = TableSchema | PublicTable
 _DEPTH = 3  # the longest dimension chain whose cells `joins_of` lists
+_PROTECTED = 3  # protected tables in one join (customer, orders, lineitem), each of the base's unit
 
 
 def join(select: exp.Select, catalog: Catalog) -> Joined:
@@ -94,19 +95,19 @@ def _check_tables(sides: list[tuple[Table, str]]) -> None:
     if not protected:
         raise PolicyError(f"{', '.join(t.name for t, _ in sides)} are all public: join them to a protected table",
                           construct="JOIN", hint=_HINT)
-    if len(protected) > 2:
+    if len(protected) > _PROTECTED:
         raise UnsupportedQuery(
-            f"a join of {len(protected)} protected tables ({', '.join(protected)}) is not supported: at most two, "
-            f"of the same privacy unit, joined on it; {_HINT}", construct="JOIN", hint=_HINT)
+            f"a join of {len(protected)} protected tables ({', '.join(protected)}) is not supported: at most "
+            f"{_PROTECTED}, of the same privacy unit, each joined on it or along a declared unit_via key; {_HINT}",
+            construct="JOIN", hint=_HINT)
 
 
 def _step(node: exp.Join, side: tuple[Table, str], before: Joined) -> Step:
     """The step `node` joins `side` by: its equality resolved against the tables before it (`before`)."""
     table, alias = side
     left = node.args.get("side") == "LEFT"
-    if isinstance(table, TableSchema) and before.partner is not None:
-        raise UnsupportedQuery(f"at most two protected tables may be joined; {_HINT}", construct="JOIN", hint=_HINT)
     parent, own = _condition(node, before, table, alias)
+    path = False
     spec = before.table.column(parent)
     assert spec is not None
     if isinstance(table, PublicTable):
@@ -116,7 +117,11 @@ def _step(node: exp.Join, side: tuple[Table, str], before: Joined) -> Step:
                 construct="JOIN ON", column=own.name,
                 hint=f"join {table.name} ON <a column of a table before it> = {table.name}.{table.keys[0]}",
             )
-    elif not (parent == before.base.privacy_unit and own.name == table.privacy_unit):
+    elif parent == before.base.privacy_unit and own.name == table.privacy_unit:
+        pass
+    elif along_path(before, parent, table, own.name):
+        path = True
+    else:
         on = node.args.get("on") or node
         raise PolicyError(
             f"JOIN on {spec.name} = {own.name}{where(on)} is not supported between two protected tables; join on "
@@ -126,7 +131,41 @@ def _step(node: exp.Join, side: tuple[Table, str], before: Joined) -> Step:
     if _family(spec) != _family(own):
         raise PolicyError(f"JOIN compares {spec.name} ({spec.type}) with {own.name} ({own.type})",
                           construct="JOIN ON")
-    return Step(table, alias, parent, own, left)
+    return Step(table, alias, parent, own, left, path)
+
+
+def along_path(before: Joined, parent: str, table: TableSchema, own: str) -> bool:
+    """Whether joining `table` on `before`'s column `parent` = its `own` follows a declared `unit_via` hop between
+    two tables of one unit (the same unit column and type): the first hop of the protected table `parent` is a
+    column of (the base, or a protected table joined before) into `table`, or `table`'s first hop into it. Each
+    key then resolves to one parent row, whose unit is the child's (checked when the store is built), so the join
+    on the key pairs only rows of one unit, and adding the unit to the ON (chain.py) changes no answer.
+
+    Example:
+        >>> from proxy.query.catalog import UnitHop
+        >>> o = TableSchema("orders", "ck", (ColumnSpec("ok", "BIGINT"), ColumnSpec("ck", "BIGINT")))
+        >>> li = TableSchema("li", "ck", (ColumnSpec("lk", "BIGINT"), ColumnSpec("ck", "BIGINT")),
+        ...     unit_via=(UnitHop("lk", "orders", "ok"),))
+        >>> along_path(virtual(li, "li", ()), "lk", o, "ok"), along_path(virtual(o, "o", ()), "ok", li, "lk")
+        (True, True)
+        >>> along_path(virtual(o, "o", ()), "ck", li, "lk")
+        False
+    """
+    owner = before.owner(parent)
+    base = before.base if owner is None else owner.step.table
+    if not isinstance(base, TableSchema) or base.privacy_unit.lower() != table.privacy_unit.lower():
+        return False  # a public table's column, or a table of another unit column
+    column = parent if owner is None else owner.columns[parent]
+    units = base.column(base.privacy_unit), table.column(table.privacy_unit)
+    if units[0] is None or units[1] is None or units[0].type != units[1].type:
+        return False
+
+    def first(child: TableSchema, column: str, other: TableSchema, key: str) -> bool:
+        hop = child.unit_via[0] if child.unit_via else None
+        return hop is not None and (hop.column.lower(), hop.table.lower(), hop.key.lower()) == (
+            column.lower(), other.name.lower(), key.lower())
+
+    return first(base, column, table, own) or first(table, own, base, column)
 
 
 def _check_shape(node: exp.Join) -> None:

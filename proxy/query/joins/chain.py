@@ -55,6 +55,9 @@ class Step:
     parent: str
     key: ColumnSpec
     left: bool
+    # a protected table joined along a declared `unit_via` key (lineitem.l_orderkey = orders.o_orderkey): the SQL
+    # joins on the key AND the unit, so rows of two units never pair (docs/privacy.md §13)
+    path: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,10 +137,10 @@ def virtual(base: TableSchema, base_alias: str, steps: Sequence[Step]) -> Joined
         qualifiers[step.alias.lower()] = mapping
         parts.append(Part(step, OTHER if i == 0 else f"{OTHER}{i}", own))
     bounds = base
-    partner = next((s.table for s in steps if isinstance(s.table, TableSchema)), None)
-    if partner is not None and (base.one_row_per_unit or (partner.max_rows, partner.max_groups) > (
-            base.max_rows, base.max_groups)) and not partner.one_row_per_unit:
-        bounds = partner  # the joined rows are the partner's rows: `users JOIN visits` counts visits
+    for partner in (s.table for s in steps if isinstance(s.table, TableSchema)):
+        if (bounds.one_row_per_unit or (partner.max_rows, partner.max_groups) > (
+                bounds.max_rows, bounds.max_groups)) and not partner.one_row_per_unit:
+            bounds = partner  # the joined rows are the partner's rows: `users JOIN visits` counts visits
     table = TableSchema(base.name, base.privacy_unit, tuple(columns), bounds.max_groups, bounds.max_rows,
                         auto_max_rows=bounds.auto_max_rows,
                         auto_max_groups=bounds.auto_max_groups)  # auto: refused, never run at the limit
@@ -156,7 +159,8 @@ def _via(joined: Joined) -> str:
     for part in joined.parts:
         step = part.step
         if isinstance(step.table, TableSchema):
-            names.append(f"{step.table.name}.{step.table.privacy_unit}")
+            key = f"{step.key.name} = {joined.base.name}.{step.parent}; " if step.path else ""
+            names.append(f"{step.table.name}.{key}{step.table.privacy_unit}")
             continue
         owner = joined.owner(step.parent)
         source = (joined.base.name, step.parent) if owner is None else (owner.step.table.name,
@@ -216,7 +220,9 @@ FROM (SELECT __b.*, "__o"."r" AS "z.r", "__o"."zone" AS "zone" FROM (SELECT "u" 
             right = _canonical(table, theirs, part.alias)
         else:
             right = exp.table_(table.name, quoted=True, alias=part.alias)
-        on = exp.EQ(this=_parent(joined, step.parent), expression=_typed(step.key, part.alias))
+        on: exp.Expr = exp.EQ(this=_parent(joined, step.parent), expression=_typed(step.key, part.alias))
+        if step.path and isinstance(table, TableSchema):
+            on = exp.and_(on, exp.EQ(this=_typed(_unit(base), BASE), expression=_typed(_unit(table), part.alias)))
         side = {"side": "LEFT"} if step.left else {"kind": "INNER"}
         query = query.join(exp.Join(this=right, on=on, **side))  # built, not parsed from a join type
     publics = wanted & joined.public_columns
@@ -230,6 +236,12 @@ FROM (SELECT __b.*, "__o"."r" AS "z.r", "__o"."zone" AS "zone" FROM (SELECT "u" 
             outer.append(exp.alias_(ref, exp.to_identifier(spec.name, quoted=True), copy=False))
         query = exp.select(*outer).from_(query.subquery("__each", copy=False), copy=False)
     return exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier("__joined")))
+
+
+def _unit(table: TableSchema) -> ColumnSpec:
+    spec = table.column(table.privacy_unit)
+    assert spec is not None
+    return spec
 
 
 def _parent(joined: Joined, name: str) -> exp.Expr:

@@ -2,7 +2,7 @@
 
 Decision-support texts (TPC-H, hand-written SQL) join with commas and put the join's equality in WHERE. For
 an inner join the two forms are the same query: a row pair passes `a.k = b.k` in WHERE exactly when it passes
-it in ON. So each comma-joined table takes, as its ON, the top-level WHERE conjuncts that compare a column of
+it in ON. So each comma-joined table takes, as its ON, the first top-level WHERE conjunct that compares a column of
 it with a column of a table before it, both qualified by alias or table name (an unqualified column could be
 either table's: the rule cannot tell, and leaves it where it is). A comma join that no such equality connects
 is left as it is, a cross join, which the join rules refuse (analyse/joins.py). The result is an ordinary
@@ -38,10 +38,12 @@ def explicit_joins(select: exp.Select) -> exp.Select:
     for node in out.args.get("joins") or []:
         name = _name(node.this)
         if _is_comma(node) and name is not None and seen:
-            on = [c for c in conjuncts if _connects(c, name, seen)]
-            if on:
-                conjuncts = [c for c in conjuncts if all(c is not o for o in on)]
-                node.set("on", exp.and_(*(c.copy() for c in on)) if len(on) > 1 else on[0].copy())
+            # the first connecting equality is the ON; any other stays in WHERE (TPC-H Q5's `c_nationkey =
+            # s_nationkey` beside `l_suppkey = s_suppkey`): for an inner join the two places are the same filter
+            on = next((c for c in conjuncts if _connects(c, name, seen)), None)
+            if on is not None:
+                conjuncts = [c for c in conjuncts if c is not on]
+                node.set("on", on.copy())
         if name is not None:
             seen.add(name)
     out.set("where", exp.Where(this=exp.and_(*conjuncts)) if conjuncts else None)
