@@ -69,3 +69,27 @@ def test_q01_groups_and_counts_equal_duckdbs(outcomes: dict[str, harness.Outcome
 def test_texts_grouped_by_the_unit_stay_refused_saying_why(outcomes: dict[str, harness.Outcome], name: str) -> None:
     assert (outcomes[name].code, outcomes[name].message) == (
         "policy", "cannot GROUP BY the privacy unit 'c_custkey': each group would be one person")
+
+
+def test_the_texts_plan_alike_memoised_and_afresh_and_no_step_mutates_the_memos(workload: harness.Workload) -> None:
+    """The planner's memos (issue #32) over the join, normalisation and qualification rules of these texts: a
+    memoised plan is the fresh plan, and rendering each plan's SQL changes no shared tree."""
+    from proxy.query import planner
+    from proxy.query.errors import QueryError
+
+    def outcome(name: str) -> str:
+        try:
+            planned = workload.planned(harness.text(name), 1.0)
+        except QueryError as error:
+            return f"refused {error.code}: {error}"
+        return repr((planned, planned.sql))
+
+    def memos() -> list[dict[object, str]]:  # each entry printed in full (a hit reorders the LRU: not compared)
+        return [{key: repr(value) for key, value in m._items.items()} for m in (planner._STATEMENTS, planner._PLANS)]
+
+    planner.clear_memos()
+    fresh = [outcome(name) for name in harness.QUERIES]
+    held = memos()
+    assert [outcome(name) for name in harness.QUERIES] == fresh
+    assert memos() == held
+    assert sum(not o.startswith("refused") for o in fresh) == len(ANSWERED)
