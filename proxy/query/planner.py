@@ -209,15 +209,21 @@ def _normalised(sql: str, parsed: exp.Select, dialect: str) -> str:
 def _parsed(sql: str, dialect: str, catalog: Catalog) -> tuple[exp.Select, exp.Select]:
     """The statement and its SELECT, parsed afresh (what `_select` memoises)."""
     parsed = parse(sql, dialect)
-    # a BI tool's wrapper is flattened; constants folded, an OR's shared conjuncts factored (parse/normalise.py);
-    # `FROM a, b WHERE a.k = b.k` joins
-    select = explicit_joins(qualify(normalise(flatten(parsed)), catalog))  # parse/qualify.py: by the declarations
+    select = flatten(parsed)  # a BI tool's wrapper is flattened
+    _shallow(select)  # before the rules below, which recurse over the tree
+    # constants folded, an OR's shared conjuncts factored (parse/normalise.py); unqualified columns qualified by the
+    # declarations (parse/qualify.py); `FROM a, b WHERE a.k = b.k` joins
+    select = explicit_joins(qualify(normalise(select), catalog))
+    _shallow(select)
+    return parsed, select
+
+
+def _shallow(select: exp.Select) -> None:
     if _depth(select) > MAX_TREE_DEPTH:
         raise UnsupportedQuery(
             f"the query's expressions nest deeper than {MAX_TREE_DEPTH} levels", construct="nesting",
             limit=MAX_TREE_DEPTH,
         )
-    return parsed, select
 
 
 def plan_public(sql: str, catalog: Catalog, *, max_rows: int, dialect: str = "duckdb") -> PublicPlan | None:

@@ -166,8 +166,8 @@ def test_join_message_names_the_construct_and_the_fix(analyst: httpx.Client) -> 
     assert body == {
         "ok": False, "status": 400, "code": "unsupported",
         "error": "CROSS JOIN is not supported; supported: <protected> [INNER|LEFT] JOIN <public table> ON <a column "
-                 "before it> = <one of its keys>, any number of times, and at most one protected table of the same "
-                 "privacy unit joined on it (USING (unit))",
+                 "before it> = <one of its keys>, any number of times, and up to two more protected tables of the "
+                 "same privacy unit, each joined on it (USING (unit)) or on a key of its declared unit_via path",
         "detail": {"construct": "CROSS JOIN"}, "charged": False,
     }
 

@@ -40,7 +40,7 @@ from proxy.query.joins.chain import Joined, Step, canonical_links, canonical_sou
 __all__ = ["Joined", "canonical_links", "canonical_source", "join", "joins_of"]
 
 _HINT = ("supported: <protected> [INNER|LEFT] JOIN <public table> ON <a column before it> = <one of its keys>, "
-         "any number of times, and at most one protected table of the same privacy unit joined on it "
+         "any number of times, and up to two more protected tables of the same privacy unit, each joined on it "
          "(USING (unit)) or on a key of its declared unit_via path")
 
 Table = TableSchema | PublicTable
