@@ -210,16 +210,17 @@ def _unique(items: list[exp.Expr]) -> list[exp.Expr]:
 
 
 def _disjuncts(node: exp.Expr) -> list[exp.Expr]:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.Or):
-        return [*_disjuncts(node.this), *_disjuncts(node.expression)]
-    return [node]
+    return _operands(node, exp.Or)
 
 
 def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
+    return _operands(node, exp.And)
+
+
+def _operands(node: exp.Expr, kind: type[exp.Connector]) -> list[exp.Expr]:
+    """The operands of a chain of `kind` (AND or OR), parentheses dropped: `(a AND b) AND c` is [a, b, c]."""
     while isinstance(node, exp.Paren):
         node = node.this
-    if isinstance(node, exp.And):
-        return [*_conjuncts(node.this), *_conjuncts(node.expression)]
+    if isinstance(node, kind):
+        return [*_operands(node.this, kind), *_operands(node.expression, kind)]
     return [node]
