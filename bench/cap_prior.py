@@ -49,17 +49,6 @@ QUERIES = {**{k: ob.QUERIES[k] for k in ("sum_cat", "avg_region", "no_keys", "du
 FIXED_K = {**FIXED, "sum_weeks": 2, "duration_weeks": 2}
 
 
-def summary(p: np.ndarray, errors: list[float]) -> tuple[float, float]:
-    """(expected error, p90 of the error over the draw)."""
-    mean = float(np.dot(p, errors))
-    acc = 0.0
-    for j in np.argsort(errors):
-        acc += p[j]
-        if acc >= 0.9:
-            return mean, errors[j]
-    return mean, max(errors)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "data-1m")
@@ -126,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             p = np.exp(-(x - x.min()))
             p = p / p.sum()
             outside = 1 - p[window].sum()
-            mean, p90 = summary(p[window] / p[window].sum(), errors)
+            mean, p90 = ob.summary(p[window] / p[window].sum(), errors)
             cells.append(f"{mean:.1%} ({p90:.1%}){'' if outside < 0.01 else f' [{outside:.2f} outside]'}")
         best = min(range(len(window)), key=lambda j: errors[j])
         print(f"| {title} | {eps:g} | {grid[window[best]] / unit:.4g}: {errors[best]:.1%} | " + " | ".join(cells)

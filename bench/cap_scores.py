@@ -94,14 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                                         ("t/4", t / 4, Fraction(7, 10)), ("t/8", t / 8, Fraction(7, 10)),
                                         ("base 1/2", t, Fraction(1, 2)), ("t/4, base 1", t / 4, Fraction(1))):
                 p = np.array(count_target.output_distribution(above, target, part.epsilon, 1, step, anchor))
-                inside = p[window] / p[window].sum()
-                mean = float(np.dot(inside, errors))
-                acc, p90 = 0.0, max(errors)
-                for j in np.argsort(errors):
-                    acc += inside[j]
-                    if acc >= 0.9:
-                        p90 = errors[j]
-                        break
+                mean, p90 = ob.summary(p[window] / p[window].sum(), errors)
                 print(f"   {label:12} E = {mean:.2%}, p90 = {p90:.2%} "
                       f"(mass outside the window {1 - p[window].sum():.3f})")
             sys.stdout.flush()

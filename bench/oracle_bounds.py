@@ -131,6 +131,17 @@ def quantiles(errors: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
 
 
+def summary(p: np.ndarray, errors: list[float]) -> tuple[float, float]:
+    """(expected error, p90 of the error) over a draw of candidates with probabilities `p` and these errors."""
+    mean = float(np.dot(p, errors))
+    acc = 0.0
+    for j in np.argsort(errors):
+        acc += p[j]
+        if acc >= 0.9:
+            return mean, errors[j]
+    return mean, max(errors)
+
+
 def candidates(planned: Any) -> tuple[list[str], list[list[float]]]:
     """Each part's name and candidate values (the grids the product chooses on, every second point of the long ones)."""
     names, grids = [], []

@@ -136,14 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                     errs += ob.errors_of(truth, release(cache[sql_at], bounded.analysis, bounded.price, sampler).rows,
                                          n_keys)
                 errors.append(ob.quantiles(errs)[0])
-            inside = p[window] / p[window].sum()
-            mean = float(np.dot(inside, errors))
-            acc, p90 = 0.0, max(errors)
-            for j in np.argsort(errors):
-                acc += inside[j]
-                if acc >= 0.9:
-                    p90 = errors[j]
-                    break
+            mean, p90 = ob.summary(p[window] / p[window].sum(), errors)
             cells.append(f"{mean:.1%} ({p90:.1%}; best {min(errors):.1%})")
             print(f"  {title} ε={eps} s={s}: E {mean:.2%} p90 {p90:.2%} best {min(errors):.2%}", file=sys.stderr,
                   flush=True)
