@@ -27,18 +27,15 @@ for path in (ROOT, ROOT / "bench"):
 import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 import oracle_bounds as ob  # noqa: E402
-from query_latency import build_bounding_store, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
 from share_scores import FIXED  # noqa: E402
 
 from proxy import pipeline  # noqa: E402
-from proxy.app import build_env  # noqa: E402
 from proxy.query import auto_release  # noqa: E402
 from proxy.query.analyse.measures import fixed_point  # noqa: E402
 from proxy.query.auto import total  # noqa: E402
 from proxy.query.auto.histograms import slots  # noqa: E402
 from proxy.query.planner import plan  # noqa: E402
 from proxy.query.release.publish import release  # noqa: E402
-from proxy.settings import Settings  # noqa: E402
 
 TWO_WEEKS = "day BETWEEN DATE '2026-03-01' AND DATE '2026-03-14'"
 QUERIES = {**{k: ob.QUERIES[k] for k in ("sum_cat", "avg_region", "no_keys", "duration")},
@@ -59,14 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", default=",".join(QUERIES))
     args = parser.parse_args(argv)
     d = args.dir.resolve()
-    meta, _ = ensure_dataset(d, rows=1_000_000, users=50_000)
-    set_bounding(d / "policy.toml", "store")
-    settings = Settings(policy=d / "policy.toml", ledger=fresh_ledger(d))
-    build_bounding_store(settings)
-    env = build_env(settings)
-    dataset = env.policy.dataset("demo")
-    assert dataset is not None
-    engine = env.engine("demo")
+    meta, env, dataset, engine = ob.demo_on_store(d)
     sampler = ob.NumpySampler(13)
     limits = tuple(float(v) for v in args.share.split(","))
     share_limits = (limits[0], limits[-1])

@@ -142,6 +142,19 @@ def summary(p: np.ndarray, errors: list[float]) -> tuple[float, float]:
     return mean, max(errors)
 
 
+def demo_on_store(directory: Path) -> tuple[dict[str, Any], Any, Any, Any]:
+    """The 1M demo under `directory` (made if missing) served from its bounding store, on a fresh ledger:
+    (its metadata, the Env, the demo dataset's policy, its engine)."""
+    meta, _ = ensure_dataset(directory, rows=1_000_000, users=50_000)
+    set_bounding(directory / "policy.toml", "store")
+    settings = Settings(policy=directory / "policy.toml", ledger=fresh_ledger(directory))
+    build_bounding_store(settings)
+    env = build_env(settings)
+    dataset = env.policy.dataset("demo")
+    assert dataset is not None
+    return meta, env, dataset, env.engine("demo")
+
+
 def candidates(planned: Any) -> tuple[list[str], list[list[float]]]:
     """Each part's name and candidate values (the grids the product chooses on, every second point of the long ones)."""
     names, grids = [], []

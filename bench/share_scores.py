@@ -30,11 +30,9 @@ for path in (ROOT, ROOT / "bench"):
 import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 import oracle_bounds as ob  # noqa: E402
-from query_latency import build_bounding_store, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
 
 from mechanisms import count_target  # noqa: E402
 from proxy import pipeline  # noqa: E402
-from proxy.app import build_env  # noqa: E402
 from proxy.query import auto_release  # noqa: E402
 from proxy.query.analyse.measures import fixed_point  # noqa: E402
 from proxy.query.auto import bounds as auto  # noqa: E402
@@ -42,7 +40,6 @@ from proxy.query.auto import total  # noqa: E402
 from proxy.query.auto.histograms import slots  # noqa: E402
 from proxy.query.planner import plan  # noqa: E402
 from proxy.query.release.publish import release  # noqa: E402
-from proxy.settings import Settings  # noqa: E402
 
 FIXED = {"sum_cat": 23, "avg_region": 91, "no_keys": 91, "duration": 45, "category": 23, "two_weeks": 2,
          "region": 181, "region_cat": 11}
@@ -85,14 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", default="sum_cat,avg_region,no_keys,category,two_weeks")
     args = parser.parse_args(argv)
     d = args.dir.resolve()
-    meta, _ = ensure_dataset(d, rows=1_000_000, users=50_000)
-    set_bounding(d / "policy.toml", "store")
-    settings = Settings(policy=d / "policy.toml", ledger=fresh_ledger(d))
-    build_bounding_store(settings)
-    env = build_env(settings)
-    dataset = env.policy.dataset("demo")
-    assert dataset is not None
-    engine = env.engine("demo")
+    meta, env, dataset, engine = ob.demo_on_store(d)
     sampler = ob.NumpySampler(11)
     cache: dict[str, Any] = {}
     conn = duckdb.connect(str(d / "demo.duckdb"), read_only=True)
