@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     explain.add_argument("--dataset", required=True)
     explain.add_argument("--epsilon", type=float, default=None)
     explain.add_argument("--delta", type=float, default=None)
-    explain.add_argument("--mechanism", choices=("laplace", "gaussian"), default=None)
+    explain.add_argument("--mechanism", choices=("laplace", "gaussian", "auto"), default=None)
     explain.add_argument("sql")
 
     recommend = commands.add_parser(
@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     recommend.add_argument("--dataset", required=True)
     recommend.add_argument("--epsilon", type=float, default=None, help="per-query ε (default: the dataset's)")
     recommend.add_argument("--delta", type=float, default=None, help="per-query δ (default: the dataset's)")
-    recommend.add_argument("--mechanism", choices=("laplace", "gaussian"), default=None)
+    recommend.add_argument("--mechanism", choices=("laplace", "gaussian", "auto"), default=None)
     recommend.add_argument("--budget", type=float, nargs=2, metavar=("EPSILON", "DELTA"), default=None,
                            help="the budget to compare under (default: each budget on the dataset)")
     recommend.add_argument("--sql", default=None, help="the typical query (default: COUNT(*) of the first table)")
@@ -260,7 +260,7 @@ def _check(path: Path) -> int:
 def _explain(args: argparse.Namespace) -> int:
     from proxy.policy.load import load_policy
     from proxy.query.errors import QueryError
-    from proxy.query.planner import plan
+    from proxy.query.mechanism_choice import plan_with
 
     policy = load_policy(args.policy)
     dataset = policy.dataset(args.dataset)
@@ -268,7 +268,7 @@ def _explain(args: argparse.Namespace) -> int:
         print(f"unknown dataset {args.dataset!r}", file=sys.stderr)
         return 2
     try:
-        planned = plan(
+        planned = plan_with(
             args.sql, dataset.catalog,
             epsilon=dataset.epsilon if args.epsilon is None else args.epsilon,
             delta=dataset.delta if args.delta is None else args.delta,
@@ -286,8 +286,8 @@ def _explain(args: argparse.Namespace) -> int:
     else:
         print(planned.sql)
     print(json.dumps({
-        "epsilon": price.epsilon, "delta": price.delta, "composition": price.composition,
-        "partitions": planned.analysis.partitions, "event": to_json(price.event),
+        "mechanism": price.mechanism, "epsilon": price.epsilon, "delta": price.delta,
+        "composition": price.composition, "partitions": planned.analysis.partitions, "event": to_json(price.event),
         "cells": None if planned.scope is None else {  # None: the charge covers every privacy unit
             "table": planned.scope.table, "count": planned.scope.count, "of": planned.scope.size,
         },
@@ -301,6 +301,7 @@ def _recommend(args: argparse.Namespace) -> int:
     from accountant.report import how_many
     from proxy.policy.load import load_policy
     from proxy.query.errors import QueryError
+    from proxy.query.mechanism_choice import plan_with
     from proxy.query.planner import plan
 
     policy = load_policy(args.policy)
@@ -333,15 +334,19 @@ def _recommend(args: argparse.Namespace) -> int:
           f"accounting in force: {dataset.accounting.rule} (selection_delta_share = {share:g})")
     entries: list[tuple[str, str, Entry]] = []
     gdp_entries: dict[str, Entry | None] = {}  # Gaussian noise is calibrated through GDP under the gdp rule
+    gaussian: dict[str, bool] = {}  # per query: its noise is Gaussian ("auto" chooses per query)
     for label, sql in queries:
         try:
-            price = plan(sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism).price
+            conversion = "gdp" if dataset.accounting.rule == "gdp" else "zcdp"
+            chosen_mechanism = plan_with(sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism,
+                                         conversion=conversion).price.mechanism  # "auto": under the rule in force
+            price = plan(sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=chosen_mechanism).price
         except QueryError as err:
             print(f"  {label} query {sql!r} cannot be priced: {err}", file=sys.stderr)
             continue
         entry = Entry(price.event, price.epsilon, price.delta)
         try:
-            gdp_price = plan(sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism,
+            gdp_price = plan(sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=chosen_mechanism,
                              conversion="gdp").price
             gdp_entries[label] = Entry(gdp_price.event, gdp_price.epsilon, gdp_price.delta)
         except QueryError:
@@ -353,8 +358,10 @@ def _recommend(args: argparse.Namespace) -> int:
                 costs.append(f"{symbol}={amount:.6g} δ_sel={selection:.3g}")
             except UnsupportedEvent:  # σ outside the range where the discrete Gaussian's μ is proven
                 costs.append(f"no {rule} bound")
-        print(f"  {label}: {sql}\n    charge: " + ", ".join(costs))
+        shown = f" ({chosen_mechanism} noise)" if mechanism == "auto" else ""
+        print(f"  {label}: {sql}{shown}\n    charge: " + ", ".join(costs))
         entries.append((label, sql, entry))
+        gaussian[label] = chosen_mechanism == "gaussian"
     if not entries:
         return 1
     best_overall = None
@@ -375,7 +382,7 @@ def _recommend(args: argparse.Namespace) -> int:
             else:
                 symbol = "ρ" if rule == "zcdp" else "μ"
                 text = f"{symbol}={limit.amount:.6g}, δ_sel={limit.delta:.3g}"
-            chosen = [gdp_entries[label] if rule == "gdp" and mechanism == "gaussian" else entry
+            chosen = [gdp_entries[label] if rule == "gdp" and gaussian[label] else entry
                       for label, _, entry in entries]
             numbers = [0 if e is None else how_many(e, budget, accounting) for e in chosen]
             counts[rule] = numbers[0]

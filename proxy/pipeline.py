@@ -39,7 +39,8 @@ from proxy.query import auto_release
 from proxy.query.analyse.analysis import public_cells
 from proxy.query.auto.bounds import ChosenBounds, chosen_from_json, chosen_json
 from proxy.query.errors import InvalidParameter, PolicyError
-from proxy.query.planner import PublicPlan, QueryPlan, plan, plan_public, repeat_identity
+from proxy.query.mechanism_choice import plan_with
+from proxy.query.planner import PublicPlan, QueryPlan, plan_public, repeat_identity
 from proxy.query.release.publish import Release, release
 from proxy.query.rewrite.render import render, render_text
 from proxy.run import faults, padding
@@ -173,12 +174,12 @@ def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int
             parameter="epsilon", max_epsilon=dataset.max_epsilon,
         )
     delta = dataset.delta if req.delta is None else req.delta
-    mechanism = req.mechanism or dataset.mechanism
-    planned = plan(req.sql, dataset.catalog, epsilon=epsilon, delta=delta, mechanism=mechanism, salt=salt,
-                   noise_multiplier=req.noise_multiplier, cells=dataset.cell_accounting,
-                   dialect=req.dialect or dataset.dialect, bounding=dataset.bounding,
-                   conversion="gdp" if dataset.accounting.rule == "gdp" else "zcdp",
-                   auto_share=dataset.auto_bounds_share, auto_quantile=dataset.auto_bounds_quantile)
+    planned = plan_with(req.sql, dataset.catalog, epsilon=epsilon, delta=delta,
+                        mechanism=req.mechanism or dataset.mechanism, salt=salt, noise_multiplier=req.noise_multiplier,
+                        cells=dataset.cell_accounting, dialect=req.dialect or dataset.dialect,
+                        bounding=dataset.bounding, conversion="gdp" if dataset.accounting.rule == "gdp" else "zcdp",
+                        auto_share=dataset.auto_bounds_share, auto_quantile=dataset.auto_bounds_quantile)
+    mechanism = planned.price.mechanism  # "auto" resolved: the noise this query runs with
     if planned.price.epsilon > dataset.max_epsilon:  # a requested noise can cost more than the maximum
         raise InvalidParameter(
             f"this noise costs epsilon {planned.price.epsilon:.6g}, above this dataset's per-query maximum "

@@ -74,7 +74,8 @@ class QueryRequest(BaseModel):
     delta: DeltaNumber = Field(
         None, ge=0, lt=1, strict=True, description="δ for this query; defaults to the dataset's"
     )
-    mechanism: Literal["laplace", "gaussian"] | None = None
+    mechanism: Literal["laplace", "gaussian", "auto"] | None = Field(
+        None, description='the noise; defaults to the dataset\'s; "auto": the one with the smaller expected error')
     dialect: str | None = Field(
         None, max_length=32,
         description="the SQL dialect of `sql`: duckdb, postgres, mysql, bigquery, snowflake or tsql; defaults to "
@@ -443,7 +444,7 @@ class TableOut(BaseModel):
 
 class DatasetOut(BaseModel):
     name: str
-    mechanism: Literal["laplace", "gaussian"]
+    mechanism: Literal["laplace", "gaussian", "auto"]
     epsilon: float
     delta: float
     max_epsilon: float

@@ -34,7 +34,7 @@ from proxy.policy.unit_paths import resolve_paths
 from proxy.query.analyse.analysis import MAX_PUBLIC_CELLS
 from proxy.query.auto import share
 from proxy.query.auto.bounds import DEFAULT_AUTO_QUANTILE, DEFAULT_AUTO_SHARE
-from proxy.query.catalog import Catalog, Mechanism
+from proxy.query.catalog import Catalog, MechanismChoice
 from proxy.query.planner import Bounding
 
 MAX_QUERY_DELTA = 1e-3  # a per-query δ above this is not a meaningful privacy guarantee
@@ -79,7 +79,7 @@ class DatasetPolicy:
     name: str
     path: Path
     catalog: Catalog
-    mechanism: Mechanism = "laplace"
+    mechanism: MechanismChoice = "laplace"  # "auto": per query, by expected error (query/mechanism_choice.py)
     epsilon: float = 0.1  # default ε per query
     delta: float = 1e-8  # default δ per query (Gaussian noise, private partition selection)
     max_epsilon: float = 1.0  # the largest ε one query may ask for
@@ -126,8 +126,8 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     if engine == "spark":
         path = base  # unused: the tables are read through Spark
     mechanism = _str(raw, "mechanism", loc, p, default="laplace")
-    if mechanism is not None and mechanism not in get_args(Mechanism):
-        p.add(f"{loc}.mechanism", f"must be one of {', '.join(get_args(Mechanism))}, got {mechanism!r}")
+    if mechanism is not None and mechanism not in get_args(MechanismChoice):
+        p.add(f"{loc}.mechanism", f"must be one of {', '.join(get_args(MechanismChoice))}, got {mechanism!r}")
         mechanism = None
     epsilon = _privacy_float(raw, "epsilon", loc, p, default=_DecimalText("0.1"))
     delta = _privacy_float(raw, "delta", loc, p, default=_DecimalText("1e-8"))
@@ -188,7 +188,7 @@ def _dataset(name: str, raw: _Raw, base: Path, p: _Problems) -> DatasetPolicy | 
     catalog = Catalog(tables, schemas=reading.schemas, databases=tuple(dict.fromkeys(databases)),
                       public=public)
     return DatasetPolicy(
-        name, path, catalog, cast(Mechanism, mechanism), epsilon, delta, max_epsilon, accounting, total,
+        name, path, catalog, cast(MechanismChoice, mechanism), epsilon, delta, max_epsilon, accounting, total,
         cell_accounting, max_release_cells, reading.dialect, cast(Bounding, bounding), engine, spark,
         auto_bounds_share=auto_share, auto_bounds_quantile=auto_q, auto_bounds_reuse=auto_reuse,
         answer_time=answer_time, padded_ms=padded_ms,
@@ -289,8 +289,8 @@ def _dataset_number_problems(
         ("delta", delta_problem(delta, MAX_QUERY_DELTA)),
         ("max_epsilon", epsilon_problem(max_epsilon)),
     ]
-    if mechanism not in get_args(Mechanism):
-        problems.append(("mechanism", f"must be one of {get_args(Mechanism)}, got {mechanism!r}"))
+    if mechanism not in get_args(MechanismChoice):
+        problems.append(("mechanism", f"must be one of {get_args(MechanismChoice)}, got {mechanism!r}"))
     if mechanism == "gaussian" and delta == 0.0:
         problems.append(("delta", "must be > 0 for the gaussian mechanism"))
     if not epsilon_problem(epsilon) and not epsilon_problem(max_epsilon) and max_epsilon < epsilon:

@@ -18,6 +18,7 @@ from proxy.query.types import Value as Literal_
 __all__ = ["TYPE_KINDS", "Catalog", "ColumnSpec", "Kind", "Literal_", "PublicTable", "TableSchema"]
 
 Mechanism = Literal["laplace", "gaussian"]
+MechanismChoice = Literal["laplace", "gaussian", "auto"]  # "auto": by expected error (query/mechanism_choice.py)
 Adjacency = Literal["add_remove"]
 MAX_ABS_BOUND = 1e15  # clamp bounds: a clamped value is below 2^50 on its grid, so no cast of it can fail
 MAX_DOMAIN_DAYS = 100_000  # declared date bounds spanning more days are not enumerated as a public domain
