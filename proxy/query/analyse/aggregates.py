@@ -16,6 +16,7 @@ import dataclasses
 
 from sqlglot import exp
 
+from proxy.query.analyse.case_filters import as_filter
 from proxy.query.analyse.measures import Aggregate
 from proxy.query.analyse.names import Names
 from proxy.query.analyse.quantiles import QUANTILE_NODES, quantile
@@ -31,6 +32,8 @@ MORE_AGGREGATES = (*QUANTILE_NODES, *SPREAD_NODES, exp.Filter, exp.CountIf)
 
 
 def aggregate(node: exp.Expr, names: Names) -> Aggregate:
+    if (case := as_filter(node)) is not None:  # SUM(CASE WHEN c THEN x ELSE 0 END): SUM(x) FILTER (WHERE c)
+        return conditional(case, names)
     if isinstance(node, exp.Filter | exp.CountIf):
         return conditional(node, names)
     if isinstance(node, QUANTILE_NODES):
@@ -119,4 +122,7 @@ def conditional(node: exp.Filter | exp.CountIf, names: Names) -> Aggregate:
             "COUNT(DISTINCT …) FILTER (WHERE …) is not supported; put the condition in WHERE",
             construct="FILTER", hint=AGGREGATE_HINT,
         )
-    return dataclasses.replace(base, where=predicate(where.this, names).sql(dialect="duckdb"))
+    condition = predicate(where.this, names).sql(dialect="duckdb")
+    if base.where:  # SUM(CASE WHEN c THEN x END) FILTER (WHERE d): the rows meeting both
+        condition = f"({base.where}) AND ({condition})"
+    return dataclasses.replace(base, where=condition)
