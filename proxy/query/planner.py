@@ -209,7 +209,12 @@ def _normalised(sql: str, parsed: exp.Select, dialect: str) -> str:
 def _parsed(sql: str, dialect: str, catalog: Catalog) -> tuple[exp.Select, exp.Select]:
     """The statement and its SELECT, parsed afresh (what `_select` memoises)."""
     parsed = parse(sql, dialect)
-    select = flatten(parsed)  # a BI tool's wrapper is flattened
+    try:
+        select = flatten(parsed)  # a BI tool's wrapper is flattened
+    except UnsupportedQuery:
+        if not reads_public(parsed, catalog):
+            raise
+        select = parsed  # over public tables alone: their rules read a FROM subquery or CTE whole (public/joined.py)
     _shallow(select)  # before the rules below, which recurse over the tree
     # constants folded, an OR's shared conjuncts factored (parse/normalise.py); unqualified columns qualified by the
     # declarations (parse/qualify.py); `FROM a, b WHERE a.k = b.k` joins
