@@ -165,7 +165,7 @@ def _base_rows(analysis: Analysis, catalog: Catalog | None) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class PublicPlan:
-    """A query over public tables alone (proxy/query/public.py): answered exactly, free; `tree` is what runs."""
+    """A query over public tables alone (proxy/query/public/): answered exactly, free; `tree` is what runs."""
 
     source_sql: str
     normalized_sql: str  # audited, as for a QueryPlan
@@ -339,7 +339,7 @@ def _unsalted(
     """`plan` without its bounded SQL (`sql` empty, `tree` None, salt 0): what `plan` memoises."""
     parsed, select = _select(sql, dialect, catalog)
     if reads_public(select, catalog):  # answered exactly by plan_public, never planned as a DP release
-        name = select.args["from_"].this.name
+        name = next(t.name for t in select.find_all(exp.Table))  # FROM may be a subquery or a CTE
         raise PolicyError(
             f"{name!r} is a public table: a query over public tables alone is answered exactly and free by POST "
             "/v1/query, with no DP plan or charge to preview; join it to a protected table to aggregate "

@@ -1,4 +1,4 @@
-"""The neighbouring-dataset oracle for queries over public tables alone (docs/privacy.md §1.1): such a query is
+"""The neighbouring-dataset oracle for queries over public tables alone (docs/privacy.md §3.1): such a query is
 answered exactly and free, which is private only if its answer is the same on every pair of neighbouring
 datasets. Each dataset here has the same public tables (region, nation, supplier, supply) and different
 protected rows (orders, one row per order of a customer): D; D′ without one customer and all their orders;

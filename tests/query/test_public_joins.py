@@ -52,6 +52,10 @@ SAME = [
     "SELECT r_name, AVG(s_bal) AS a, MIN(s_bal) AS lo, MAX(s_name) AS hi, COUNT(s_bal) AS c FROM supplier "
     "JOIN nation ON s_nation = n_key JOIN region ON n_region = r_key GROUP BY r_name ORDER BY r_name",
     "SELECT a.n_name, b.n_name FROM nation a CROSS JOIN nation b WHERE a.n_key < b.n_key ORDER BY 1, 2",
+    # output aliases in GROUP BY, HAVING and ORDER BY; a subquery's own column of an output's name stays its own
+    "SELECT s_nation AS n, COUNT(*) AS c FROM supplier GROUP BY n HAVING c >= 1 ORDER BY c DESC, n",
+    "SELECT s_nation AS n_key, COUNT(*) AS c FROM supplier GROUP BY s_nation HAVING COUNT(*) >= "
+    "(SELECT MIN(n_key) FROM nation WHERE n_key > 0) ORDER BY 1",
 ]
 SAME[4] = ("SELECT p_key, SUM(cost * qty) AS value FROM supply, supplier WHERE supply.s_key = supplier.s_key "
            "GROUP BY p_key HAVING SUM(cost * qty) > (SELECT SUM(cost * qty) * 0.1 FROM supply) ORDER BY value DESC")

@@ -1,6 +1,6 @@
 """Queries over public tables alone (a product catalogue, a calendar, TPC-H's part and supplier, a BI tool's filter
 dropdown): answered exactly, with no noise and no charge, since the policy declares every table they read public
-(docs/privacy.md §1, *Public tables alone*). Each is still checked by a positive allow-list and rebuilt from
+(docs/privacy.md §3, *Public tables alone*, and §3.1). Each is still checked by a positive allow-list and rebuilt from
 declared names and checked literals, like every other query (docs/architecture.md, the security boundary).
 
 - sources.py: which tables a query reads; `reads_public`, whether every one of its relations is public.

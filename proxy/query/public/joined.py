@@ -1,4 +1,4 @@
-"""A query over public tables with joins, subqueries or CTEs, rebuilt clause by clause (docs/privacy.md §1.1).
+"""A query over public tables with joins, subqueries or CTEs, rebuilt clause by clause (docs/privacy.md §3.1).
 
 Allowed: `[WITH name AS (SELECT …), …] SELECT [DISTINCT] <expressions> FROM <public table | (SELECT …) | CTE>
 [[INNER | LEFT | CROSS] JOIN … [ON …]] [, …] [WHERE] [GROUP BY] [HAVING] [ORDER BY] [LIMIT n]`, the expressions
@@ -10,8 +10,10 @@ rebuilt expression, or its position in ORDER BY), never for an undeclared column
 Example:
     >>> from sqlglot import parse_one
     >>> from proxy.query.catalog import Catalog, ColumnSpec, PublicTable
-    >>> n = PublicTable("nation", (ColumnSpec("n_name", "VARCHAR"), ColumnSpec("n_regionkey", "BIGINT")), ("n_name",))
-    >>> r = PublicTable("region", (ColumnSpec("r_regionkey", "BIGINT"), ColumnSpec("r_name", "VARCHAR")), ("r_regionkey",))
+    >>> n = PublicTable("nation", (ColumnSpec("n_name", "VARCHAR"), ColumnSpec("n_regionkey", "BIGINT")),
+    ...     ("n_name",))
+    >>> r = PublicTable("region", (ColumnSpec("r_regionkey", "BIGINT"), ColumnSpec("r_name", "VARCHAR")),
+    ...     ("r_regionkey",))
     >>> sql = "SELECT DISTINCT n_name FROM nation JOIN region ON n_regionkey = r_regionkey WHERE r_name = 'EUROPE'"
     >>> q = rebuilt(parse_one(sql), Catalog((), public=(n, r)), max_rows=100)
     >>> print(q.tree.sql("duckdb"))
@@ -34,6 +36,7 @@ from proxy.query.public.result import PublicQuery
 from proxy.query.public.scope import Frame, Relation
 
 _ARGS = frozenset({"expressions", "from_", "joins", "where", "group", "having", "order", "limit", "distinct"})
+_MARK = "__output_"  # an output named in GROUP BY, HAVING or ORDER BY, while its clause is rebuilt (_Outputs)
 _CONSTRUCTS = {"with_": "WITH", "offset": "OFFSET", "qualify": "QUALIFY", "windows": "WINDOW",
                "laterals": "LATERAL", "sample": "SAMPLE"}
 
@@ -114,7 +117,8 @@ def _select(select: exp.Expr, build: _Build, outer: Frame | None, clause: str, *
         query.append("joins", _join(join, item, frame, Rules("ON", False, subquery)))
     frame = Frame(tuple(relations), outer)
     outputs, names = _outputs(select, frame, Rules("SELECT", True, subquery))
-    query.set("expressions", [exp.alias_(o, exp.to_identifier(n, quoted=True)) for o, n in zip(outputs, names, strict=True)])
+    query.set("expressions", [exp.alias_(o, exp.to_identifier(n, quoted=True))
+                              for o, n in zip(outputs, names, strict=True)])
     if distinct is not None:
         query.set("distinct", exp.Distinct())
     where = select.args.get("where")
@@ -231,12 +235,21 @@ class _Outputs:
 
     def condition(self, node: exp.Expr, rules: Rules) -> exp.Expr:
         """`node` rebuilt, each output alias in it replaced by that output's rebuilt expression."""
-        def named(n: exp.Expr) -> exp.Expr:
-            at = self.position(n)
-            return exp.Column(this=exp.to_identifier(f"__output_{at}")) if at is not None else n
-
-        marked = node.copy().transform(named)
-        frame = Frame((Relation("", (), {f"__output_{i + 1}": str(i + 1) for i in range(len(self.names))}),
+        # an output named here is marked, rebuilt as a column of a relation with no alias, then replaced by the
+        # output's rebuilt expression: the clause's columns resolve in scope as anywhere else; a subquery's own
+        # columns are its own (left as they are)
+        marked = node.copy()
+        for column in list(marked.find_all(exp.Column)):
+            if column.name.lower().startswith(_MARK):
+                raise UnsupportedQuery(f"{column.name!r}: no column is declared with that name", construct="COLUMN")
+            at = self.position(column) if column.find_ancestor(exp.Select) is None else None
+            if at is not None:
+                marker = exp.Column(this=exp.to_identifier(f"{_MARK}{at}"))
+                if column is marked:
+                    marked = marker
+                else:
+                    column.replace(marker)
+        frame = Frame((Relation("", (), {f"{_MARK}{i + 1}": str(i + 1) for i in range(len(self.names))}),
                        *self.frame.relations), self.frame.outer)
         rebuilt = rebuild(marked, frame, rules)
         return rebuilt.transform(lambda n: self.rebuilt[int(n.name) - 1].copy()
