@@ -339,6 +339,7 @@ def _unsalted(
     """`plan` without its bounded SQL (`sql` empty, `tree` None, salt 0): what `plan` memoises."""
     parsed, select = _select(sql, dialect, catalog)
     if reads_public(select, catalog):  # answered exactly by plan_public, never planned as a DP release
+        public_query(select, catalog, max_rows=1)  # or refused by its rules (a protected table in a subquery)
         name = next(t.name for t in select.find_all(exp.Table))  # FROM may be a subquery or a CTE
         raise PolicyError(
             f"{name!r} is a public table: a query over public tables alone is answered exactly and free by POST "

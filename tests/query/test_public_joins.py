@@ -178,3 +178,18 @@ def test_what_a_public_join_may_not_do_is_refused(sql: str, code: str, construct
     with pytest.raises(QueryError) as err:
         plan_public(sql, CATALOG, max_rows=100)
     assert (err.value.code, err.value.detail.get("construct")) == (code, construct), err.value.message
+
+
+def test_a_preview_gives_the_same_refusal_and_a_public_query_none_to_preview() -> None:
+    """`plan` (POST /v1/query/preview, dpproxy explain) of a query over public tables: its refusal if it has
+    one, else that there is nothing to charge or preview."""
+    from proxy.query.planner import plan
+
+    def refused(sql: str) -> tuple[str, str]:
+        with pytest.raises(QueryError) as err:
+            plan(sql, CATALOG, epsilon=1.0, delta=0.0, mechanism="laplace")
+        return err.value.code, err.value.detail["construct"]
+
+    assert refused("SELECT s_name FROM supplier WHERE s_key IN (SELECT s_key FROM orders)") == (
+        "unsupported", "SUBQUERY")
+    assert refused("SELECT n_name FROM nation JOIN region ON n_region = r_key") == ("policy", "TABLE")
