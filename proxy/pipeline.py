@@ -148,7 +148,7 @@ def answer_public(req: QueryRequest, analyst: AnalystPolicy, env: Env, deadline:
         rows = tuple(tuple(row) for row in engine.run(sql, deadline.remaining()).rows)
     if len(rows) > planned.query.max_rows:
         raise PolicyError(
-            f"this query over the public table {planned.query.table.name} returns more than "
+            f"this query over {planned.query.label} returns more than "
             f"{planned.query.max_rows} rows, this dataset's max_release_cells: filter with WHERE, aggregate, or "
             "add a LIMIT", construct="ROWS", max_release_cells=planned.query.max_rows,
         )

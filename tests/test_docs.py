@@ -128,6 +128,14 @@ SUPPORTED: dict[str, tuple[str, ...]] = {  # README row -> queries it promises a
         "SELECT department, COUNT(*) AS n, COUNT(DISTINCT category) AS c, MIN(category) AS lo, MAX(category) AS hi "
         "FROM departments WHERE category <> 'books' GROUP BY department ORDER BY n DESC LIMIT 2",
         "SELECT * FROM departments",
+        "SELECT d.department, COUNT(*) AS n FROM departments d JOIN departments e ON d.department = e.department "
+        "WHERE d.category NOT IN (SELECT category FROM departments WHERE department = 'food') GROUP BY 1 "
+        "HAVING COUNT(*) > 1",
+        "SELECT DISTINCT d.department FROM departments d INNER JOIN departments e ON d.department = e.department "
+        "LEFT JOIN departments f ON f.category = e.category CROSS JOIN departments g WHERE g.category LIKE 'b%' "
+        "AND EXISTS (SELECT 1 FROM departments h WHERE h.department = d.department AND h.category BETWEEN 'a' AND 'm')",
+        "SELECT CASE WHEN d.department = 'food' THEN 'eat' ELSE d.department END AS kind, COUNT(*) AS n "
+        "FROM departments d, departments e WHERE d.category = e.category GROUP BY 1 ORDER BY n DESC",
     ),
     "dialect": tuple(f"{d}: SELECT region, COUNT(*) AS n FROM visits GROUP BY region"
                      for d in ("duckdb", "postgres", "mysql", "bigquery", "snowflake", "tsql")),

@@ -165,7 +165,7 @@ def _base_rows(analysis: Analysis, catalog: Catalog | None) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class PublicPlan:
-    """A query over public tables alone (proxy/query/public.py): answered exactly, free; `tree` is what runs."""
+    """A query over public tables alone (proxy/query/public/): answered exactly, free; `tree` is what runs."""
 
     source_sql: str
     normalized_sql: str  # audited, as for a QueryPlan
@@ -209,7 +209,12 @@ def _normalised(sql: str, parsed: exp.Select, dialect: str) -> str:
 def _parsed(sql: str, dialect: str, catalog: Catalog) -> tuple[exp.Select, exp.Select]:
     """The statement and its SELECT, parsed afresh (what `_select` memoises)."""
     parsed = parse(sql, dialect)
-    select = flatten(parsed)  # a BI tool's wrapper is flattened
+    try:
+        select = flatten(parsed)  # a BI tool's wrapper is flattened
+    except UnsupportedQuery:
+        if not reads_public(parsed, catalog):
+            raise
+        select = parsed  # over public tables alone: their rules read a FROM subquery or CTE whole (public/joined.py)
     _shallow(select)  # before the rules below, which recurse over the tree
     # constants folded, an OR's shared conjuncts factored (parse/normalise.py); unqualified columns qualified by the
     # declarations (parse/qualify.py); `FROM a, b WHERE a.k = b.k` joins
@@ -334,7 +339,8 @@ def _unsalted(
     """`plan` without its bounded SQL (`sql` empty, `tree` None, salt 0): what `plan` memoises."""
     parsed, select = _select(sql, dialect, catalog)
     if reads_public(select, catalog):  # answered exactly by plan_public, never planned as a DP release
-        name = select.args["from_"].this.name
+        public_query(select, catalog, max_rows=1)  # or refused by its rules (a protected table in a subquery)
+        name = next(t.name for t in select.find_all(exp.Table))  # FROM may be a subquery or a CTE
         raise PolicyError(
             f"{name!r} is a public table: a query over public tables alone is answered exactly and free by POST "
             "/v1/query, with no DP plan or charge to preview; join it to a protected table to aggregate "

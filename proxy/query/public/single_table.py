@@ -1,8 +1,4 @@
-"""Queries over one public table alone (a product catalogue, a calendar, a BI tool's filter dropdown): answered
-exactly, with no noise and no charge, since the policy declares the table public (docs/privacy.md §1, *Public
-tables alone*). The query is still checked by a positive allow-list and rebuilt from declared names and checked
-literals, like every other (docs/architecture.md, the security boundary): it reads only that table's declared
-columns, never a protected table, and joins nothing.
+"""A query over one public table alone, with no join, subquery, CTE or HAVING: the single-table rules.
 
 Allowed: `SELECT [DISTINCT]` declared columns (or `*`, the declared columns), `COUNT(*)`, `COUNT([DISTINCT] col)`,
 `MIN`/`MAX(col)`, `SUM`/`AVG(col)` of numeric columns, with `AS` aliases; `WHERE` as for protected tables
@@ -16,16 +12,12 @@ Example:
     >>> d = PublicTable("departments", (ColumnSpec("category", "VARCHAR"), ColumnSpec("department", "VARCHAR")),
     ...     ("category",))
     >>> c = Catalog((TableSchema("v", "u", (ColumnSpec("u", "BIGINT"),)),), public=(d,))
-    >>> q = public_query(parse("SELECT DISTINCT department FROM departments ORDER BY 1"), c, max_rows=1000)
+    >>> q = single_table_query(parse("SELECT DISTINCT department FROM departments ORDER BY 1"), c, max_rows=1000)
     >>> q.columns, q.tree.sql("duckdb")
     (('department',), 'SELECT DISTINCT "department" AS "department" FROM "departments" ORDER BY 1 ASC LIMIT 1001')
-    >>> public_query(parse("SELECT COUNT(*) FROM v"), c, max_rows=1000) is None  # a protected table: DP
-    True
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from sqlglot import exp
 
@@ -35,6 +27,7 @@ from proxy.query.analyse.resolve import check_qualifiers
 from proxy.query.analyse.where import predicate, quoted
 from proxy.query.catalog import Catalog, ColumnSpec, PublicTable, TableSchema
 from proxy.query.errors import PolicyError, UnsupportedQuery
+from proxy.query.public.result import PublicQuery
 
 _ARGS = frozenset({"expressions", "from_", "joins", "where", "group", "order", "limit", "distinct"})
 _HINT = ("over a public table alone: SELECT [DISTINCT] columns, COUNT(*), COUNT([DISTINCT] col), MIN/MAX(col), "
@@ -43,44 +36,8 @@ _AGGREGATES: dict[type[exp.Expr], type[exp.Expr]] = {
     exp.Count: exp.Count, exp.Min: exp.Min, exp.Max: exp.Max, exp.Sum: exp.Sum, exp.Avg: exp.Avg}
 
 
-@dataclass(frozen=True, slots=True)
-class PublicQuery:
-    """A query over one public table, rebuilt: what runs (`tree`, with LIMIT at most `max_rows + 1`), the
-    released column names, and the row limit the answer must keep to."""
-
-    table: PublicTable
-    columns: tuple[str, ...]
-    tree: exp.Select
-    max_rows: int
-
-
-def reads_public(select: exp.Select, catalog: Catalog) -> bool:
-    """Whether `select` reads public tables alone: its FROM and every JOIN name a declared public table (and no
-    protected table of that name). A query reading a protected table anywhere is a DP query.
-
-    Example:
-        >>> from sqlglot import parse_one
-        >>> from proxy.query.catalog import ColumnSpec
-        >>> c = Catalog((TableSchema("v", "u", (ColumnSpec("u", "BIGINT"),)),),
-        ...     public=(PublicTable("d", (ColumnSpec("k", "VARCHAR"),), ("k",)),))
-        >>> [reads_public(parse_one(q), c) for q in ("SELECT k FROM d", "SELECT COUNT(*) FROM v JOIN d ON v.u = d.k")]
-        [True, False]
-    """
-    source = select.args.get("from_")
-    items = [source.this] if source is not None else []
-    items += [j.this for j in select.args.get("joins") or []]
-    return bool(items) and all(
-        isinstance(t, exp.Table) and isinstance(t.this, exp.Identifier) and catalog.table(t.name) is None
-        and catalog.public_table(t.name) is not None for t in items)
-
-
-def public_query(select: exp.Select, catalog: Catalog, *, max_rows: int) -> PublicQuery | None:
-    """`select` checked and rebuilt as a query over one public table; None when it reads a protected table (or no
-    declared public table), so it is analysed as a DP query; a refusal for anything else."""
-    if not reads_public(select, catalog):
-        return None
-    if select.args.get("joins"):
-        raise UnsupportedQuery(f"a join between public tables is not supported; {_HINT}", construct="JOIN")
+def single_table_query(select: exp.Select, catalog: Catalog, *, max_rows: int) -> PublicQuery:
+    """`select`, over one public table (sources.is_single_table, reads_public), checked and rebuilt."""
     for name, value in select.args.items():
         if name not in _ARGS and value:
             construct = {"having": "HAVING", "with_": "WITH", "offset": "OFFSET"}.get(name, name.upper())
@@ -151,11 +108,11 @@ def public_query(select: exp.Select, catalog: Catalog, *, max_rows: int) -> Publ
             raise UnsupportedQuery(f"LIMIT takes a whole number; {_HINT}", construct="LIMIT")
         limit = min(limit, int(value.this))
     query = query.limit(limit)
-    return PublicQuery(table, tuple(columns), query, max_rows)
+    return PublicQuery((table,), tuple(columns), query, max_rows)
 
 
 def _as_table(table: PublicTable) -> TableSchema:
-    return table  # type: ignore[return-value]  # duck-typed: see public_query
+    return table  # type: ignore[return-value]  # duck-typed: see single_table_query
 
 
 def _column(node: exp.Expr, names: Names) -> ColumnSpec:
