@@ -182,12 +182,11 @@ def _join_filters(node: exp.Join, tables: list[tuple[TableSchema, str]]) -> list
 
 
 def _unit_equality(node: exp.EQ, tables: list[tuple[TableSchema, str]]) -> bool:
-    ends = [node.this, node.expression]
-    if not all(isinstance(e, exp.Column) for e in ends):
-        return False
-    found = sorted(_column_side(e, tables, quiet=True) for e in ends)  # type: ignore[arg-type]
-    return found == [0, 1] and all(
-        e.name.lower() == tables[_column_side(e, tables)][0].privacy_unit.lower() for e in ends)  # type: ignore
+    """Whether `node` compares the first table's unit with the joined table's."""
+    ends = [e for e in (node.this, node.expression) if isinstance(e, exp.Column)]
+    sides = [_column_side(e, tables, quiet=True) for e in ends]
+    return len(ends) == 2 and sorted(sides) == [0, 1] and all(
+        e.name.lower() == tables[side][0].privacy_unit.lower() for e, side in zip(ends, sides, strict=True))
 
 
 def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
