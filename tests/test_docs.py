@@ -145,6 +145,14 @@ SUPPORTED: dict[str, tuple[str, ...]] = {  # README row -> queries it promises a
         "SELECT region, COUNT(*) AS n FROM (SELECT region, age FROM visits WHERE age > 30) AS q GROUP BY region",
         "WITH q AS (SELECT region FROM visits WHERE age > 30) SELECT region, COUNT(*) AS n FROM q GROUP BY region",
     ),
+    "per unit, then over units": (
+        "SELECT n, COUNT(*) AS users FROM (SELECT user_id, COUNT(*) AS n FROM visits WHERE amount > 10 GROUP BY "
+        "user_id) AS q GROUP BY n",
+        "SELECT n, COUNT(*) AS users FROM (SELECT u.user_id, COUNT(v.amount) AS n FROM users u LEFT JOIN visits v "
+        "ON u.user_id = v.user_id AND v.amount > 10 GROUP BY u.user_id) AS q GROUP BY n",
+        "WITH q AS (SELECT user_id, SUM(amount) AS total FROM visits GROUP BY user_id) SELECT COUNT(*) AS users, "
+        "AVG(total) AS mean FROM q WHERE total > 100",
+    ),
     "HAVING, ORDER BY, LIMIT": (
         "SELECT region, COUNT(*) AS n FROM visits GROUP BY region HAVING COUNT(*) > 5 ORDER BY n DESC LIMIT 2",
         "SELECT region, COUNT(*) AS n FROM visits GROUP BY region ORDER BY 2 LIMIT 3",

@@ -33,6 +33,7 @@ CHOSEN: dict[str, dict[str, tuple[int, int]]] = {
     "q05": {"lineitem": (20, 1), "orders": (20, 1)},  # c_nationkey = s_nationkey: one nation per customer
     "q06": {"lineitem": (12, 1)},
     "q12": {"lineitem": (8, 2), "orders": (8, 2)},
+    "q13": {"orders": (40, 1)},  # the clamp of a customer's order count: the histogram's domain is 0..40
     "q14": {"lineitem": (8, 1)},
     "q19": {"lineitem": (2, 1)},
 }

@@ -23,6 +23,8 @@ from proxy.query.parse.flatten import flatten
 from proxy.query.parse.normalise import normalise
 from proxy.query.parse.qualify import qualify
 from proxy.query.parse.statement import normalised, parse
+from proxy.query.per_unit.outer import two_level_analysis
+from proxy.query.per_unit.recognise import two_level
 from proxy.query.plan_cache import MAX_TEXT, Memo, exact
 from proxy.query.price.charge import Price, price, price_for_noise
 from proxy.query.public import PublicQuery, public_query, reads_public
@@ -209,6 +211,9 @@ def _normalised(sql: str, parsed: exp.Select, dialect: str) -> str:
 def _parsed(sql: str, dialect: str, catalog: Catalog) -> tuple[exp.Select, exp.Select]:
     """The statement and its SELECT, parsed afresh (what `_select` memoises)."""
     parsed = parse(sql, dialect)
+    if two_level(parsed) is not None and not reads_public(parsed, catalog):
+        _shallow(parsed)  # an aggregate over per-unit aggregates: read by per_unit/, never flattened
+        return parsed, parsed
     try:
         select = flatten(parsed)  # a BI tool's wrapper is flattened
     except UnsupportedQuery:
@@ -346,7 +351,9 @@ def _unsalted(
             "/v1/query, with no DP plan or charge to preview; join it to a protected table to aggregate "
             "protected rows", construct="TABLE", table=name,
         )
-    analysis = analyse(select, catalog, canonical_units=cells, today=today)
+    analysis = two_level_analysis(select, catalog, today=today)  # docs/privacy.md §14
+    if analysis is None:
+        analysis = analyse(select, catalog, canonical_units=cells, today=today)
     if analysis.scope.cells is not None and not analysis.scope.cells:
         # no unit can pass this WHERE: nothing to answer, and a charge on no cell must never be made (issue #10)
         raise EmptyScope(

@@ -62,7 +62,8 @@ class Analysis:
     scope: Scope  # the cells of the unit-attribute space the query can touch
     canonical: tuple[str, ...] = ()  # unit-level columns read as each unit's canonical value
     computed: tuple[tuple[str, exp.Expr], ...] = ()  # computed keys: virtual column of `table`, its SQL
-    source: exp.Expr | None = None  # a JOIN's virtual table (joins.py); None: the protected table itself
+    # a JOIN's virtual table (joins.py), or a per-unit query (per_unit/outer.py); None: the protected table itself
+    source: exp.Expr | None = None
     # the JOIN `source` computes: what its canonical values are read over (joins.py); `source` already names it
     join: Joined | None = dataclasses.field(default=None, compare=False)
 
