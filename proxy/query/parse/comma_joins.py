@@ -5,7 +5,10 @@ an inner join the two forms are the same query: a row pair passes `a.k = b.k` in
 it in ON. So each comma-joined table takes, as its ON, the first top-level WHERE conjunct that compares a column of
 it with a column of a table before it, both qualified by alias or table name (an unqualified column could be
 either table's: the rule cannot tell, and leaves it where it is). A comma join that no such equality connects
-is left as it is, a cross join, which the join rules refuse (analyse/joins.py). The result is an ordinary
+is left as it is, a cross join, which the join rules refuse (analyse/joins.py). When every join is a comma join,
+the tables are taken in the first order that connects each to one before it (TPC-H Q8's `FROM part, supplier,
+lineitem …` joins lineitem, which part's key meets, before supplier): an inner join's rows do not depend on the
+order (only `SELECT *`'s columns would, and with `*` the order is kept). The result is an ordinary
 explicit join, checked by the join rules like any other, so this rule adds no way to reach data.
 """
 
@@ -25,6 +28,8 @@ def explicit_joins(select: exp.Select) -> exp.Select:
         'SELECT COUNT(*) FROM visits AS v JOIN users AS u ON v.user_id = u.user_id WHERE v.age > 30'
         >>> explicit_joins(parse_one("SELECT COUNT(*) FROM visits v, users u WHERE v.age > 30")).sql()
         'SELECT COUNT(*) FROM visits AS v, users AS u WHERE v.age > 30'
+        >>> explicit_joins(parse_one("SELECT COUNT(*) FROM p, s, v WHERE s.k = v.k AND p.j = v.j")).sql()
+        'SELECT COUNT(*) FROM p JOIN v ON p.j = v.j JOIN s ON s.k = v.k'
     """
     joins = select.args.get("joins") or []
     if not any(_is_comma(j) for j in joins) or select.args.get("where") is None:
@@ -35,7 +40,20 @@ def explicit_joins(select: exp.Select) -> exp.Select:
         return select
     seen = {_name(source.this)} - {None}
     conjuncts = _conjuncts(out.args["where"].this)
-    for node in out.args.get("joins") or []:
+    nodes = list(out.args.get("joins") or [])
+    reorder = all(_is_comma(j) for j in nodes) and not any(
+        isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
+        for e in out.expressions)
+    placed: list[exp.Join] = []
+    while nodes:
+        node = nodes[0]
+        if reorder and seen:
+            # the first table in the text's order that an equality connects to the tables before it: for comma
+            # (inner) joins the order is the query's own choice of nothing (`*` aside, which keeps its order)
+            node = next((n for n in nodes if _name(n.this) is not None and any(
+                _connects(c, _name(n.this), seen) for c in conjuncts)), node)  # type: ignore[arg-type]
+        nodes.remove(node)
+        placed.append(node)
         name = _name(node.this)
         if _is_comma(node) and name is not None and seen:
             # the first connecting equality is the ON; any other stays in WHERE (TPC-H Q5's `c_nationkey =
@@ -46,6 +64,7 @@ def explicit_joins(select: exp.Select) -> exp.Select:
                 node.set("on", on.copy())
         if name is not None:
             seen.add(name)
+    out.set("joins", placed)
     out.set("where", exp.Where(this=exp.and_(*conjuncts)) if conjuncts else None)
     return out
 
