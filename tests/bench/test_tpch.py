@@ -18,12 +18,11 @@ import harness  # noqa: E402
 
 from mechanisms.sampling import FixedSampler  # noqa: E402
 
-ANSWERED = {"q01", "q05", "q06", "q12", "q14", "q19"}
+ANSWERED = {"q01", "q05", "q06", "q07", "q08", "q09", "q12", "q14", "q19"}
 REFUSED = {  # the stable code of each refusal: what the text needs that the product does not answer
-    "q02": "unsupported", "q03": "policy", "q04": "unsupported", "q07": "unsupported", "q08": "unsupported",
-    "q09": "unsupported", "q10": "policy", "q11": "unsupported", "q13": "unsupported", "q15": "unsupported",
-    "q16": "unsupported", "q17": "policy", "q18": "policy", "q20": "unsupported", "q21": "unsupported",
-    "q22": "policy",
+    "q02": "unsupported", "q03": "policy", "q04": "unsupported", "q10": "policy", "q11": "unsupported",
+    "q13": "unsupported", "q15": "unsupported", "q16": "unsupported", "q17": "policy", "q18": "policy",
+    "q20": "unsupported", "q21": "unsupported", "q22": "policy",
 }
 
 

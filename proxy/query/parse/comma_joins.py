@@ -14,12 +14,15 @@ explicit join, checked by the join rules like any other, so this rule adds no wa
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from sqlglot import exp
 
 
-def explicit_joins(select: exp.Select) -> exp.Select:
+def explicit_joins(select: exp.Select, protected: Collection[str] = ()) -> exp.Select:
     """`select` with each comma join that a WHERE equality connects written as `JOIN … ON` (a copy; `select`
-    itself when it has no comma join).
+    itself when it has no comma join). `protected` names the protected tables (lower case), which a reordering
+    places before public ones where it can.
 
     Example:
         >>> from sqlglot import parse_one
@@ -30,6 +33,8 @@ def explicit_joins(select: exp.Select) -> exp.Select:
         'SELECT COUNT(*) FROM visits AS v, users AS u WHERE v.age > 30'
         >>> explicit_joins(parse_one("SELECT COUNT(*) FROM p, s, v WHERE s.k = v.k AND p.j = v.j")).sql()
         'SELECT COUNT(*) FROM p JOIN v ON p.j = v.j JOIN s ON s.k = v.k'
+        >>> explicit_joins(parse_one("SELECT COUNT(*) FROM p, s, v WHERE p.k = s.k AND p.j = v.j"), {"v"}).sql()
+        'SELECT COUNT(*) FROM p JOIN v ON p.j = v.j JOIN s ON p.k = s.k'
     """
     joins = select.args.get("joins") or []
     if not any(_is_comma(j) for j in joins) or select.args.get("where") is None:
@@ -48,10 +53,14 @@ def explicit_joins(select: exp.Select) -> exp.Select:
     while nodes:
         node = nodes[0]
         if reorder and seen:
-            # the first table in the text's order that an equality connects to the tables before it: for comma
+            # the first table in the text's order that an equality connects to the tables before it (a protected
+            # one first while none is placed: the join rules join public tables to a protected one); for comma
             # (inner) joins the order is the query's own choice of nothing (`*` aside, which keeps its order)
-            node = next((n for n in nodes if _name(n.this) is not None and any(
-                _connects(c, _name(n.this), seen) for c in conjuncts)), node)  # type: ignore[arg-type]
+            linked = [n for n in nodes if (name := _name(n.this)) is not None
+                      and any(_connects(c, name, seen) for c in conjuncts)]
+            if not any(_protected(n, protected) for n in [source, *placed]):
+                linked.sort(key=lambda n: not _protected(n, protected))  # stable: text order otherwise
+            node = linked[0] if linked else node
         nodes.remove(node)
         placed.append(node)
         name = _name(node.this)
@@ -67,6 +76,12 @@ def explicit_joins(select: exp.Select) -> exp.Select:
     out.set("joins", placed)
     out.set("where", exp.Where(this=exp.and_(*conjuncts)) if conjuncts else None)
     return out
+
+
+def _protected(node: exp.Expr, protected: Collection[str]) -> bool:
+    """Whether the FROM item `node` (or a join's table) is a protected table."""
+    table = node.this if isinstance(node, exp.Join | exp.From) else node
+    return isinstance(table, exp.Table) and table.name.lower() in protected
 
 
 def _is_comma(node: exp.Join) -> bool:
