@@ -122,6 +122,8 @@ SUPPORTED: dict[str, tuple[str, ...]] = {  # README row -> queries it promises a
         "SELECT COUNT(*) AS n FROM visits v, users u WHERE v.user_id = u.user_id",
         "SELECT u.plan, d.department, COUNT(*) AS n FROM visits v JOIN users u USING (user_id) JOIN departments d "
         "ON v.category = d.category GROUP BY u.plan, d.department",
+        "SELECT d.department, e.department AS e_dep, COUNT(*) AS n FROM visits v JOIN departments d "
+        "ON v.category = d.category JOIN departments e ON v.category = e.category GROUP BY d.department, e.department",
     ),
     "public tables alone": (
         "SELECT DISTINCT department FROM departments ORDER BY department",
@@ -144,6 +146,8 @@ SUPPORTED: dict[str, tuple[str, ...]] = {  # README row -> queries it promises a
         "SELECT COUNT(*) AS n FROM (SELECT * FROM visits WHERE age > 30) AS q",
         "SELECT region, COUNT(*) AS n FROM (SELECT region, age FROM visits WHERE age > 30) AS q GROUP BY region",
         "WITH q AS (SELECT region FROM visits WHERE age > 30) SELECT region, COUNT(*) AS n FROM q GROUP BY region",
+        "SELECT dep, SUM(x) AS s FROM (SELECT d.department AS dep, v.amount * 2 AS x FROM visits v, departments d "
+        "WHERE v.category = d.category) AS q GROUP BY dep",
     ),
     "per unit, then over units": (
         "SELECT n, COUNT(*) AS users FROM (SELECT user_id, COUNT(*) AS n FROM visits WHERE amount > 10 GROUP BY "
@@ -165,8 +169,7 @@ _PLACEHOLDERS = {"agg", "col", "groupable", "q", "n", "a", "b", "x", "p", "s", "
 
 REJECTED: dict[str, tuple[str, ...]] = {  # README "Everything else — … — is rejected" item -> refused queries
     "joins of other shapes": (
-        "SELECT COUNT(*) FROM visits v JOIN departments d ON v.category = d.category JOIN departments e "
-        "ON v.category = e.category",
+        "SELECT COUNT(*) FROM visits v JOIN visits w USING (user_id)",  # a protected table twice
         "SELECT COUNT(*) FROM visits v RIGHT JOIN users u USING (user_id)",
         "SELECT COUNT(*) FROM visits v FULL JOIN users u USING (user_id)",
         "SELECT COUNT(*) FROM visits v CROSS JOIN users u",

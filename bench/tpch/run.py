@@ -32,6 +32,9 @@ CHOSEN: dict[str, dict[str, tuple[int, int]]] = {
     "q01": {"lineitem": (60, 4)},
     "q05": {"lineitem": (20, 1), "orders": (20, 1)},  # c_nationkey = s_nationkey: one nation per customer
     "q06": {"lineitem": (12, 1)},
+    "q07": {"lineitem": (2, 2), "orders": (2, 2)},  # a customer's one nation, the other's suppliers, two years
+    "q08": {"lineitem": (1, 2), "orders": (1, 2)},  # one part type: about one line per customer, two years
+    "q09": {"lineitem": (1, 8), "orders": (1, 8)},  # green parts: a few lines per customer, each its own group
     "q12": {"lineitem": (8, 2), "orders": (8, 2)},
     "q13": {"orders": (40, 1)},  # the clamp of a customer's order count: the histogram's domain is 0..40
     "q14": {"lineitem": (8, 1)},

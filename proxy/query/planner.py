@@ -223,7 +223,7 @@ def _parsed(sql: str, dialect: str, catalog: Catalog) -> tuple[exp.Select, exp.S
     _shallow(select)  # before the rules below, which recurse over the tree
     # constants folded, an OR's shared conjuncts factored (parse/normalise.py); unqualified columns qualified by the
     # declarations (parse/qualify.py); `FROM a, b WHERE a.k = b.k` joins
-    select = explicit_joins(qualify(normalise(select), catalog))
+    select = explicit_joins(qualify(normalise(select), catalog), {t.name.lower() for t in catalog.tables})
     _shallow(select)
     return parsed, select
 

@@ -19,10 +19,9 @@ import harness  # noqa: E402
 from mechanisms.sampling import FixedSampler  # noqa: E402
 
 PUBLIC = {"q02", "q11", "q16"}  # over public tables alone (part, supplier, partsupp, nation, region): exact, free
-ANSWERED = {"q01", "q05", "q06", "q12", "q13", "q14", "q19"} | PUBLIC
+ANSWERED = {"q01", "q05", "q06", "q07", "q08", "q09", "q12", "q13", "q14", "q19"} | PUBLIC
 REFUSED = {  # the stable code of each refusal: what the text needs that the product does not answer
-    "q03": "policy", "q04": "unsupported", "q07": "unsupported", "q08": "unsupported",
-    "q09": "unsupported", "q10": "policy", "q15": "unsupported",
+    "q03": "policy", "q04": "unsupported", "q10": "policy", "q15": "unsupported",
     "q17": "policy", "q18": "policy", "q20": "unsupported", "q21": "unsupported",
     "q22": "policy",
 }

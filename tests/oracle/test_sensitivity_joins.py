@@ -119,7 +119,8 @@ def test_bounds_and_composition_of_joins() -> None:
     ("SELECT COUNT(*) FROM p JOIN pub USING (k) JOIN dim ON p.k = pub.k", "JOIN ON"),  # dim not in its ON
     ("SELECT COUNT(*) FROM p JOIN pub USING (k) CROSS JOIN dim", "CROSS JOIN"),
     ("SELECT COUNT(*) FROM p JOIN pub USING (k), dim", "CROSS JOIN"),
-    ("SELECT COUNT(*) FROM p JOIN pub USING (k) JOIN pub AS pub2 USING (k)", "JOIN"),  # one table twice
+    # a public table twice (test_public_twice_oracle.py), but USING (k) names no one table before pub2
+    ("SELECT COUNT(*) FROM p JOIN pub USING (k) JOIN pub AS pub2 USING (k)", "USING"),
     ("SELECT COUNT(*) FROM p JOIN r ON p.uid = r.uid", "JOIN ON"),  # two units: r's is cid
     ("SELECT COUNT(*) FROM p JOIN q USING (uid) JOIN r ON q.y = r.cid", "JOIN ON"),  # a third, not on the unit
     ("SELECT COUNT(*) FROM pub JOIN dim USING (label) JOIN p USING (k)", "JOIN"),  # public tables first

@@ -82,11 +82,14 @@ def join(select: exp.Select, catalog: Catalog) -> Joined:
 
 
 def _check_tables(sides: list[tuple[Table, str]]) -> None:
-    """One table at most once, one alias at most once, and one or two protected tables."""
+    """A protected table at most once (a public one may be joined again under its own alias: TPC-H Q7's supplier
+    nation n1 and customer nation n2), one alias at most once, and one to three protected tables."""
     names = [t.name.lower() for t, _ in sides]
-    repeated = next((t for (t, _), n in zip(sides, names, strict=True) if names.count(n) > 1), None)
+    repeated = next((t for (t, _), n in zip(sides, names, strict=True)
+                     if names.count(n) > 1 and isinstance(t, TableSchema)), None)
     if repeated is not None:
-        raise UnsupportedQuery(f"joining {repeated.name} to itself (or twice) is not supported; {_HINT}",
+        raise UnsupportedQuery(f"joining the protected table {repeated.name} to itself (or twice) is not supported; "
+                               f"{_HINT}",
                                construct="JOIN", hint=_HINT)
     aliases = [a.lower() for _, a in sides]
     if len(set(aliases)) != len(aliases):

@@ -6,7 +6,8 @@ the base, of the partner or of a public table joined before it (a dimension chai
 TPC-H's customer → nation → region). Each joined table is a `Part`; what reads a query's FROM into parts is
 proxy/query/analyse/joins.py.
 
-Columns: the base's under their own names, then each part's (renamed `<table>.<column>` when a name is taken).
+Columns: the base's under their own names, then each part's (renamed `<table>.<column>` when a name is taken,
+and `<alias>.<column>` for a public table joined a second time).
 A public table's column is unit-level only when the table declares its keys `unique` and the column it is
 joined from is unit-level (or the unit): by induction, every link from the base is a `unique` key reached from a
 unit-level column. A partner's columns keep their declarations.
@@ -126,7 +127,7 @@ def virtual(base: TableSchema, base_alias: str, steps: Sequence[Step]) -> Joined
             if protected and spec.name == table.privacy_unit:  # equal to the base unit on every joined row
                 mapping[spec.name.lower()] = base.privacy_unit
                 continue
-            name = spec.name if spec.name.lower() not in taken else f"{table.name}.{spec.name}"
+            name = _free(spec.name, table.name, step.alias, taken)
             taken.add(name.lower())
             mapping[spec.name.lower()] = name
             own[name] = spec.name
@@ -151,10 +152,23 @@ def virtual(base: TableSchema, base_alias: str, steps: Sequence[Step]) -> Joined
     return dataclasses.replace(joined, source=canonical_source(joined, ()))
 
 
+def _free(column: str, table: str, alias: str, taken: set[str]) -> str:
+    """The virtual name of a joined table's column: its own, else `<table>.<column>`, else (a public table joined
+    twice, TPC-H Q7's nation n1 and n2) `<alias>.<column>`, else that numbered."""
+    names = (column, f"{table}.{column}", f"{alias}.{column}")
+    return next((n for n in names if n.lower() not in taken), None) or next(
+        n for i in range(2, len(taken) + 3) if (n := f"{alias}.{column}#{i}").lower() not in taken)
+
+
 def _via(joined: Joined) -> str:
     """The join's name in its cell space's fingerprint. One join keeps the name it always had (its canonical values
     do not depend on INNER or LEFT: a unit with no match has no rows, or NULLs); a chain names every link with its
     kind, since an INNER link drops the public rows of the links before it that it does not match."""
+    tables = [p.step.table.name.lower() for p in joined.parts]
+
+    def label(step: Step) -> str:  # a public table joined twice is named by its alias too, as each link is
+        return step.table.name if tables.count(step.table.name.lower()) == 1 else f"{step.table.name} {step.alias}"
+
     names = []
     for part in joined.parts:
         step = part.step
@@ -163,9 +177,9 @@ def _via(joined: Joined) -> str:
             names.append(f"{step.table.name}.{key}{step.table.privacy_unit}")
             continue
         owner = joined.owner(step.parent)
-        source = (joined.base.name, step.parent) if owner is None else (owner.step.table.name,
+        source = (joined.base.name, step.parent) if owner is None else (label(owner.step),
                                                                        owner.columns[step.parent])
-        link = f"{step.table.name}.{step.key.name} = {source[0]}.{source[1]}"
+        link = f"{label(step)}.{step.key.name} = {source[0]}.{source[1]}"
         names.append(link if len(joined.parts) == 1 else f"{'LEFT JOIN' if step.left else 'JOIN'} {link}")
     return "; ".join(names)
 

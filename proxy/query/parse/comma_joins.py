@@ -5,18 +5,24 @@ an inner join the two forms are the same query: a row pair passes `a.k = b.k` in
 it in ON. So each comma-joined table takes, as its ON, the first top-level WHERE conjunct that compares a column of
 it with a column of a table before it, both qualified by alias or table name (an unqualified column could be
 either table's: the rule cannot tell, and leaves it where it is). A comma join that no such equality connects
-is left as it is, a cross join, which the join rules refuse (analyse/joins.py). The result is an ordinary
+is left as it is, a cross join, which the join rules refuse (analyse/joins.py). When every join is a comma join,
+the tables are taken in the first order that connects each to one before it (TPC-H Q8's `FROM part, supplier,
+lineitem …` joins lineitem, which part's key meets, before supplier): an inner join's rows do not depend on the
+order (only `SELECT *`'s columns would, and with `*` the order is kept). The result is an ordinary
 explicit join, checked by the join rules like any other, so this rule adds no way to reach data.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from sqlglot import exp
 
 
-def explicit_joins(select: exp.Select) -> exp.Select:
+def explicit_joins(select: exp.Select, protected: Collection[str] = ()) -> exp.Select:
     """`select` with each comma join that a WHERE equality connects written as `JOIN … ON` (a copy; `select`
-    itself when it has no comma join).
+    itself when it has no comma join). `protected` names the protected tables (lower case), which a reordering
+    places before public ones where it can.
 
     Example:
         >>> from sqlglot import parse_one
@@ -25,6 +31,10 @@ def explicit_joins(select: exp.Select) -> exp.Select:
         'SELECT COUNT(*) FROM visits AS v JOIN users AS u ON v.user_id = u.user_id WHERE v.age > 30'
         >>> explicit_joins(parse_one("SELECT COUNT(*) FROM visits v, users u WHERE v.age > 30")).sql()
         'SELECT COUNT(*) FROM visits AS v, users AS u WHERE v.age > 30'
+        >>> explicit_joins(parse_one("SELECT COUNT(*) FROM p, s, v WHERE s.k = v.k AND p.j = v.j")).sql()
+        'SELECT COUNT(*) FROM p JOIN v ON p.j = v.j JOIN s ON s.k = v.k'
+        >>> explicit_joins(parse_one("SELECT COUNT(*) FROM p, s, v WHERE p.k = s.k AND p.j = v.j"), {"v"}).sql()
+        'SELECT COUNT(*) FROM p JOIN v ON p.j = v.j JOIN s ON p.k = s.k'
     """
     joins = select.args.get("joins") or []
     if not any(_is_comma(j) for j in joins) or select.args.get("where") is None:
@@ -35,7 +45,24 @@ def explicit_joins(select: exp.Select) -> exp.Select:
         return select
     seen = {_name(source.this)} - {None}
     conjuncts = _conjuncts(out.args["where"].this)
-    for node in out.args.get("joins") or []:
+    nodes = list(out.args.get("joins") or [])
+    reorder = all(_is_comma(j) for j in nodes) and not any(
+        isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
+        for e in out.expressions)
+    placed: list[exp.Join] = []
+    while nodes:
+        node = nodes[0]
+        if reorder and seen:
+            # the first table in the text's order that an equality connects to the tables before it (a protected
+            # one first while none is placed: the join rules join public tables to a protected one); for comma
+            # (inner) joins the order is the query's own choice of nothing (`*` aside, which keeps its order)
+            linked = [n for n in nodes if (name := _name(n.this)) is not None
+                      and any(_connects(c, name, seen) for c in conjuncts)]
+            if not any(_protected(n, protected) for n in [source, *placed]):
+                linked.sort(key=lambda n: not _protected(n, protected))  # stable: text order otherwise
+            node = linked[0] if linked else node
+        nodes.remove(node)
+        placed.append(node)
         name = _name(node.this)
         if _is_comma(node) and name is not None and seen:
             # the first connecting equality is the ON; any other stays in WHERE (TPC-H Q5's `c_nationkey =
@@ -46,8 +73,15 @@ def explicit_joins(select: exp.Select) -> exp.Select:
                 node.set("on", on.copy())
         if name is not None:
             seen.add(name)
+    out.set("joins", placed)
     out.set("where", exp.Where(this=exp.and_(*conjuncts)) if conjuncts else None)
     return out
+
+
+def _protected(node: exp.Expr, protected: Collection[str]) -> bool:
+    """Whether the FROM item `node` (or a join's table) is a protected table."""
+    table = node.this if isinstance(node, exp.Join | exp.From) else node
+    return isinstance(table, exp.Table) and table.name.lower() in protected
 
 
 def _is_comma(node: exp.Join) -> bool:

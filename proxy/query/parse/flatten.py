@@ -6,9 +6,9 @@ The inner query may select `*` or columns (renamed or not) of one table, compute
 alias (`amount * 2 AS double_amount`, beside `*` too), and filter with WHERE; the outer query then reads the
 inner names, which are mapped back to the table's columns or replaced by the expressions they name (checked
 by the allow-list where they are used, as if written there), and the two WHERE clauses are joined with AND.
-A computed value the outer query never reads is dropped, never run. Nothing else is flattened (aggregates,
-GROUP BY, DISTINCT, LIMIT, ORDER BY, joins, a second CTE or level): those are refused with what to write
-instead. The result is an ordinary SELECT,
+A computed value the outer query never reads is dropped, never run. An inner query that joins tables is
+flattened by parse/flatten_joins.py. Nothing else is flattened (aggregates, GROUP BY, DISTINCT, LIMIT, ORDER BY,
+a second CTE or level): those are refused with what to write instead. The result is an ordinary SELECT,
 checked by the allow-list like any other, so flattening adds no way to reach data.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from proxy.query.errors import UnsupportedQuery
+from proxy.query.parse.flatten_joins import flatten_joined
 
 _INNER_ARGS = frozenset({"expressions", "from_", "where"})
 _HINT = ("a subquery or CTE may only select columns of one table and filter them with WHERE; "
@@ -47,6 +48,8 @@ def flatten(select: exp.Select) -> exp.Select:
             raise UnsupportedQuery(f"a subquery in FROM needs an alias and one SELECT; {_HINT}",
                                    construct="SUBQUERY")
         inner, alias = subquery.this, subquery.alias
+    if inner.args.get("joins"):
+        return flatten_joined(outer, inner, alias)  # joins inside: parse/flatten_joins.py
     table, star, names, where = _inner(inner)
     outer.set("from_", exp.From(this=exp.Table(**{**table.args, "alias": exp.TableAlias(
         this=exp.to_identifier(alias))})))
@@ -91,7 +94,7 @@ def _inner(inner: exp.Select) -> tuple[exp.Table, bool, dict[str, exp.Expr], exp
     allow-list checks where the outer query uses it); and its WHERE (unqualified)."""
     for name, value in inner.args.items():
         if name not in _INNER_ARGS and value:
-            construct = {"joins": "JOIN", "group": "GROUP BY", "order": "ORDER BY", "with_": "WITH"}.get(
+            construct = {"group": "GROUP BY", "order": "ORDER BY", "with_": "WITH"}.get(
                 name, name.upper())
             raise UnsupportedQuery(f"{construct} inside a subquery or CTE is not supported; {_HINT}",
                                    construct=construct)
