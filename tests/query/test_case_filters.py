@@ -1,4 +1,4 @@
-"""A one-arm CASE inside COUNT, SUM or AVG read as the aggregate's FILTER (proxy/query/analyse/case_filters.py,
+"""A one-arm CASE inside COUNT, SUM or AVG read as the aggregate's FILTER (proxy/query/parse/case_filters.py,
 issue #29 item 4): answered as written (DuckDB's answer on both bounding paths, NULLs and unmatched groups
 included), priced as the FILTER form, and so served by bounds chosen per query."""
 

@@ -16,7 +16,7 @@ import dataclasses
 
 from sqlglot import exp
 
-from proxy.query.analyse.case_filters import as_filter
+from proxy.query.parse.case_filters import as_filter
 from proxy.query.analyse.measures import Aggregate
 from proxy.query.analyse.names import Names
 from proxy.query.analyse.quantiles import QUANTILE_NODES, quantile

@@ -11,10 +11,6 @@ ELSE of another value, an expression for x — stays an expression (analyse/row_
 
 Example:
     >>> from sqlglot import parse_one
-    >>> from proxy.query.analyse.names import Names
-    >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
-    >>> t = TableSchema("v", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("age", "INTEGER"),
-    ...     ColumnSpec("amount", "DOUBLE", bounds=(0, 100))))
     >>> as_filter(parse_one("SUM(CASE WHEN age > 50 THEN amount ELSE 0 END)")).sql()
     'SUM(amount) FILTER(WHERE age > 50)'
     >>> as_filter(parse_one("SUM(CASE WHEN age > 50 THEN 1 ELSE 0 END)")).sql()
