@@ -79,8 +79,8 @@ class _Inner:
         table = self.table
         if isinstance(table, TableSchema) and table.unit_via and column.name.lower() == table.privacy_unit.lower():
             return False
-        if column.table:
-            return column.table.lower() in {self.alias.lower(), table.name.lower()}
+        if column.table:  # an alias hides its table's name, as in SQL
+            return column.table.lower() == self.alias.lower()
         return table.column(column.name) is not None
 
 
