@@ -109,8 +109,9 @@ def _store(sql: str, os_: list[tuple[object, ...]], ls: list[tuple[object, ...]]
 # customer 0: many orders, each with many lines on every supplier and late or early, extreme values; customer 1's
 # one order shares those suppliers and days, so a filter reading other units' lines would move when 0 leaves
 @example(os_=[(0, p, 1e6) for p in ("1-URGENT", "2-HIGH", "3-LOW") for _ in range(2)] + [(1, "2-HIGH", 60.0)],
-         ls=[(o, s, m, 100, dt.date(2024, 1, 1 + (s or 0) % 2), dt.date(2024, 1, 2)) for o in range(6) for s in (0, 1, 2, None)
-             for m in ("MAIL", "SHIP")] + [(6, 1, "MAIL", 5, dt.date(2024, 1, 1), dt.date(2024, 1, 3))],
+         ls=[(o, s, m, 100, dt.date(2024, 1, 1 + (s or 0) % 2), dt.date(2024, 1, 2)) for o in range(6)
+             for s in (0, 1, 2, None) for m in ("MAIL", "SHIP")]
+         + [(6, 1, "MAIL", 5, dt.date(2024, 1, 1), dt.date(2024, 1, 3))],
          removed=0, key="k")
 def test_removing_a_customer_moves_each_measure_of_a_semi_join_within_its_sensitivity(
     query: str, os_: list[tuple[object, ...]], ls: list[tuple[object, ...]], removed: int, key: str
