@@ -18,11 +18,11 @@ import harness  # noqa: E402
 
 from mechanisms.sampling import FixedSampler  # noqa: E402
 
-ANSWERED = {"q01", "q05", "q06", "q12", "q14", "q19"}
+ANSWERED = {"q01", "q04", "q05", "q06", "q12", "q14", "q19", "q21"}
 REFUSED = {  # the stable code of each refusal: what the text needs that the product does not answer
-    "q02": "unsupported", "q03": "policy", "q04": "unsupported", "q07": "unsupported", "q08": "unsupported",
+    "q02": "unsupported", "q03": "policy", "q07": "unsupported", "q08": "unsupported",
     "q09": "unsupported", "q10": "policy", "q11": "unsupported", "q13": "unsupported", "q15": "unsupported",
-    "q16": "unsupported", "q17": "policy", "q18": "policy", "q20": "unsupported", "q21": "unsupported",
+    "q16": "unsupported", "q17": "policy", "q18": "policy", "q20": "unsupported",
     "q22": "policy",
 }
 
@@ -69,6 +69,16 @@ def test_q01_groups_and_counts_equal_duckdbs(outcomes: dict[str, harness.Outcome
 def test_texts_grouped_by_the_unit_stay_refused_saying_why(outcomes: dict[str, harness.Outcome], name: str) -> None:
     assert (outcomes[name].code, outcomes[name].message) == (
         "policy", "cannot GROUP BY the privacy unit 'c_custkey': each group would be one person")
+
+
+@pytest.mark.parametrize(("name", "table"), [("q17", "lineitem"), ("q22", "customer")])
+def test_scalar_subqueries_over_protected_rows_stay_refused_naming_the_construct(
+        outcomes: dict[str, harness.Outcome], name: str, table: str) -> None:
+    assert outcomes[name].code == "policy"
+    message = outcomes[name].message
+    assert message.startswith(f"a scalar subquery over the protected table {table} in "), message
+    assert "compares each row with an exact statistic of every unit's rows: a subquery over other units' rows would " \
+        "be a release inside the WHERE" in message, message
 
 
 def test_the_texts_plan_alike_memoised_and_afresh_and_no_step_mutates_the_memos(workload: harness.Workload) -> None:

@@ -54,8 +54,8 @@ Reader = Callable[[exp.Expr, Names], exp.Expr]
 _HINT = ("allowed in WHERE: [NOT] EXISTS (SELECT * FROM t WHERE …) and col [NOT] IN (SELECT c FROM t WHERE …), over "
          "a public table, or over a protected table correlated by an equality on the privacy unit or on a declared "
          "unit_via key of the outer row (l_orderkey = o_orderkey); no aggregate, GROUP BY, JOIN or nested subquery")
-_PINS = ("a subquery over other units' rows would be a release inside the WHERE: each row's filter would depend on "
-         "rows of other privacy units, so removing one unit could change other units' answers by any amount")
+_PINS = ("a subquery over other units' rows would be a release inside the WHERE: removing one unit could change "
+         "other units' filters, and so the answer, by any amount")
 _COMPARE = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _FLIPPED = {exp.EQ: exp.EQ, exp.NEQ: exp.NEQ, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}
 
@@ -117,8 +117,10 @@ def semi_join(node: exp.Expr, names: Names, read: Reader, *, negated: bool = Fal
     where_node = select.args.get("where")
     for conjunct in _conjuncts(where_node.this) if where_node is not None else []:
         columns = list(conjunct.find_all(exp.Column))
-        if any(isinstance(n, exp.Select) for n in conjunct.find_all(exp.Select)):
-            raise _shape(conjunct, "a subquery inside a subquery")
+        if conjunct.find(exp.Select):
+            if type(conjunct) in _COMPARE or isinstance(conjunct, exp.Between):
+                raise scalar_subquery(conjunct, names)  # TPC-H Q20: `ps_availqty > (SELECT 0.5 * SUM(…) …)`
+            raise _shape(conjunct, "a subquery without a subquery inside it")
         mine = [c for c in columns if inner.owns(c)]
         if len(mine) == len(columns):  # the inner table's own condition: WHERE's allow-list, then renamed
             rebuilt = read(conjunct, inner.names)
@@ -339,18 +341,18 @@ def scalar_subquery(node: exp.Expr, names: Names) -> PolicyError | UnsupportedQu
             construct="SCALAR SUBQUERY", hint=_HINT, **located(node))
     tables = ", ".join(protected)
     return PolicyError(
-        f"a scalar subquery over the protected table {tables} compares each row with an exact statistic of "
-        f"protected rows of other privacy units too, in {_short(node)}: {_PINS}; it has no DP answer here",
+        f"a scalar subquery over the protected table {tables} in {_short(node)} compares each row with an exact "
+        f"statistic of every unit's rows: {_PINS}; it has no DP answer here",
         construct="SCALAR SUBQUERY", table=protected[0],
         hint="release the statistic first (its own DP query) and compare with that value as a literal",
         **located(node))
 
 
-def not_here(node: exp.Expr, names: Names) -> UnsupportedQuery | PolicyError:
+def not_here(node: exp.Expr, names: Names) -> UnsupportedQuery:
     """The refusal of a subquery where only the top-level WHERE of a query over a protected table may hold one."""
     protected = _protected(node, names)
     if protected:
-        return PolicyError(
+        return UnsupportedQuery(
             f"a subquery over the protected table {', '.join(protected)} ({_short(node)}) is allowed only in the WHERE "
             f"of a query over a protected table of the same privacy unit, as a filter of each row by its own unit's "
             f"rows; here it would read protected rows exactly", construct="SUBQUERY", table=protected[0],
