@@ -70,6 +70,9 @@ ANSWERED = [
     "AND o_total > 50 AND l_mode = 'SHIP')",  # a condition on the outer row alone inside the subquery
     "SELECT o_prio, COUNT(*) FROM orders JOIN lineitem ON o_orderkey = l_orderkey WHERE NOT EXISTS (SELECT * "
     "FROM lineitem l2 WHERE l2.l_orderkey = lineitem.l_orderkey AND l2.l_qty > lineitem.l_qty) GROUP BY o_prio",
+    # TPC-H Q22's own semi-join, on a table of one row per unit (the store's rank filter, nothing to bound)
+    "SELECT c_seg, COUNT(*) FROM customer WHERE NOT EXISTS (SELECT * FROM orders WHERE o_custkey = c_custkey "
+    "AND o_prio = '3-LOW') GROUP BY c_seg",
 ]
 
 
