@@ -117,7 +117,7 @@ def predicate(node: exp.Expr, names: Names, *, subqueries: bool = False, negated
     raise unsupported(
         offender,
         "WHERE (allowed: a column or computed value compared with a literal or another, IN (literals), BETWEEN, "
-        "IS [NOT] NULL, LIKE, AND, OR, NOT)",
+        "IS [NOT] NULL, LIKE, AND, OR, NOT, [NOT] EXISTS or IN (SELECT …) over the row's own unit or a public table)",
     )
 
 
