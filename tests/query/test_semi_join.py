@@ -183,6 +183,10 @@ def _refusal(query: str, catalog: Catalog = CATALOG) -> QueryError:
      "one declared table"),
     ("SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT * FROM lineitem WHERE l_orderkey = o_orderkey "
      "AND l_secret = 1)", "policy", "COLUMN", "l_secret"),
+    ("SELECT COUNT(*) FROM orders WHERE o_total IN (SELECT l_orderkey FROM lineitem WHERE l_mode = 'MAIL')",
+     "unsupported", "SUBQUERY", "DECIMALs of two types"),
+    ("SELECT COUNT(*) FROM orders WHERE o_prio IN (SELECT l_orderkey FROM lineitem)", "policy", "SUBQUERY",
+     "one kind"),
     ("SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT * FROM nosuch WHERE k = o_orderkey)", "policy", "TABLE",
      "nosuch"),
     ("SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT * FROM lineitem WHERE l_orderkey = o_orderkey OR "
