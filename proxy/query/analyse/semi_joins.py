@@ -67,7 +67,7 @@ def is_semi_join(node: exp.Expr) -> bool:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Inner:
-    """The subquery's table as read: its declaration, the names its columns resolve by, and the renamed columns."""
+    """The subquery's table as read: its declaration, its alias (its name when it has none), its columns' names."""
 
     table: TableSchema | PublicTable
     alias: str
@@ -101,7 +101,8 @@ def semi_join(node: exp.Expr, names: Names, read: Reader, *, negated: bool = Fal
 
     conditions: list[exp.Expr] = []
     pinned = isinstance(inner.table, PublicTable)
-    outer_operand: exp.Expr | None = None
+    selected: ColumnSpec | None = None  # an IN's: the inner column, and the outer operand it is compared with
+    operand: exp.Expr | None = None
     if isinstance(node, exp.In):
         selected = _selected(select, inner, node)
         if not isinstance(node.this, exp.Column):
@@ -117,7 +118,7 @@ def semi_join(node: exp.Expr, names: Names, read: Reader, *, negated: bool = Fal
         if negated and isinstance(inner.table, TableSchema):
             raise _null_in(node, inner.table, selected)
         pinned = pinned or pins(_origin(names, outer), (inner.table, selected.name))
-        outer_operand = (selected, types.column(outer.name, outer.type))
+        operand = types.column(outer.name, outer.type)
     else:
         _projection(select, inner, node)
     where_node = select.args.get("where")
@@ -143,9 +144,7 @@ def semi_join(node: exp.Expr, names: Names, read: Reader, *, negated: bool = Fal
             f"the subquery over the protected table {inner.table.name}{where(node)} is not correlated by an equality "
             f"that pins its rows to the outer row's privacy unit: {_PINS}", construct="SUBQUERY",
             table=inner.table.name, hint=_HINT, **located(node))
-    projected = exp.Literal.number(1)
-    if outer_operand is not None:
-        projected = inner_ref(outer_operand[0])
+    projected = exp.Literal.number(1) if selected is None else inner_ref(selected)
     columns_read = [exp.alias_(exp.column(inner.table.column(name).name, quoted=True), alias, quoted=True)  # type: ignore[union-attr]
                     for name, alias in renamed.items()] or [exp.Literal.number(1)]
     source = exp.select(*columns_read).from_(exp.table_(inner.table.name, quoted=True)).subquery(ALIAS)
@@ -153,11 +152,11 @@ def semi_join(node: exp.Expr, names: Names, read: Reader, *, negated: bool = Fal
     query = exp.select(projected).from_(source)
     if conditions:
         query = query.where(exp.and_(*conditions))
-    if outer_operand is None:
+    if operand is None:
         return exp.Exists(this=query)
     # the outer operand in parentheses: an atom `column IN (…)` is read as a list of literals by the scope rules
     # (analyse/cell_space.py), which must see this one as restricting nothing (tests/query/test_semi_join.py)
-    return exp.In(this=exp.Paren(this=outer_operand[1]), query=exp.Subquery(this=query))
+    return exp.In(this=exp.Paren(this=operand), query=exp.Subquery(this=query))
 
 
 def _typed(ref: exp.Column, spec: ColumnSpec) -> exp.Expr:
