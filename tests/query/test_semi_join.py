@@ -211,6 +211,15 @@ def test_a_query_over_public_tables_alone_may_not_read_protected_rows_in_a_subqu
     assert err.value.detail.get("construct") == "SUBQUERY" and "protected table lineitem" in err.value.message
 
 
+def test_tpch_q20s_shape_over_a_public_table_names_its_scalar_subquery_over_protected_rows() -> None:
+    query = ("SELECT s_nation FROM supp WHERE s_suppkey IN (SELECT s_suppkey FROM supp s2 WHERE s2.s_nation = 'X' "
+             "AND s2.s_suppkey > (SELECT 0.5 * SUM(l_qty) FROM lineitem WHERE l_supp = s2.s_suppkey))")
+    with pytest.raises(QueryError) as err:
+        plan_public(query, CATALOG, max_rows=10)
+    assert (err.value.code, err.value.detail.get("construct")) == ("policy", "SCALAR SUBQUERY"), err.value.message
+    assert err.value.message.startswith("a scalar subquery over the protected table lineitem in "), err.value.message
+
+
 def test_an_in_subquery_restricts_no_cell_of_the_charge() -> None:
     """A unit-level key IN (a subquery) is no list of literals: the scope rules must charge every cell for it
     (analyse/cell_space.py reads `col IN (…)` as literals; the rendering keeps the operand in parentheses)."""

@@ -353,8 +353,13 @@ def scalar_subquery(node: exp.Expr, names: Names) -> PolicyError | UnsupportedQu
         **located(node))
 
 
-def not_here(node: exp.Expr, names: Names) -> UnsupportedQuery:
-    """The refusal of a subquery where only the top-level WHERE of a query over a protected table may hold one."""
+def not_here(node: exp.Expr, names: Names) -> UnsupportedQuery | PolicyError:
+    """The refusal of a subquery where only the top-level WHERE of a query over a protected table may hold one; a
+    comparison with a scalar subquery over protected rows inside it is named as such (TPC-H Q20 over supplier)."""
+    scalar = next((c for c in node.find_all(*_COMPARE, exp.Between) if c.find(exp.Select) and _protected(c, names)),
+                  None)
+    if scalar is not None:
+        return scalar_subquery(scalar, names)
     protected = _protected(node, names)
     if protected:
         return UnsupportedQuery(
