@@ -1,4 +1,4 @@
-"""Semi-joins in WHERE (proxy/query/analyse/semi_joins.py): answered exactly as DuckDB answers the text when no bound
+"""Semi-joins in WHERE (proxy/query/analyse/subqueries/): answered exactly as DuckDB answers the text when no bound
 binds, on the store and per-query paths, with NULLs where SQL's three-valued logic matters; refused, naming the
 construct, wherever other units' rows would decide a row's filter, and never reachable outside a WHERE."""
 

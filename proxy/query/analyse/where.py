@@ -15,10 +15,10 @@ import datetime as dt
 from sqlglot import exp
 
 from proxy.query import types
-from proxy.query.analyse import semi_joins
 from proxy.query.analyse.literals import date_value, in_domain, literal
 from proxy.query.analyse.names import Names
 from proxy.query.analyse.refusals import unsupported
+from proxy.query.analyse.subqueries import refused, semi_joins
 from proxy.query.catalog import ColumnSpec
 from proxy.query.computed.filters import MAX_IN_LIST, computed_condition
 from proxy.query.errors import PolicyError, UnsupportedQuery
@@ -32,7 +32,7 @@ _PREDICATE_LEAVES = (exp.Column, exp.Literal, exp.Neg, exp.Boolean, exp.Null)
 
 def predicate(node: exp.Expr, names: Names, *, subqueries: bool = False, negated: bool = False) -> exp.Expr:
     """`node` rebuilt as a row predicate. With `subqueries` (the top-level WHERE of a query over a protected table,
-    analyse/analysis.py) a semi-join may stand as a condition (analyse/semi_joins.py); `negated`: under an odd
+    analyse/analysis.py) a semi-join may stand as a condition (analyse/subqueries/); `negated`: under an odd
     number of NOTs, where an IN's NULL and FALSE differ."""
     def inside(child: exp.Expr, flip: bool = False) -> exp.Expr:
         return predicate(child, names, subqueries=subqueries, negated=negated != flip)
@@ -48,10 +48,10 @@ def predicate(node: exp.Expr, names: Names, *, subqueries: bool = False, negated
             return exp.Not(this=inside(node.this, flip=True))
         case _ if semi_joins.is_semi_join(node):
             if not subqueries:
-                raise semi_joins.not_here(node, names)
+                raise refused.not_here(node, names)
             return semi_joins.semi_join(node, names, predicate, negated=negated)
         case _ if (type(node) in _COMPARISONS or isinstance(node, exp.Between)) and node.find(exp.Select):
-            raise semi_joins.scalar_subquery(node, names)
+            raise refused.scalar_subquery(node, names)
         case exp.Boolean():
             return exp.Boolean(this=bool(node.this))
         case exp.Column():

@@ -45,17 +45,13 @@ from proxy.query import types
 from proxy.query.analyse.names import Names
 from proxy.query.analyse.refusals import located, where
 from proxy.query.analyse.resolve import check_qualifiers
+from proxy.query.analyse.subqueries.refused import HINT, PINS, aggregate, null_in, scalar_subquery, shape
 from proxy.query.catalog import ColumnSpec, PublicTable, TableSchema
 from proxy.query.errors import PolicyError, UnsupportedQuery
 
 ALIAS = "__semi"
 Reader = Callable[[exp.Expr, Names], exp.Expr]
 
-_HINT = ("allowed in WHERE: [NOT] EXISTS (SELECT * FROM t WHERE …) and col [NOT] IN (SELECT c FROM t WHERE …), over "
-         "a public table, or over a protected table correlated by an equality on the privacy unit or on a declared "
-         "unit_via key of the outer row (l_orderkey = o_orderkey); no aggregate, GROUP BY, JOIN or nested subquery")
-_PINS = ("a subquery over other units' rows would be a release inside the WHERE: removing one unit could change "
-         "other units' filters, and so the answer, by any amount")
 _COMPARE = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _FLIPPED = {exp.EQ: exp.EQ, exp.NEQ: exp.NEQ, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}
 
@@ -86,12 +82,12 @@ class _Inner:
 
 def semi_join(node: exp.Expr, names: Names, read: Reader, *, negated: bool = False) -> exp.Expr:
     """The semi-join `node` rebuilt from declared names (see the module docstring), or a refusal naming why not.
-    `negated`: `node` stands under an odd number of NOTs (`_null_in`)."""
+    `negated`: `node` stands under an odd number of NOTs (`refused.null_in`)."""
     select = node.this if isinstance(node, exp.Exists) else node.args["query"]
     while isinstance(select, exp.Subquery | exp.Paren):
         select = select.this
     if not isinstance(select, exp.Select):
-        raise _shape(node, "a subquery that is a single SELECT")
+        raise shape(node, "a subquery that is a single SELECT")
     inner = _inner(select, node, names, read)
     renamed: dict[str, str] = {}
 
@@ -106,7 +102,7 @@ def semi_join(node: exp.Expr, names: Names, read: Reader, *, negated: bool = Fal
     if isinstance(node, exp.In):
         selected = _selected(select, inner, node)
         if not isinstance(node.this, exp.Column):
-            raise _shape(node, "IN (SELECT …) after a column")
+            raise shape(node, "IN (SELECT …) after a column")
         outer = names.column(node.this)
         _same_family(outer, selected, node)
         if outer.type != selected.type and "decimal" in (outer.kind, selected.kind):
@@ -114,9 +110,9 @@ def semi_join(node: exp.Expr, names: Names, read: Reader, *, negated: bool = Fal
             raise UnsupportedQuery(
                 f"IN compares {outer.name} ({outer.type}) with {selected.name} ({selected.type}){where(node)}: "
                 "write EXISTS (SELECT * FROM … WHERE <its column> = <outer column> …) to compare DECIMALs of two "
-                "types", construct="SUBQUERY", hint=_HINT, **located(node))
+                "types", construct="SUBQUERY", hint=HINT, **located(node))
         if negated and isinstance(inner.table, TableSchema):
-            raise _null_in(node, inner.table, selected)
+            raise null_in(node, inner.table, selected)
         pinned = pinned or pins(_origin(names, outer), (inner.table, selected.name))
         operand = types.column(outer.name, outer.type)
     else:
@@ -127,7 +123,7 @@ def semi_join(node: exp.Expr, names: Names, read: Reader, *, negated: bool = Fal
         if conjunct.find(exp.Select):
             if type(conjunct) in _COMPARE or isinstance(conjunct, exp.Between):
                 raise scalar_subquery(conjunct, names)  # TPC-H Q20: `ps_availqty > (SELECT 0.5 * SUM(…) …)`
-            raise _shape(conjunct, "a subquery without a subquery inside it")
+            raise shape(conjunct, "a subquery without a subquery inside it")
         mine = [c for c in columns if inner.owns(c)]
         if len(mine) == len(columns):  # the inner table's own condition: WHERE's allow-list, then renamed
             rebuilt = read(conjunct, inner.names)
@@ -142,8 +138,8 @@ def semi_join(node: exp.Expr, names: Names, read: Reader, *, negated: bool = Fal
         assert isinstance(inner.table, TableSchema)
         raise PolicyError(
             f"the subquery over the protected table {inner.table.name}{where(node)} is not correlated by an equality "
-            f"that pins its rows to the outer row's privacy unit: {_PINS}", construct="SUBQUERY",
-            table=inner.table.name, hint=_HINT, **located(node))
+            f"that pins its rows to the outer row's privacy unit: {PINS}", construct="SUBQUERY",
+            table=inner.table.name, hint=HINT, **located(node))
     projected = exp.Literal.number(1) if selected is None else inner_ref(selected)
     columns_read = [exp.alias_(exp.column(inner.table.column(name).name, quoted=True), alias, quoted=True)  # type: ignore[union-attr]
                     for name, alias in renamed.items()] or [exp.Literal.number(1)]
@@ -168,16 +164,16 @@ def _typed(ref: exp.Column, spec: ColumnSpec) -> exp.Expr:
 def _inner(select: exp.Select, node: exp.Expr, names: Names, read: Reader) -> _Inner:
     extra = [k for k, v in select.args.items() if v and k not in ("expressions", "from_", "where", "distinct")]
     if extra:
-        raise _shape(node, f"{extra[0].upper()} inside a subquery")
+        raise shape(node, f"{extra[0].upper()} inside a subquery")
     source = select.args.get("from_")
     table_node = source.this if source is not None else None
     if not isinstance(table_node, exp.Table) or not isinstance(table_node.this, exp.Identifier) or any(
             v for k, v in table_node.args.items() if k not in ("this", "alias", "db", "catalog")):
-        raise _shape(node, "a subquery reading one declared table by name")
+        raise shape(node, "a subquery reading one declared table by name")
     check_qualifiers(table_node, names.catalog)
     alias_node = table_node.args.get("alias")
     if alias_node is not None and alias_node.args.get("columns"):
-        raise _shape(node, "a subquery without column aliases")
+        raise shape(node, "a subquery without column aliases")
     table = names.catalog.table(table_node.name) or names.catalog.public_table(table_node.name)
     if table is None:
         known = [t.name for t in names.catalog.tables] + [t.name for t in names.catalog.public]
@@ -194,8 +190,8 @@ def _selected(select: exp.Select, inner: _Inner, node: exp.Expr) -> ColumnSpec:
     projections = select.expressions
     if len(projections) != 1 or not isinstance(projections[0], exp.Column) or not inner.owns(projections[0]):
         if any(p.find(exp.AggFunc) for p in projections):
-            raise _aggregate(node, inner.table)
-        raise _shape(node, "IN (SELECT <one column of the subquery's table> …)")
+            raise aggregate(node, inner.table)
+        raise shape(node, "IN (SELECT <one column of the subquery's table> …)")
     return inner.names.column(projections[0])
 
 
@@ -203,11 +199,11 @@ def _projection(select: exp.Select, inner: _Inner, node: exp.Expr) -> None:
     """EXISTS ignores what it selects; it may still only name the inner table's columns, `*` or a literal."""
     for projection in select.expressions:
         if projection.find(exp.AggFunc):
-            raise _aggregate(node, inner.table)
+            raise aggregate(node, inner.table)
         if isinstance(projection, exp.Column) and inner.owns(projection):
             inner.names.column(projection)
         elif not isinstance(projection, exp.Star | exp.Literal):
-            raise _shape(node, "EXISTS (SELECT * | 1 | <columns of its table> …)")
+            raise shape(node, "EXISTS (SELECT * | 1 | <columns of its table> …)")
 
 
 def _correlation(conjunct: exp.Expr, inner: _Inner, names: Names,
@@ -215,7 +211,7 @@ def _correlation(conjunct: exp.Expr, inner: _Inner, names: Names,
     """An inner column compared with an outer one: the comparison and whether it pins the inner rows' unit."""
     sides = (conjunct.this, conjunct.expression)
     if type(conjunct) not in _COMPARE or not all(isinstance(s, exp.Column) for s in sides):
-        raise _shape(conjunct, "a condition comparing a column of the subquery's table with one of the outer row "
+        raise shape(conjunct, "a condition comparing a column of the subquery's table with one of the outer row "
                                "(a = b, a <> b, a < b …), AND-ed with the subquery's own conditions")
     cls, left, right = type(conjunct), conjunct.this, conjunct.expression
     if not inner.owns(left):
@@ -290,7 +286,7 @@ def pins(outer: Origin, inner: Origin) -> bool:
 def _same_family(a: ColumnSpec, b: ColumnSpec, node: exp.Expr) -> None:
     if _family(a) != _family(b):
         raise PolicyError(f"cannot compare {a.name} ({a.type}) with {b.name} ({b.type}) in {node.sql()}: compare "
-                          "columns of one kind (numbers, dates, text or booleans)", construct="SUBQUERY", hint=_HINT)
+                          "columns of one kind (numbers, dates, text or booleans)", construct="SUBQUERY", hint=HINT)
 
 
 def _family(spec: ColumnSpec) -> str:
@@ -303,74 +299,3 @@ def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
     if isinstance(node, exp.And):
         return _conjuncts(node.this) + _conjuncts(node.expression)
     return [node]
-
-
-def _protected(node: exp.Expr, names: Names) -> list[str]:
-    """The protected tables a subquery reads."""
-    found = [t.name for t in node.find_all(exp.Table) if names.catalog.table(t.name) is not None]
-    return list(dict.fromkeys(found))
-
-
-def _shape(node: exp.Expr, allowed: str) -> UnsupportedQuery:
-    return UnsupportedQuery(f"a subquery in WHERE must be {allowed}, not {_short(node)}{where(node)}",
-                            construct="SUBQUERY", hint=_HINT, **located(node))
-
-
-def _null_in(node: exp.Expr, table: TableSchema, selected: ColumnSpec) -> PolicyError:
-    """NOT IN over a protected table: `x NOT IN (SELECT c …)` is NULL (the row dropped) for every row once any row
-    that passes the subquery's WHERE, of any unit, has c NULL, and for x NULL once any row passes: other units'
-    rows would decide each row's filter. (A positive IN is exact: in WHERE, outside NOT, its NULL drops the row
-    as FALSE does, so it keeps exactly the rows an EXISTS on `c = x` keeps, which reads the pinned rows only.)"""
-    return PolicyError(
-        f"NOT IN (SELECT {selected.name} FROM {table.name} …){where(node)} over a protected table is NULL for every "
-        f"row as soon as any unit's row in it has a NULL {selected.name}: {_PINS}", construct="NOT IN SUBQUERY",
-        table=table.name, hint=f"write NOT EXISTS (SELECT * FROM {table.name} WHERE {selected.name} = <outer column> "
-        "AND …), which reads only the rows of the outer row's unit", **located(node))
-
-
-def _aggregate(node: exp.Expr, table: TableSchema | PublicTable) -> PolicyError | UnsupportedQuery:
-    if isinstance(table, TableSchema):
-        return PolicyError(
-            f"an aggregate inside a subquery over the protected table {table.name} ({_short(node)}) is an exact "
-            f"statistic of protected rows inside the WHERE, which has no DP answer here", construct="SUBQUERY",
-            table=table.name, hint=_HINT, **located(node))
-    return _shape(node, "a filter without aggregates")
-
-
-def scalar_subquery(node: exp.Expr, names: Names) -> PolicyError | UnsupportedQuery:
-    """The refusal of a comparison with a scalar subquery (`l_quantity < (SELECT 0.2 * AVG(l_quantity) …)`)."""
-    protected = _protected(node, names)
-    if not protected:
-        return UnsupportedQuery(
-            f"a scalar subquery in WHERE ({_short(node)}) is not supported; compare with a literal",
-            construct="SCALAR SUBQUERY", hint=_HINT, **located(node))
-    tables = ", ".join(protected)
-    return PolicyError(
-        f"a scalar subquery over the protected table {tables} in {_short(node)} compares each row with an exact "
-        f"statistic of every unit's rows: {_PINS}; it has no DP answer here",
-        construct="SCALAR SUBQUERY", table=protected[0],
-        hint="release the statistic first (its own DP query) and compare with that value as a literal",
-        **located(node))
-
-
-def not_here(node: exp.Expr, names: Names) -> UnsupportedQuery | PolicyError:
-    """The refusal of a subquery where only the top-level WHERE of a query over a protected table may hold one; a
-    comparison with a scalar subquery over protected rows inside it is named as such (TPC-H Q20 over supplier)."""
-    scalar = next((c for c in node.find_all(*_COMPARE, exp.Between) if c.find(exp.Select) and _protected(c, names)),
-                  None)
-    if scalar is not None:
-        return scalar_subquery(scalar, names)
-    protected = _protected(node, names)
-    if protected:
-        return UnsupportedQuery(
-            f"a subquery over the protected table {', '.join(protected)} ({_short(node)}) is allowed only in the WHERE "
-            f"of a query over a protected table of the same privacy unit, as a filter of each row by its own unit's "
-            f"rows; here it would read protected rows exactly", construct="SUBQUERY", table=protected[0],
-            hint=_HINT, **located(node))
-    return UnsupportedQuery(f"a subquery ({_short(node)}) is allowed only as a condition of the WHERE",
-                            construct="SUBQUERY", hint=_HINT, **located(node))
-
-
-def _short(node: exp.Expr) -> str:
-    text = node.sql()
-    return text if len(text) <= 120 else text[:117] + "…"
