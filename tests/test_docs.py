@@ -91,6 +91,9 @@ SUPPORTED: dict[str, tuple[str, ...]] = {  # README row -> queries it promises a
         "OR day < CURRENT_DATE - 7",
         "SELECT COUNT(*) AS n FROM visits WHERE age < duration_s AND day <= day AND region <> category",
         "SELECT COUNT(*) AS n FROM visits v JOIN departments d ON v.category = d.category WHERE d.department = 'food'",
+        "SELECT COUNT(*) AS n FROM visits v WHERE EXISTS (SELECT * FROM users u WHERE u.user_id = v.user_id "
+        "AND plan = 'pro') AND NOT EXISTS (SELECT * FROM visits w WHERE w.user_id = v.user_id AND w.amount > v.amount) "
+        "AND category IN (SELECT category FROM departments WHERE department = 'food')",
     ),
     "GROUP BY": (
         "SELECT region, COUNT(*) AS n FROM visits GROUP BY 1",
@@ -178,7 +181,7 @@ REJECTED: dict[str, tuple[str, ...]] = {  # README "Everything else — … — 
     ),
     "other subqueries and CTEs": (
         "SELECT COUNT(*) FROM (SELECT region FROM (SELECT * FROM visits) a) b",
-        "SELECT COUNT(*) FROM visits WHERE user_id IN (SELECT user_id FROM users)",
+        "SELECT COUNT(*) FROM visits WHERE category IN (SELECT category FROM departments GROUP BY category)",
         "WITH RECURSIVE q AS (SELECT * FROM visits) SELECT COUNT(*) FROM q",
     ),
     "set operations": ("SELECT COUNT(*) FROM visits UNION SELECT COUNT(*) FROM users",

@@ -30,6 +30,7 @@ from proxy.query.expr import Key
 # (max_rows, max_groups) per table for the ε = 1 figures, per answered query
 CHOSEN: dict[str, dict[str, tuple[int, int]]] = {
     "q01": {"lineitem": (60, 4)},
+    "q04": {"orders": (2, 2)},  # orders of one quarter: at most 2 per customer and priority at scale 0.01
     "q05": {"lineitem": (20, 1), "orders": (20, 1)},  # c_nationkey = s_nationkey: one nation per customer
     "q06": {"lineitem": (12, 1)},
     "q07": {"lineitem": (2, 2), "orders": (2, 2)},  # a customer's one nation, the other's suppliers, two years
@@ -39,6 +40,7 @@ CHOSEN: dict[str, dict[str, tuple[int, int]]] = {
     "q13": {"orders": (40, 1)},  # the clamp of a customer's order count: the histogram's domain is 0..40
     "q14": {"lineitem": (8, 1)},
     "q19": {"lineitem": (2, 1)},
+    "q21": {"lineitem": (1, 1), "orders": (1, 1)},  # one waiting line per customer at scale 0.01
 }
 DEFAULT_CHOSEN = {"lineitem": (20, 4), "orders": (20, 4)}
 

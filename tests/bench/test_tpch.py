@@ -19,10 +19,10 @@ import harness  # noqa: E402
 from mechanisms.sampling import FixedSampler  # noqa: E402
 
 PUBLIC = {"q02", "q11", "q16"}  # over public tables alone (part, supplier, partsupp, nation, region): exact, free
-ANSWERED = {"q01", "q05", "q06", "q07", "q08", "q09", "q12", "q13", "q14", "q19"} | PUBLIC
+ANSWERED = {"q01", "q04", "q05", "q06", "q07", "q08", "q09", "q12", "q13", "q14", "q19", "q21"} | PUBLIC
 REFUSED = {  # the stable code of each refusal: what the text needs that the product does not answer
-    "q03": "policy", "q04": "unsupported", "q10": "policy", "q15": "unsupported",
-    "q17": "policy", "q18": "policy", "q20": "unsupported", "q21": "unsupported",
+    "q03": "policy", "q10": "policy", "q15": "unsupported",
+    "q17": "policy", "q18": "policy", "q20": "unsupported",
     "q22": "policy",
 }
 
@@ -87,6 +87,16 @@ def test_q20_stays_refused_naming_its_protected_subquery(outcomes: dict[str, har
 def test_texts_grouped_by_the_unit_stay_refused_saying_why(outcomes: dict[str, harness.Outcome], name: str) -> None:
     assert (outcomes[name].code, outcomes[name].message) == (
         "policy", "cannot GROUP BY the privacy unit 'c_custkey': each group would be one person")
+
+
+@pytest.mark.parametrize(("name", "table"), [("q17", "lineitem"), ("q22", "customer")])
+def test_scalar_subqueries_over_protected_rows_stay_refused_naming_the_construct(
+        outcomes: dict[str, harness.Outcome], name: str, table: str) -> None:
+    assert outcomes[name].code == "policy"
+    message = outcomes[name].message
+    assert message.startswith(f"a scalar subquery over the protected table {table} in "), message
+    assert "compares each row with an exact statistic of every unit's rows: a subquery over other units' rows would " \
+        "be a release inside the WHERE" in message, message
 
 
 def test_the_texts_plan_alike_memoised_and_afresh_and_no_step_mutates_the_memos(workload: harness.Workload) -> None:

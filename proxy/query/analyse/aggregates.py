@@ -16,7 +16,6 @@ import dataclasses
 
 from sqlglot import exp
 
-from proxy.query.parse.case_filters import as_filter
 from proxy.query.analyse.measures import Aggregate
 from proxy.query.analyse.names import Names
 from proxy.query.analyse.quantiles import QUANTILE_NODES, quantile
@@ -26,6 +25,7 @@ from proxy.query.analyse.spread import SPREAD_NODES, spread
 from proxy.query.analyse.where import predicate
 from proxy.query.errors import PolicyError, UnsupportedQuery
 from proxy.query.errors import construct_name as _construct
+from proxy.query.parse.case_filters import as_filter
 
 # aggregate calls beyond COUNT, SUM and AVG (issue #15)
 MORE_AGGREGATES = (*QUANTILE_NODES, *SPREAD_NODES, exp.Filter, exp.CountIf)

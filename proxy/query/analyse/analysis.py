@@ -115,7 +115,7 @@ def analyse(select: exp.Select, catalog: Catalog, *, canonical_units: bool = Fal
             construct="SELECT", hint=AGGREGATE_HINT,
         )
     where = select.args.get("where")
-    where_expr = predicate(where.this, names) if where else None
+    where_expr = predicate(where.this, names, subqueries=True) if where else None
 
     # Computed keys are virtual columns of the analysed table (computed/keys.py); the rewrite computes them.
     table = dataclasses.replace(table, columns=table.columns + tuple(k.spec for k in names.computed))

@@ -18,6 +18,7 @@ from proxy.query import types
 from proxy.query.analyse.literals import date_value, in_domain, literal
 from proxy.query.analyse.names import Names
 from proxy.query.analyse.refusals import unsupported
+from proxy.query.analyse.subqueries import refused, semi_joins
 from proxy.query.catalog import ColumnSpec
 from proxy.query.computed.filters import MAX_IN_LIST, computed_condition
 from proxy.query.errors import PolicyError, UnsupportedQuery
@@ -29,16 +30,28 @@ _FLIPPED = {exp.EQ: exp.EQ, exp.NEQ: exp.NEQ, exp.GT: exp.LT, exp.GTE: exp.LTE, 
 _PREDICATE_LEAVES = (exp.Column, exp.Literal, exp.Neg, exp.Boolean, exp.Null)
 
 
-def predicate(node: exp.Expr, names: Names) -> exp.Expr:
+def predicate(node: exp.Expr, names: Names, *, subqueries: bool = False, negated: bool = False) -> exp.Expr:
+    """`node` rebuilt as a row predicate. With `subqueries` (the top-level WHERE of a query over a protected table,
+    analyse/analysis.py) a semi-join may stand as a condition (analyse/subqueries/); `negated`: under an odd
+    number of NOTs, where an IN's NULL and FALSE differ."""
+    def inside(child: exp.Expr, flip: bool = False) -> exp.Expr:
+        return predicate(child, names, subqueries=subqueries, negated=negated != flip)
+
     match node:
         case exp.Paren():
-            return exp.Paren(this=predicate(node.this, names))
+            return exp.Paren(this=inside(node.this))
         case exp.And():
-            return exp.And(this=predicate(node.this, names), expression=predicate(node.expression, names))
+            return exp.And(this=inside(node.this), expression=inside(node.expression))
         case exp.Or():
-            return exp.Or(this=predicate(node.this, names), expression=predicate(node.expression, names))
+            return exp.Or(this=inside(node.this), expression=inside(node.expression))
         case exp.Not():
-            return exp.Not(this=predicate(node.this, names))
+            return exp.Not(this=inside(node.this, flip=True))
+        case _ if semi_joins.is_semi_join(node):
+            if not subqueries:
+                raise refused.not_here(node, names)
+            return semi_joins.semi_join(node, names, predicate, negated=negated)
+        case _ if (type(node) in _COMPARISONS or isinstance(node, exp.Between)) and node.find(exp.Select):
+            raise refused.scalar_subquery(node, names)
         case exp.Boolean():
             return exp.Boolean(this=bool(node.this))
         case exp.Column():
@@ -104,7 +117,7 @@ def predicate(node: exp.Expr, names: Names) -> exp.Expr:
     raise unsupported(
         offender,
         "WHERE (allowed: a column or computed value compared with a literal or another, IN (literals), BETWEEN, "
-        "IS [NOT] NULL, LIKE, AND, OR, NOT)",
+        "IS [NOT] NULL, LIKE, AND, OR, NOT, [NOT] EXISTS or IN (SELECT …) over the row's own unit or a public table)",
     )
 
 
