@@ -31,7 +31,7 @@ from proxy.query.expr import Key
 CHOSEN: dict[str, dict[str, tuple[int, int]]] = {
     "q01": {"lineitem": (60, 4)},
     "q04": {"orders": (2, 2)},  # orders of one quarter: at most 2 per customer and priority at scale 0.01
-    "q05": {"lineitem": (20, 1), "orders": (20, 1)},  # c_nationkey = s_nationkey: one nation per customer
+    "q05": {"lineitem": (4, 1), "orders": (4, 1)},  # c_nationkey = s_nationkey: one nation per customer, few lines
     "q06": {"lineitem": (12, 1)},
     "q07": {"lineitem": (2, 2), "orders": (2, 2)},  # a customer's one nation, the other's suppliers, two years
     "q08": {"lineitem": (1, 2), "orders": (1, 2)},  # one part type: about one line per customer, two years
