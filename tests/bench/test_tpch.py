@@ -99,6 +99,14 @@ def test_scalar_subqueries_over_protected_rows_stay_refused_naming_the_construct
         "be a release inside the WHERE" in message, message
 
 
+def test_q15_stays_refused_naming_its_cte_read_twice(outcomes: dict[str, harness.Outcome]) -> None:
+    """Q15 joins its CTE `revenue` to supplier and reads it again for its maximum: refused, saying why."""
+    assert outcomes["q15"].code == "unsupported"
+    message = outcomes["q15"].message or ""
+    assert message.startswith("the CTE 'revenue' is read beside another table or more than once"), message
+    assert "no DP answer here" in message
+
+
 def test_the_texts_plan_alike_memoised_and_afresh_and_no_step_mutates_the_memos(workload: harness.Workload) -> None:
     """The planner's memos (issue #32) over the join, normalisation and qualification rules of these texts: a
     memoised plan is the fresh plan, and rendering each plan's SQL changes no shared tree."""

@@ -82,7 +82,11 @@ def _cte(outer: exp.Select) -> tuple[exp.Select, str]:
     source = outer.args.get("from_")
     if source is None or not isinstance(source.this, exp.Table) or source.this.name.lower() != name.lower() \
             or source.this.args.get("db") or outer.args.get("joins"):
-        raise UnsupportedQuery(f"read the CTE {name!r} in FROM, and nothing else", construct="WITH")
+        raise UnsupportedQuery(  # TPC-H Q15: the CTE joined to a table and read again in a subquery of its maximum
+            f"the CTE {name!r} is read beside another table or more than once: each read of protected rows is a "
+            "release of its own, and a query that combines them (rows equal to a maximum of the CTE's) compares rows "
+            "with an exact statistic of every unit's rows, which has no DP answer here",
+            construct="WITH", hint=f"read {name!r} once, alone in FROM; {_HINT}")
     outer.set("with_", None)
     alias = source.this.alias or name
     return ctes[0].this, alias

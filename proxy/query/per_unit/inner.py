@@ -132,9 +132,10 @@ def _table(node: exp.Expr, catalog: Catalog) -> tuple[TableSchema, str]:
     table = catalog.table(node.name)
     if table is None:
         public = catalog.public_table(node.name) is not None
-        raise PolicyError(
-            f"{node.name!r} is {'a public table' if public else 'not a declared table'}: a per-unit subquery reads "
-            f"protected tables holding the privacy unit", construct="TABLE", table=node.name,
+        raise PolicyError(  # a GROUP BY inside a subquery is only ever an aggregate per unit: name the GROUP BY
+            f"{node.name!r} is {'a public table' if public else 'not a declared table'}: a GROUP BY inside a "
+            "subquery is an aggregate per privacy unit, over protected tables holding the unit",
+            construct="GROUP BY" if public else "TABLE", table=node.name,
             hint="tables: " + ", ".join(t.name for t in catalog.tables))
     if table.unit_via:
         raise UnsupportedQuery(
