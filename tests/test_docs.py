@@ -200,7 +200,13 @@ REJECTED: dict[str, tuple[str, ...]] = {  # README "Everything else — … — 
 }
 
 NOT_YET_SQL: dict[str, tuple[str, ...]] = {  # README "Not yet:" item -> refused queries (or a policy check)
-    "joins of protected tables on a foreign key": ("SELECT COUNT(*) FROM visits v JOIN users u ON v.age = u.age",),
+    "joins of protected tables on a key outside their declared `unit_via` paths": (
+        "SELECT COUNT(*) FROM visits v JOIN users u ON v.age = u.age",),
+    "a scalar subquery over public tables inside a query over protected ones": (
+        "SELECT COUNT(*) FROM visits WHERE category = (SELECT MIN(category) FROM departments)",),
+    "a CTE read more than once": (
+        "WITH t AS (SELECT * FROM visits) SELECT COUNT(*) FROM t WHERE amount > (SELECT AVG(amount) FROM t)",
+        "WITH t AS (SELECT user_id, amount FROM visits) SELECT COUNT(*) FROM t JOIN t AS t2 ON t.user_id = t2.user_id"),
     "replace-one adjacency": (),  # not SQL: checked by the policy loader below
 }
 
