@@ -40,6 +40,7 @@ from sqlglot import exp
 from proxy.query import types
 from proxy.query.catalog import ColumnSpec, Literal_
 from proxy.query.computed.domains import MAX_INPUTS, domain
+from proxy.query.parse.normalise import conjuncts
 
 _RANGES = (exp.GT, exp.GTE, exp.LT, exp.LTE)
 
@@ -110,7 +111,7 @@ def confined(where: exp.Expr, spec: ColumnSpec) -> tuple[Literal_, ...] | None:
     values: set[object] | None = None
     lo, hi = -math.inf, math.inf  # on the integers, or the days as ordinals
     ordered = spec.kind in ("integer", "date")
-    for conjunct in _conjuncts(where):
+    for conjunct in conjuncts(where):
         if not _is(conjunct.this, spec):
             continue
         if isinstance(conjunct, exp.In) and not conjunct.args.get("query"):
@@ -153,13 +154,6 @@ def confined(where: exp.Expr, spec: ColumnSpec) -> tuple[Literal_, ...] | None:
     except (ValueError, TypeError):
         return None
 
-
-def _conjuncts(where: exp.Expr) -> list[exp.Expr]:
-    while isinstance(where, exp.Paren):
-        where = where.this
-    if isinstance(where, exp.And):
-        return _conjuncts(where.this) + _conjuncts(where.expression)
-    return [where]
 
 
 def _is(node: exp.Expr | None, spec: ColumnSpec) -> bool:

@@ -183,7 +183,7 @@ def factor_or(node: exp.Expr) -> exp.Expr:
     def rule(n: exp.Expr) -> exp.Expr:
         if not isinstance(n, exp.Or) or isinstance(n.parent, exp.Or):
             return n
-        arms = [_conjuncts(arm) for arm in _disjuncts(n)]
+        arms = [conjuncts(arm) for arm in _disjuncts(n)]
         first = arms[0]
         common = [c for c in first if all(any(c.sql() == d.sql() for d in arm) for arm in arms[1:])]
         if not common:
@@ -213,7 +213,14 @@ def _disjuncts(node: exp.Expr) -> list[exp.Expr]:
     return _operands(node, exp.Or)
 
 
-def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
+def conjuncts(node: exp.Expr) -> list[exp.Expr]:
+    """The top-level AND terms of a condition, every parenthesis dropped: `(a AND (b)) AND c` is [a, b, c].
+
+    Example:
+        >>> from sqlglot import parse_one
+        >>> [c.sql() for c in conjuncts(parse_one("(a = 1 AND (b < 2)) AND (c OR d)"))]
+        ['a = 1', 'b < 2', 'c OR d']
+    """
     return _operands(node, exp.And)
 
 

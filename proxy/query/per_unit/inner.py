@@ -34,6 +34,7 @@ from proxy.query.analyse.resolve import check_qualifiers
 from proxy.query.analyse.where import predicate
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.errors import PolicyError, UnsupportedQuery
+from proxy.query.parse.normalise import conjuncts
 
 _INNER_ARGS = frozenset({"expressions", "from_", "joins", "where", "group"})
 HINT = ("the per-unit query: SELECT <unit>, COUNT(*) | COUNT(col) | SUM(bounded col) AS <name> FROM <protected "
@@ -104,7 +105,7 @@ def per_unit(inner: exp.Select, columns: tuple[str, ...], catalog: Catalog,
     on: list[exp.Expr] = _join_filters(joins[0], tables) if joins else []
     where = inner.args.get("where")
     filters: list[list[exp.Expr]] = [[] for _ in tables]
-    for conjunct, in_on in [(c, False) for c in (_conjuncts(where.this) if where else [])] + [(c, True) for c in on]:
+    for conjunct, in_on in [(c, False) for c in (conjuncts(where.this) if where else [])] + [(c, True) for c in on]:
         owner = _owner(conjunct, tables)
         if left and owner != (1 if in_on else 0):
             raise UnsupportedQuery(
@@ -170,7 +171,7 @@ def _join_filters(node: exp.Join, tables: list[tuple[TableSchema, str]]) -> list
     if not node.args.get("on"):
         raise UnsupportedQuery(f"the JOIN needs ON <unit> = <unit>; {HINT}", construct="JOIN", hint=HINT)
     rest, units = [], 0
-    for conjunct in _conjuncts(node.args["on"]):
+    for conjunct in conjuncts(node.args["on"]):
         if isinstance(conjunct, exp.EQ) and _unit_equality(conjunct, tables):
             units += 1
         else:
@@ -189,13 +190,6 @@ def _unit_equality(node: exp.EQ, tables: list[tuple[TableSchema, str]]) -> bool:
     return len(ends) == 2 and sorted(sides) == [0, 1] and all(
         e.name.lower() == tables[side][0].privacy_unit.lower() for e, side in zip(ends, sides, strict=True))
 
-
-def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
 
 
 def _column_side(column: exp.Column, tables: list[tuple[TableSchema, str]], quiet: bool = False) -> int:

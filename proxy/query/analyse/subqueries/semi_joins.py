@@ -48,6 +48,7 @@ from proxy.query.analyse.resolve import check_qualifiers
 from proxy.query.analyse.subqueries.refused import HINT, PINS, aggregate, null_in, scalar_subquery, shape
 from proxy.query.catalog import ColumnSpec, PublicTable, TableSchema
 from proxy.query.errors import PolicyError, UnsupportedQuery
+from proxy.query.parse.normalise import conjuncts
 
 ALIAS = "__semi"
 Reader = Callable[[exp.Expr, Names], exp.Expr]
@@ -118,7 +119,7 @@ def semi_join(node: exp.Expr, names: Names, read: Reader, *, negated: bool = Fal
     else:
         _projection(select, inner, node)
     where_node = select.args.get("where")
-    for conjunct in _conjuncts(where_node.this) if where_node is not None else []:
+    for conjunct in conjuncts(where_node.this) if where_node is not None else []:
         columns = list(conjunct.find_all(exp.Column))
         if conjunct.find(exp.Select):
             if type(conjunct) in _COMPARE or isinstance(conjunct, exp.Between):
@@ -292,10 +293,3 @@ def _same_family(a: ColumnSpec, b: ColumnSpec, node: exp.Expr) -> None:
 def _family(spec: ColumnSpec) -> str:
     return "number" if spec.numeric else spec.kind
 
-
-def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
