@@ -71,6 +71,8 @@ QUERIES = {  # the issue's Targets workload (the shapes the demo policy chooses 
                   "GROUP BY category"),
     "no_keys": ("COUNT, SUM(amount), no GROUP BY", "SELECT COUNT(*), SUM(amount) FROM visits"),
     "duration": ("AVG(duration_s) by region", "SELECT region, AVG(duration_s) FROM visits GROUP BY region"),
+    "median": ("MEDIAN and p90 of amount by region",
+               "SELECT region, MEDIAN(amount), QUANTILE_CONT(amount, 0.9) FROM visits GROUP BY region"),
 }
 
 
