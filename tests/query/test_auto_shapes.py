@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import itertools
 import math
+from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -16,6 +18,9 @@ from accountant import loss
 from accountant.events import AutoBoundsEvent, GaussianEvent
 from mechanisms import dp_quantile, laplace
 from mechanisms.gaussian import gdp_bound, zcdp
+from proxy import pipeline
+from proxy.app import build_env
+from proxy.cli.demo import DemoFiles
 from proxy.query import auto_release
 from proxy.query.auto import bounds as auto
 from proxy.query.auto import clamp as auto_clamp
@@ -26,12 +31,15 @@ from proxy.query.planner import plan
 from proxy.query.price.quantiles import counts
 from proxy.query.rewrite import store_layout
 from proxy.query.rewrite.render import DUCKDB
+from proxy.schemas import QueryRequest
+from proxy.settings import Settings
 from tests.oracle.test_quantile_oracle import _log_ratio, _run
 from tests.oracle.test_quantile_oracle import rows as quantile_rows
 from tests.oracle.test_sensitivity import rows
 from tests.query.test_auto_bounds import _laplace
 from tests.query.test_auto_groups_clamp import AUTO, CATALOG, _distances, _first_parts
 from tests.support import oracle_db, scratch_db
+from tests.support.live import policy_copy
 
 
 def _gaussians(event: object) -> list[GaussianEvent]:
@@ -404,3 +412,36 @@ def test_the_expression_at_the_chosen_clamps_is_the_query_with_its_inputs_clampe
     assert {k: v for k, v in got.items() if v is not None or k in want} == want, (query, lx, ux, ln, un)
     if outside == 0:  # the data inside the clamps: the query as asked, unclamped
         assert want == {k: v[0] for k, v in _rows_of(plain, keys).items() if v[0] is not None}
+
+
+def test_the_proxy_answers_an_expression_at_its_chosen_clamps_with_noise_far_below_the_limits(
+    demo: DemoFiles, tmp_path: Path
+) -> None:
+    """End to end (pipeline.answer, the demo's auto policy: amount in [0, 100000], max_rows <= 1000): AVG(amount * 2)
+    by category reports its bounds chosen, amount's clamp [0, U] among them, and its centred sum's noise is
+    exactly the limits' ε at the sensitivity L0·k·⌈⌊2U·4096⌋/2⌉ (the range [0, 2U] on the declared range
+    [0, 200000]'s grid, 4096 steps per unit), not 8·1000·409 600 000."""
+    policy = policy_copy(demo, tmp_path, epsilon=20.0, delta=1e-5, auto=True)
+    text = policy.read_text(encoding="utf-8")
+    assert text.count("[datasets.demo]\n") == 1  # a clamp worth its name on 300 users: half of ε selects
+    policy.write_text(text.replace("[datasets.demo]\n", "[datasets.demo]\nauto_bounds_share = 0.5\n"), encoding="utf-8")
+    env = build_env(Settings(policy=str(policy), ledger=str(tmp_path / "ledger.sqlite")))
+    analyst = next(a for a in env.policy.analysts if a.role == "analyst")
+    sql = "SELECT category, AVG(amount * 2) FROM visits GROUP BY category"
+    prepared = pipeline.prepare(QueryRequest(sql=sql, epsilon=Decimal("1.0")), analyst, env.policy, 5)
+    charges: list[object] = []
+    answer = pipeline.answer(prepared, analyst, env, charges.append)
+    assert len(charges) == 1 and answer.bounds is not None and answer.selected is not None
+    assert answer.bounds.report()["chosen"] is True
+    assert [(p.bound, p.column) for p in answer.bounds.parts] == [("max_rows", None), ("max_groups", None),
+                                                                   ("upper", "amount")]
+    ((name, lo, upper),) = answer.bounds.clamps
+    k, g = answer.bounds.max_rows, answer.bounds.max_groups
+    assert (name, lo) == ("amount", 0.0) and 0 <= upper <= 100000 and 1 <= k <= 1000 and 1 <= g <= 16
+    at_limits, at_chosen = answer.selected.price.noise[0], answer.prepared.plan.price.noise[0]
+    assert at_limits.sensitivity == 8 * 1000 * 409_600_000  # L0 = min(16, 8 categories)
+    top = math.floor(2 * upper * 4096)
+    assert at_chosen.sensitivity == min(g, 8) * k * (top - top // 2)
+    part = laplace.epsilon(at_limits.sensitivity, at_limits.scale)
+    assert at_chosen.scale == laplace.scale_for(at_chosen.sensitivity, part)
+    assert at_chosen.scale < at_limits.scale / 1000, (k, g, upper)
