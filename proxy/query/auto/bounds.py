@@ -36,9 +36,10 @@ Laplace noise: a pure ε is a function of Δ/b alone, which is what makes the ev
 Discrete Gaussian noise (auto/gauss.py): the charged GaussianEvent at the limits bounds, under every rule,
 the σ chosen at the bounds (ρ is a function of Δ/σ; the proven μ is searched upward).
 Quantiles (auto/quantile.py), spreads, FILTER, joins and computed keys (the selection reads the query's own
-virtual table, auto/histograms.py) choose their bounds too. Shapes the selection does not serve (an expression in an
-aggregate, three quantiles of one column) and a given `noise_multiplier` are answered at the declared
-limits, which are valid bounds: no selection runs or is charged, and the response's `bounds` says so
+virtual table, auto/histograms.py) choose their bounds too, and so do expressions inside SUM/AVG: each auto column
+they read gets its clamp, the expression's range by interval arithmetic over them (docs/privacy.md §10.10).
+Shapes the selection does not serve (three quantiles of one column) and a given `noise_multiplier` are answered
+at the declared limits, which are valid bounds: no selection runs or is charged, and the response's `bounds` says so
 (`chosen` false, `note` why).
 
 This module decides which bounds a query chooses and what the selection is charged (`needed`, `auto_bounds`,
