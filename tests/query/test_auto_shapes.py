@@ -214,6 +214,7 @@ JOIN_QUERIES = [
     "SELECT g, SUM(x * n), AVG(x - n) FROM t GROUP BY g",
     "SELECT r, SUM(CASE WHEN n > 2 THEN x ELSE x / 2 END), SUM(x) FROM t GROUP BY r",
     "SELECT q, AVG(-x + 2 * n) FROM t JOIN w USING (uid) GROUP BY q",
+    "SELECT p, g, SUM(x * n) FILTER (WHERE n < 9) FROM t WHERE x > -1 GROUP BY p, g",  # a row-level WHERE, FILTER
 ]
 
 
