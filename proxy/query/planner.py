@@ -363,9 +363,10 @@ def _unsalted(
     scope = analysis.scope.charged() if cells else None
     chooser, requested = None, epsilon
     if auto.uses_auto(analysis):
-        # the selection reads the query's own table, join or computed keys (auto/histograms.py); an expression inside an
-        # aggregate, joint quantiles or a given noise run at the declared limits (valid bounds), with no selection
-        limits = auto.limits_reason(analysis, noise_multiplier, quantiles_serve(analysis))
+        # the selection reads the query's own table, join or computed keys (auto/histograms.py), and chooses the clamps
+        # an expression inside an aggregate reads (§10.10); joint quantiles or a given noise run at the declared
+        # limits (valid bounds), with no selection
+        limits = auto.limits_reason(analysis, noise_multiplier, quantiles_serve(auto.without_expressions(analysis)))
         if limits is None:
             # the share: fixed, or chosen in [low, high] by the expected error from public inputs (auto/share.py)
             share, weights = auto.selection_share(analysis, epsilon, auto_share)

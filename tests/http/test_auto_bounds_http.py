@@ -109,7 +109,7 @@ def test_the_ledger_stores_the_auto_event(client: httpx.Client, demo: DemoFiles,
     ({"sql": "SELECT COUNT(*) FROM visits", "noise_multiplier": 4}, [], "noise_multiplier"),
     ({"sql": "SELECT plan, COUNT(*) FROM visits JOIN users USING (user_id) GROUP BY plan"}, ["max_rows"], None),
     ({"sql": "SELECT region, STDDEV(duration_s) FROM visits GROUP BY region"}, ["max_rows"], None),
-    ({"sql": "SELECT region, SUM(amount * 2) FROM visits GROUP BY region"}, [], "not of expressions"),
+    ({"sql": "SELECT region, SUM(amount * 2) FROM visits GROUP BY region"}, ["max_rows"], None),  # §10.10
 ])
 def test_gaussian_and_quantiles_choose_and_other_shapes_run_at_the_limits(
     client: httpx.Client, body: dict[str, object], chosen: list[str], words: str | None
@@ -185,3 +185,4 @@ def test_every_bound_is_chosen_charged_once_and_reported(all_auto: httpx.Client)
     counted = all_auto.post(FULL, json={"dataset": "demo", "sql": "SELECT region, COUNT(*) FROM visits "
                                                "GROUP BY region", "epsilon": 0.2}).json()
     assert [p["bound"] for p in counted["bounds"]["parts"]] == ["max_rows"]  # a unit-level key: no max_groups
+

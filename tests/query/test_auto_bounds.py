@@ -150,7 +150,7 @@ def _laplace(event: object) -> list[LaplaceEvent]:
     ("SELECT COUNT(*) FROM t", "gaussian", None, True),  # σ at the chosen bound: proxy/query/auto/gauss.py
     ("SELECT COUNT(*) FROM t", "laplace", 3.0, False),
     ("SELECT MEDIAN(x) FROM t", "laplace", None, True),  # proxy/query/auto/quantile.py
-    ("SELECT SUM(x + n) FROM t", "laplace", None, False),
+    ("SELECT SUM(x + n) FROM t", "laplace", None, True),  # fixed x and n: its range fixed, k chosen (§10.10)
 ])
 def test_what_the_selection_cannot_serve_runs_at_the_limits_and_the_rest_chooses(
     query: str, mechanism: str, multiplier: float | None, chosen: bool

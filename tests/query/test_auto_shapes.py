@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import itertools
 import math
+from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -16,6 +18,9 @@ from accountant import loss
 from accountant.events import AutoBoundsEvent, GaussianEvent
 from mechanisms import dp_quantile, laplace
 from mechanisms.gaussian import gdp_bound, zcdp
+from proxy import pipeline
+from proxy.app import build_env
+from proxy.cli.demo import DemoFiles
 from proxy.query import auto_release
 from proxy.query.auto import bounds as auto
 from proxy.query.auto import clamp as auto_clamp
@@ -26,12 +31,15 @@ from proxy.query.planner import plan
 from proxy.query.price.quantiles import counts
 from proxy.query.rewrite import store_layout
 from proxy.query.rewrite.render import DUCKDB
+from proxy.schemas import QueryRequest
+from proxy.settings import Settings
 from tests.oracle.test_quantile_oracle import _log_ratio, _run
 from tests.oracle.test_quantile_oracle import rows as quantile_rows
 from tests.oracle.test_sensitivity import rows
 from tests.query.test_auto_bounds import _laplace
 from tests.query.test_auto_groups_clamp import AUTO, CATALOG, _distances, _first_parts
 from tests.support import oracle_db, scratch_db
+from tests.support.live import policy_copy
 
 
 def _gaussians(event: object) -> list[GaussianEvent]:
@@ -162,8 +170,7 @@ def test_a_quantile_query_charges_its_selection_and_its_quantiles_at_the_limits(
 
 AT_LIMITS = [
     ("SELECT COUNT(*) FROM t", 3.0, "noise_multiplier"),
-    ("SELECT SUM(x + n) FROM t", None, "not of expressions"),
-    ("SELECT g, AVG(x * 2), COUNT(*) FILTER (WHERE n > 2) FROM t GROUP BY g", None, "not of expressions"),
+    ("SELECT SUM(x + n) FROM t", 3.0, "noise_multiplier"),
     ("SELECT MIN(x), MEDIAN(x), MAX(x) FROM t", None, "two quantiles"),
 ]
 
@@ -203,6 +210,11 @@ JOIN_QUERIES = [
     "SELECT g, VARIANCE(x), COUNT(*) FROM t GROUP BY g",  # spreads and FILTER (§10.6 no more)
     "SELECT r, SUM(x) FILTER (WHERE n > 2), COUNT_IF(n > 5) FROM t GROUP BY r",
     "SELECT q, STDDEV(n) FROM t JOIN w USING (uid) GROUP BY q",
+    # expressions inside aggregates, each column through its chosen clamp (§10.10)
+    "SELECT g, SUM(x * n), AVG(x - n) FROM t GROUP BY g",
+    "SELECT r, SUM(CASE WHEN n > 2 THEN x ELSE x / 2 END), SUM(x) FROM t GROUP BY r",
+    "SELECT q, AVG(-x + 2 * n) FROM t JOIN w USING (uid) GROUP BY q",
+    "SELECT p, g, SUM(x * n) FILTER (WHERE n < 9) FROM t WHERE x > -1 GROUP BY p, g",  # a row-level WHERE, FILTER
 ]
 
 
@@ -293,3 +305,144 @@ def test_spreads_and_filters_cost_no_more_than_charged_at_every_chosen_bound(que
         for spec, part in zip(priced.noise, recorded, strict=True):
             assert spec.sensitivity == g * at.measures[spec.measure].sensitivity(k)
             assert laplace.epsilon(spec.sensitivity, spec.scale) <= part if spec.sensitivity else True
+
+
+# --- expressions inside aggregates at the chosen clamps (§10.10) --------------------------------------------------
+
+EXPRESSION_READS = {  # each query and the columns its expressions read
+    "SELECT SUM(x + n) FROM t": ("x", "n"),
+    "SELECT g, AVG(x * 2), COUNT(*) FILTER (WHERE n > 2) FROM t GROUP BY g": ("x",),
+    "SELECT g, SUM(x * n), AVG(x - n) FROM t GROUP BY g": ("x", "n"),
+    "SELECT r, SUM(CASE WHEN n > 2 THEN x ELSE x / 2 END), SUM(x) FROM t GROUP BY r": ("x",),
+    "SELECT AVG(-(x * x) + 3 * n), SUM(n / -4) FROM t": ("x", "n"),
+}
+EXPRESSION_QUERIES = list(EXPRESSION_READS)
+
+
+@pytest.mark.parametrize("query", EXPRESSION_QUERIES)
+def test_an_expression_chooses_the_clamps_of_the_columns_it_reads(query: str) -> None:
+    """Every auto column an expression reads gets a clamp (the lower end too where its limit's is not 0); nothing
+    runs at the limits; the selection is charged as any other part. A column also summed keeps its cap."""
+    planned = plan(query, CATALOG, epsilon=0.7, delta=1e-7, mechanism="laplace", bounding="store")
+    assert planned.auto is not None and planned.auto.note is None and isinstance(planned.price.event, AutoBoundsEvent)
+    assert set(auto.expression_columns(planned.analysis)) == set(EXPRESSION_READS[query])
+    assert (planned.auto.part("total", "x") is not None) is ("SUM(x)" in query)
+    for column in EXPRESSION_READS[query]:
+        assert planned.auto.part("upper", column) is not None, (query, column)
+        assert (planned.auto.part("lower", column) is not None) is (column == "x")  # x's limit is [-3, 5.5]
+    assert planned.price.epsilon <= 0.7
+
+
+@pytest.mark.parametrize("query", EXPRESSION_QUERIES)
+def test_expressions_cost_no_more_than_charged_at_every_chosen_clamp(query: str) -> None:
+    """At every (k, g, clamps) of a grid, each Laplace part's pure ε is at most its recorded part: the range by
+    interval arithmetic over clamps inside the declared ones lies inside the declared range, on its grid."""
+    planned = plan(query, CATALOG, epsilon=0.7, delta=1e-7, mechanism="laplace", bounding="store")
+    assert planned.auto is not None and planned.auto.parts and isinstance(planned.price.event, AutoBoundsEvent)
+    recorded = [laplace.epsilon(e.sensitivity, e.scale) for e in _laplace(planned.price.event.query)]
+    columns = [c for c in ("x", "n") if planned.auto.part("upper", c) is not None]
+    ends = {c: auto_clamp.clamp_grid(AUTO.column(c).bounds, AUTO.column(c).type)  # type: ignore[union-attr, arg-type]
+            for c in columns}
+    choices = [tuple((c, ends[c][i], ends[c][j]) for c in columns) for i, j in ((0, -1), (0, 1), (2, -3), (-2, -1),
+                                                                                 (5, 5))]
+    groups = (1, 3) if planned.analysis.max_groups > 1 else (1,)
+    for k, g, clamps in itertools.product((1, 4, 6), groups, choices):
+        at = auto.at_bound(planned.analysis, k, g, clamps)
+        priced = auto.price_at(planned.price, at, k)
+        assert priced.event == planned.price.event and len(priced.noise) == len(recorded)
+        for aggregate in at.aggregates:
+            if aggregate.expr:  # inside the declared range, on its grid
+                declared = next(a for a in planned.analysis.aggregates if a.label().split("(")[0] ==
+                                aggregate.label().split("(")[0] and a.expr and a.where == aggregate.where
+                                and a.kind == aggregate.kind and a.bounds and aggregate.grid_bounds == a.bounds)
+                assert declared.bounds[0] <= aggregate.bounds[0] <= aggregate.bounds[1] <= declared.bounds[1]  # type: ignore[index]
+        for spec, part in zip(priced.noise, recorded, strict=True):
+            assert spec.sensitivity == g * at.measures[spec.measure].sensitivity(k)
+            assert laplace.epsilon(spec.sensitivity, spec.scale) <= part if spec.sensitivity else True
+
+
+def _rows_of(result: list[tuple[object, ...]], keys: int) -> dict[tuple[object, ...], tuple[object, ...]]:
+    return {tuple(r[:keys]): tuple(r[keys:]) for r in result}
+
+
+DIFFERENTIAL = [  # (query, its expression with {x} and {n} where it reads a value (a condition reads the row), keys)
+    ("SELECT g, SUM(x * n) FROM t GROUP BY g", "{x} * {n}", "g"),
+    ("SELECT r, SUM(CASE WHEN n > 2 THEN x ELSE x / 2 END) FROM t GROUP BY r",
+     "CASE WHEN n > 2 THEN {x} ELSE {x} / 2 END", "r"),
+    ("SELECT SUM(-x + 2 * n) FROM t", "-{x} + 2 * {n}", ""),
+]
+
+
+@pytest.mark.parametrize(("query", "expression", "key"), DIFFERENTIAL)
+@settings(max_examples=oracle_db.examples(6), deadline=None)
+@given(cells=st.lists(st.tuples(st.integers(0, 4), st.sampled_from("ab"), st.integers(-4, 10), st.integers(0, 6)),
+                      max_size=24),
+       clamp_x=st.tuples(st.integers(-6, 11), st.integers(-6, 11)), clamp_n=st.tuples(st.integers(0, 10),
+                                                                                   st.integers(0, 10)))
+def test_the_expression_at_the_chosen_clamps_is_the_query_with_its_inputs_clamped(
+    query: str, expression: str, key: str, cells: list[tuple[int, str, int, int]], clamp_x: tuple[int, int],
+    clamp_n: tuple[int, int],
+) -> None:
+    """Before noise, the query at chosen clamps [L, U] (k and g at the limits, every unit within them) is exactly
+    DuckDB's answer to the analyst's SQL with each input clamped to its [L, U]: the same query as asked when the
+    data lie inside the clamps (then also DuckDB's unclamped answer)."""
+    lx, ux = sorted(v / 2 for v in clamp_x)  # x in halves within [-3, 5.5]
+    ln, un = sorted(clamp_n)
+    # at most 2 rows per (unit, g) and one region per unit: nothing is dropped at k = 6, g = 3
+    seen: dict[tuple[int, str], int] = {}
+    data = []
+    for uid, g, x, n in cells:
+        if seen.get((uid, g), 0) < 2:
+            seen[(uid, g)] = seen.get((uid, g), 0) + 1
+            data.append((uid, g, "NSE"[uid % 3], "a", x / 2, n))
+    planned = plan(query, CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace", salt=3, bounding="store")
+    assert planned.auto is not None and planned.auto.parts
+    at = auto_release.plan_at(planned, auto.ChosenBounds((), 6, planned.analysis.max_groups,
+                                                          (("x", lx, ux), ("n", ln, un))))
+    (measure,) = (m for m in at.analysis.measures if m.expr)
+    clamped = expression.format(x=f"LEAST(GREATEST(x, {lx}), {ux})", n=f"LEAST(GREATEST(n, {ln}), {un})")
+    by = f" GROUP BY {key}" if key else ""
+    select = f"{key}, " if key else ""
+    asked = expression.format(x="x", n="n")
+    reference = [f"SELECT {select}SUM({clamped}) FROM src.t{by}", f"SELECT {select}SUM({asked}) FROM src.t{by}",
+                 f"SELECT COUNT(*) FROM src.t WHERE x < {lx} OR x > {ux} OR n < {ln} OR n > {un}"]
+    ours, theirs, plain, ((outside,),) = _joined_store([at.sql, *reference], data, [])
+    keys = 1 if key else 0
+    got = {k: (int(v[1]) / measure.grid if v[1] is not None else None) for k, v in _rows_of(ours, keys).items()}
+    want = {k: v[0] for k, v in _rows_of(theirs, keys).items() if v[0] is not None}
+    assert {k: v for k, v in got.items() if v is not None or k in want} == want, (query, lx, ux, ln, un)
+    if outside == 0:  # the data inside the clamps: the query as asked, unclamped
+        assert want == {k: v[0] for k, v in _rows_of(plain, keys).items() if v[0] is not None}
+
+
+def test_the_proxy_answers_an_expression_at_its_chosen_clamps_with_noise_far_below_the_limits(
+    demo: DemoFiles, tmp_path: Path
+) -> None:
+    """End to end (pipeline.answer, the demo's auto policy: amount in [0, 100000], max_rows <= 1000): AVG(amount * 2)
+    by category reports its bounds chosen, amount's clamp [0, U] among them, and its centred sum's noise is
+    exactly the limits' ε at the sensitivity L0·k·⌈⌊2U·4096⌋/2⌉ (the range [0, 2U] on the declared range
+    [0, 200000]'s grid, 4096 steps per unit), not 8·1000·409 600 000."""
+    policy = policy_copy(demo, tmp_path, epsilon=20.0, delta=1e-5, auto=True)
+    text = policy.read_text(encoding="utf-8")
+    assert text.count("[datasets.demo]\n") == 1  # a clamp worth its name on 300 users: half of ε selects
+    policy.write_text(text.replace("[datasets.demo]\n", "[datasets.demo]\nauto_bounds_share = 0.5\n"), encoding="utf-8")
+    env = build_env(Settings(policy=str(policy), ledger=str(tmp_path / "ledger.sqlite")))
+    analyst = next(a for a in env.policy.analysts if a.role == "analyst")
+    sql = "SELECT category, AVG(amount * 2) FROM visits GROUP BY category"
+    prepared = pipeline.prepare(QueryRequest(sql=sql, epsilon=Decimal("1.0")), analyst, env.policy, 5)
+    charges: list[object] = []
+    answer = pipeline.answer(prepared, analyst, env, charges.append)
+    assert len(charges) == 1 and answer.bounds is not None and answer.selected is not None
+    assert answer.bounds.report()["chosen"] is True
+    assert [(p.bound, p.column) for p in answer.bounds.parts] == [("max_rows", None), ("max_groups", None),
+                                                                   ("upper", "amount")]
+    ((name, lo, upper),) = answer.bounds.clamps
+    k, g = answer.bounds.max_rows, answer.bounds.max_groups
+    assert (name, lo) == ("amount", 0.0) and 0 <= upper <= 100000 and 1 <= k <= 1000 and 1 <= g <= 16
+    at_limits, at_chosen = answer.selected.price.noise[0], answer.prepared.plan.price.noise[0]
+    assert at_limits.sensitivity == 8 * 1000 * 409_600_000  # L0 = min(16, 8 categories)
+    top = math.floor(2 * upper * 4096)
+    assert at_chosen.sensitivity == min(g, 8) * k * (top - top // 2)
+    part = laplace.epsilon(at_limits.sensitivity, at_limits.scale)
+    assert at_chosen.scale == laplace.scale_for(at_chosen.sensitivity, part)
+    assert at_chosen.scale < at_limits.scale / 1000, (k, g, upper)

@@ -41,6 +41,8 @@ class Aggregate:
     where: str = ""  # FILTER (WHERE …) / COUNT_IF: the rebuilt condition (DuckDB SQL), "" for none
     expr: str = ""  # SUM/AVG of a per-row expression (row_expr.py): its rebuilt SQL; column is then None
     bounds: tuple[float, float] | None = None  # the expression's range by interval arithmetic
+    # at chosen clamps (auto/at_bounds.py): the range at the declared bounds, whose fixed-point grid it keeps
+    grid_bounds: tuple[float, float] | None = None
 
     def label(self) -> str:
         if self.kind == "quantile":
@@ -217,7 +219,8 @@ def measures_of(aggregate: Aggregate, table: TableSchema) -> tuple[Measure, ...]
             return (Measure("units"),)
     if expr:
         assert aggregate.bounds is not None
-        grid, lo, hi = fixed_point(ColumnSpec("__expr", "DOUBLE", bounds=aggregate.bounds))
+        grid, lo, hi = fixed_point(ColumnSpec("__expr", "DOUBLE", bounds=aggregate.bounds,
+                                              grid_bounds=aggregate.grid_bounds))
         sums = (Measure("sum", None, grid, lo, hi, where=where, expr=expr),)
         if aggregate.kind == "sum":
             return sums

@@ -13,8 +13,9 @@ from fractions import Fraction
 from mechanisms import laplace
 from mechanisms.gaussian import zcdp
 from mechanisms.rounding import sqrt_up
+from proxy.query.analyse import row_expr
 from proxy.query.analyse.analysis import Analysis
-from proxy.query.analyse.measures import capped, measures_for
+from proxy.query.analyse.measures import Aggregate, capped, measures_for
 from proxy.query.auto import quantile
 from proxy.query.auto.gauss import sigma_at
 from proxy.query.catalog import TableSchema
@@ -111,10 +112,45 @@ def at_bound(analysis: Analysis, k: int, g: int | None = None,
                                         grid_bounds=c.grid_bounds or c.bounds)
             columns.append(c)
         table = _finest_grids(analysis, dataclasses.replace(table, columns=tuple(columns)), k, set(chosen))
-        measures = measures_for(analysis.aggregates, table)
+        # an expression inside an aggregate reads each column through the column's chosen clamp, its range by the
+        # same interval arithmetic over them (row_expr.at_clamps; docs/privacy.md §10.10)
+        final = {c.name.lower(): c.bounds for c in table.columns if c.name.lower() in chosen and c.bounds}
+        aggregates = tuple(_expression_at(a, final) for a in analysis.aggregates)
+        measures = measures_for(aggregates, table)
         assert [m.kind for m in measures] == [m.kind for m in analysis.measures]
+        limit_k = analysis.table.max_rows  # monotone in every bound: within the charge
+        assert all(m.sensitivity(k) <= old.sensitivity(limit_k)
+                   for m, old in zip(measures, analysis.measures, strict=True) if m.expr)
+        analysis = dataclasses.replace(analysis, aggregates=aggregates)
     bounded = dataclasses.replace(table, max_rows=k, max_groups=g if analysis.max_groups > 1 else table.max_groups)
     return dataclasses.replace(analysis, table=bounded, max_groups=g, measures=measures)
+
+
+def _expression_at(aggregate: Aggregate, clamps: dict[str, tuple[float, float]]) -> Aggregate:
+    """SUM/AVG of an expression with each of its columns in `clamps` (lower-case names) clamped there, its range
+    by interval arithmetic over the new clamps (inside the range at the declared bounds: every clamp lies inside
+    its declared one, and interval arithmetic is inclusion-monotone), on the declared range's fixed-point grid
+    (a tighter range's own, finer grid could give a larger integer Δ than the charge's). Other aggregates as
+    they are. Pure: a function of the chosen bounds (post-processing of the selection).
+
+    Example:
+        >>> from proxy.query.analyse.measures import Aggregate
+        >>> sql = 'CASE WHEN "x" IS NULL THEN NULL ELSE LEAST(GREATEST(CAST("x" AS DOUBLE), 0.0), 90.0) END * 2.0'
+        >>> a = _expression_at(Aggregate("sum", None, expr=sql, bounds=(0.0, 180.0)), {"x": (1, 8)})
+        >>> a.bounds, a.grid_bounds, a.expr.count("8.0")
+        ((2.0, 16.0), (0.0, 180.0), 1)
+    """
+    if not aggregate.expr or aggregate.kind not in ("sum", "avg") or aggregate.bounds is None:
+        return aggregate
+    reads = [c for c in row_expr.clamped_columns(aggregate.expr) if c.lower() in clamps]
+    if not reads:
+        return aggregate
+    at = row_expr.at_clamps(aggregate.expr, {c: clamps[c.lower()] for c in reads})
+    lo, hi = aggregate.bounds
+    # inside the declared range by the arithmetic; the intersection keeps it so whatever a float does
+    inside = (max(lo, at.lo), min(hi, at.hi))
+    return dataclasses.replace(aggregate, expr=at.sql, bounds=inside if inside[0] <= inside[1] else (lo, hi),
+                               grid_bounds=aggregate.grid_bounds or aggregate.bounds)
 
 
 def _finest_grids(analysis: Analysis, table: TableSchema, k: int, names: set[str]) -> TableSchema:

@@ -36,9 +36,10 @@ Laplace noise: a pure ε is a function of Δ/b alone, which is what makes the ev
 Discrete Gaussian noise (auto/gauss.py): the charged GaussianEvent at the limits bounds, under every rule,
 the σ chosen at the bounds (ρ is a function of Δ/σ; the proven μ is searched upward).
 Quantiles (auto/quantile.py), spreads, FILTER, joins and computed keys (the selection reads the query's own
-virtual table, auto/histograms.py) choose their bounds too. Shapes the selection does not serve (an expression in an
-aggregate, three quantiles of one column) and a given `noise_multiplier` are answered at the declared
-limits, which are valid bounds: no selection runs or is charged, and the response's `bounds` says so
+virtual table, auto/histograms.py) choose their bounds too, and so do expressions inside SUM/AVG: each auto column
+they read gets its clamp, the expression's range by interval arithmetic over them (docs/privacy.md §10.10).
+Shapes the selection does not serve (three quantiles of one column) and a given `noise_multiplier` are answered
+at the declared limits, which are valid bounds: no selection runs or is charged, and the response's `bounds` says so
 (`chosen` false, `note` why).
 
 This module decides which bounds a query chooses and what the selection is charged (`needed`, `auto_bounds`,
@@ -60,6 +61,7 @@ from accountant import loss
 from accountant.events import AutoBoundsEvent, ExponentialEvent
 from mechanisms import laplace
 from mechanisms.rounding import down
+from proxy.query.analyse import row_expr
 from proxy.query.analyse.analysis import Analysis
 from proxy.query.analyse.measures import capped, fixed_point
 from proxy.query.auto import quantile, share, total
@@ -120,9 +122,24 @@ def selection_share(analysis: Analysis, epsilon: float,
     return chosen, share.weights(limits, chosen, kinds)
 
 
+def expression_columns(analysis: Analysis) -> tuple[str, ...]:
+    """The columns SUM/AVG expressions read (lower case, first-use order): each through its clamp, chosen where
+    the column has `bounds = "auto"` (docs/privacy.md §10.10)."""
+    return tuple(dict.fromkeys(c.lower() for a in analysis.aggregates if a.expr and a.kind in ("sum", "avg")
+                               for c in row_expr.clamped_columns(a.expr)))
+
+
+def without_expressions(analysis: Analysis) -> Analysis:
+    """`analysis` without the measures of SUM/AVG expressions, for the checks of what else the selection serves
+    (quantile.serves): an expression reads its columns through clamps the selection chooses (§10.10)."""
+    kept = tuple(m for m in analysis.measures if not (m.expr and m.kind in ("sum", "centred_sum", "values")))
+    return dataclasses.replace(analysis, measures=kept)
+
+
 def clamped_columns(analysis: Analysis) -> tuple[ColumnSpec, ...]:
     """The auto-bounded columns whose clamp the query's measures read, in first-use order."""
-    names = dict.fromkeys(m.column.lower() for m in analysis.measures if m.kind in CLAMPED and m.column)
+    names = dict.fromkeys([*(m.column.lower() for m in analysis.measures if m.kind in CLAMPED and m.column),
+                           *expression_columns(analysis)])
     specs = (analysis.table.column(name) for name in names)
     return tuple(s for s in specs if s is not None and s.auto_bounds and s.bounds is not None
                  and s.bounds[0] < s.bounds[1])
@@ -164,12 +181,13 @@ def needed(analysis: Analysis) -> tuple[tuple[Bound, ColumnSpec | None], ...]:
         parts.append(("max_rows", None))
     if table.auto_max_groups and analysis.max_groups > 1 and not only_capped:
         parts.append(("max_groups", None))
+    in_expressions = expression_columns(analysis)
     for spec in clamped_columns(analysis):
         assert spec.bounds is not None
         kinds = {m.kind for m in analysis.measures if (m.column or "").lower() == spec.name.lower()}
         if capped(spec, table) and "sum" in kinds:  # a per-unit L1 cap, not a clamp (auto/total.py, §10.2)
             parts.append(("total", spec))
-            if not kinds & {"centred_sum", "histogram"}:
+            if not kinds & {"centred_sum", "histogram"} and spec.name.lower() not in in_expressions:
                 continue  # quantiles and spreads of the same column still choose its clamp (at_bound)
         if spec.bounds[0] != 0:
             parts.append(("lower", spec))
@@ -204,8 +222,8 @@ def limits_reason(analysis: Analysis, noise_multiplier: float | None, plain: boo
         return (f"a given noise_multiplier is calibrated to the declared limits ({limits}); send epsilon to have "
                 "the bounds chosen per query")
     if not plain:
-        return (f"bounds are chosen per query for aggregates of columns, not of expressions, and for at most "
-                f"two quantiles of one column: this query ran at the declared limits ({limits})")
+        return (f"bounds are chosen per query for at most two quantiles of one column: this query ran at the "
+                f"declared limits ({limits})")
     return None
 
 
@@ -242,7 +260,9 @@ def auto_bounds(analysis: Analysis, selection_epsilon: float, q: float,
             assert spec is not None and spec.bounds is not None
             limit, sensitivity = spec.bounds[0 if bound == "lower" else 1], VALUES_PER_UNIT
         scale = laplace.scale_for(sensitivity, each)
-        drawn = q if spec is None else quantile.clamp_q(analysis, spec.name, bound == "upper", q)
+        # a column an expression reads is summed: its clamp at q, as a summed column's (quantile.clamp_q)
+        summed = spec is None or spec.name.lower() in expression_columns(analysis)
+        drawn = q if summed else quantile.clamp_q(analysis, spec.name, bound == "upper", q)
         parts.append(AutoPart(bound, None if spec is None else spec.name, limit, drawn, sensitivity,
                               ExponentialEvent(float(sensitivity), scale)))
     return AutoBounds(tuple(parts))
