@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from proxy.query.auto import bounds as auto
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.planner import plan
+from tests.oracle import test_store_oracle as store_oracle
 from tests.support import oracle_db
 
 rr = importlib.import_module("proxy.query.rewrite.on_store")  # the module (proxy.query exports its function)
@@ -109,3 +110,20 @@ def test_other_shapes_keep_the_rank_filter() -> None:
                   "SELECT age, SUM(x) FROM p GROUP BY age",  # private partitions: `__units` reads the ranks
                   "SELECT SUM(x) FILTER (WHERE r = 'n') FROM p"):
         assert not rr.complements_rank_filter(_analysis(query, 3)), query
+
+
+@settings(max_examples=8, deadline=None)
+@given(ps=store_oracle.p_rows, qs=store_oracle.q_rows, k=st.integers(1, 3))
+def test_a_join_to_one_row_per_unit_equals_the_rank_filter(ps: list[tuple[object, ...]],
+                                                           qs: list[tuple[object, ...]], k: int) -> None:
+    # a join's virtual table over the store: counts of rows and of a column (its sums clamp per query: not here)
+    catalog = Catalog((dataclasses.replace(store_oracle.P, max_rows=k), store_oracle.Q))
+    for query, n_keys in (("SELECT q.plan, COUNT(*), COUNT(p.x) FROM p JOIN q USING (uid) GROUP BY q.plan", 1),
+                          ("SELECT COUNT(*), COUNT(y) FROM p JOIN q USING (uid) WHERE q.plan = 'pro'", 0)):
+        analysis = plan(query, catalog, epsilon=1.0, delta=1e-6, mechanism="laplace", bounding="store").analysis
+        assert rr.complements_rank_filter(analysis), query
+        tables = {"p": ("uid BIGINT, g VARCHAR, age INTEGER, d DATE, x DOUBLE", ps),
+                  "q": ("uid BIGINT, plan VARCHAR, y INTEGER", qs)}
+        got, want = (oracle_db.run(sql, tables, n_keys, store=catalog.tables, key="k")
+                     for sql in (rr.rewrite_ranked(analysis), _rank_filter(analysis)))
+        assert got == want, query
