@@ -81,7 +81,9 @@ def test_store_rank_filter_moves_each_measure_within_its_sensitivity(
 
 
 @pytest.mark.parametrize(("query", "filtered"), [
-    ("SELECT CAST(FLOOR(age / 10) * 10 AS INTEGER) AS a, COUNT(*), SUM(x) FROM p GROUP BY a", "__row_rank <= 3"),
+    # a count and a sum of the stored grid: every row less those above the filter (on_store.complements_rank_filter)
+    ("SELECT CAST(FLOOR(age / 10) * 10 AS INTEGER) AS a, COUNT(*), SUM(x) FROM p GROUP BY a",
+     "__unit_rows > 3 AND __row_rank > 3"),
     ("SELECT q.plan, COUNT(*), SUM(p.x) FROM p JOIN q USING (uid) GROUP BY q.plan", "__row_rank <= 3"),
     ("SELECT g, SUM(x) FROM p JOIN q USING (uid) GROUP BY g", "__row_rank__g <= 3 AND __group_rank__g <= 2"),
     # counts only: one row per kept cell (on_store.counts_from_first_rows)

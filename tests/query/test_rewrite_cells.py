@@ -15,6 +15,7 @@ import pytest
 from proxy.query.analyse.analysis import analyse
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.parse.statement import parse
+from proxy.query.rewrite import cells as cells_sql
 from proxy.query.rewrite import store_layout
 from proxy.query.rewrite.cells import rewrite_cells
 from proxy.query.rewrite.on_store import rewrite_ranked, uses_rank_filter
@@ -140,7 +141,16 @@ def test_reranking_only_the_units_that_need_it_gives_the_definition(max_groups: 
     table = _table(public=True, max_groups=max_groups)
     analysis = analyse(parse("SELECT g, COUNT(*), SUM(n) FROM t WHERE n >= 3 GROUP BY g"), Catalog((table,)))
     sql = rewrite_cells(analysis, 1)
-    assert "__uncertain" in sql and "WHEN __unit IS NULL" in sql  # the fast path is the one under test
+    assert "WHEN __unit IS NULL" in sql  # the light cells are added up directly
+    # at max_groups >= 3 (the domain's size) no unit can lose a cell: nothing is re-ranked (`groups_cannot_bind`)
+    assert ("__uncertain" in sql) == ("__group_rank" in sql) == (max_groups < 3)
+    expected, answer = _definition_and_answer(rows, table, sql, max_groups)
+    assert answer == expected
+
+
+def _definition_and_answer(rows: list[tuple[int, str, int]], table: TableSchema, sql: str, max_groups: int
+                           ) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """The answer by the definition (ranks read from the store built over `rows`) and `sql`'s answer."""
     con = scratch_db.connect()
     con.execute("ATTACH ':memory:' AS src")
     con.execute("CREATE TABLE src.t (uid BIGINT, g VARCHAR, r VARCHAR, n INTEGER)")
@@ -151,4 +161,19 @@ def test_reranking_only_the_units_that_need_it_gives_the_definition(max_groups: 
     assert max(ranks.values()) > max_groups or max_groups == 4  # the stored ranks alone would not bound it
     expected = _by_definition(rows, ranks, lambda n: n >= 3, max_groups, 3)
     padded = [(u, g, "N", n) for u, g, n in rows]
-    assert _run(sql, table, padded) == expected
+    return expected, _run(sql, table, padded)
+
+
+def test_the_definition_catches_a_rewrite_that_skips_a_binding_rerank(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The planted wrong rewrite: the unranked form at max_groups 2, below the domain's 3 values, keeps cells the
+    # re-rank drops. The definition above must see it (else the test of the real form proves nothing).
+    random = Random(32)
+    rows = [(uid, g, random.randrange(10)) for uid in range(40) for g in random.sample("abcd", random.randint(1, 4))
+            for _ in range(random.randint(1, 5))]
+    table = _table(public=True, max_groups=2)
+    analysis = analyse(parse("SELECT g, COUNT(*), SUM(n) FROM t WHERE n >= 3 GROUP BY g"), Catalog((table,)))
+    monkeypatch.setattr(cells_sql, "groups_cannot_bind", lambda analysis, key: True)
+    wrong = rewrite_cells(analysis, 1)
+    assert "__group_rank" not in wrong
+    expected, answer = _definition_and_answer(rows, table, wrong, 2)
+    assert answer != expected

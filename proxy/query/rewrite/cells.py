@@ -77,8 +77,12 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
     # keep their first max_groups (issue #28: filtering the stored rank first spent a unit's groups on values
     # the WHERE drops, −71 % on `WHERE category = 'travel'`). The order is still the unit's own and the key's.
     reranked = bool(row_keys) and not windowed and analysis.where is not None
+    # Where the key's public domain holds at most max_groups values, the re-rank keeps every cell that passes:
+    # nothing to rank, nothing to join (`groups_cannot_bind`, docs/privacy.md §10.7)
+    unranked = reranked and groups_cannot_bind(analysis, row_keys[0])
+    reranked = reranked and not unranked
     conditions: list[exp.Expr] = []
-    if row_keys and not windowed and not reranked:
+    if row_keys and not windowed and not reranked and not unranked:
         conditions.append(exp.LTE(this=exp.column(store_layout.group_rank(row_keys[0])),
                                   expression=exp.Literal.number(analysis.max_groups)))
     if analysis.where is not None:
@@ -177,6 +181,33 @@ def rewrite_cells(analysis: Analysis, salt: int = 0) -> str:
                                          if node == ref else node, copy=False))
         result = result.having(exp.and_(*inside, copy=False), copy=False)
     return result.with_(exp.TableAlias(this=exp.to_identifier("__cells")), as_=cells, copy=False).sql(dialect="duckdb", copy=False)
+
+
+def groups_cannot_bind(analysis: Analysis, key: str) -> bool:
+    """Whether a unit's cells under the WHERE, re-ranked after it, are all kept whatever their stored ranks: the
+    partitions are public and the row-level `key`'s domain has at most max_groups values. The re-rank drops the
+    rows outside the domains first, so a unit then has at most that many cells (one per value of `key`; a
+    unit-level key has one value per unit), each of rank <= max_groups. So the rewrite reads no group rank,
+    joins no uncertain units and tests the domain only in HAVING: every cell that passes is kept, as the re-rank
+    keeps it, and a group outside the domain is dropped whole after aggregation, as its rows were before it.
+    The same cells, the same totals (light cells added up directly are exact, as in the split), the same
+    numbers; the sensitivity is min(g, d) as before (docs/privacy.md §10.7).
+
+    Example:
+        >>> from proxy.query.parse.statement import parse
+        >>> from proxy.query.analyse.analysis import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> def t(g):
+        ...     return TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("n", "INTEGER"),
+        ...         ColumnSpec("g", "VARCHAR", groupable=True, public_domain=("a", "b", "c"))), max_groups=g)
+        >>> q = "SELECT g, COUNT(*) FROM t WHERE n > 1 GROUP BY g"
+        >>> [groups_cannot_bind(analyse(parse(q), Catalog((t(g),))), "g") for g in (2, 3, 4)]
+        [False, True, True]
+    """
+    if analysis.partitions != "public":
+        return False
+    domain = dict(zip(analysis.keys, analysis.domains, strict=True)).get(key)
+    return domain is not None and len(domain) <= analysis.max_groups
 
 
 def _uncertain(analysis: Analysis, unit: exp.Expr, key: str, conditions: list[exp.Expr]) -> exp.Join:

@@ -147,9 +147,114 @@ def rewrite_ranked(analysis: Analysis, salt: int = 0, row_where: RowWhere = "win
                     test.set(arg, exp.AnyValue(this=test.args[arg]))
             inside.append(test)
         select = select.having(exp.and_(*inside, copy=False), copy=False)
+    if complements_rank_filter(analysis, row_where):
+        where = analysis.where.copy() if analysis.where is not None else None
+        select = _kept_by_complement(analysis, store_source(analysis), where, keys,
+                                     select.args.get("having"))
     if corrected:
         select = _with_corrections(analysis, select, source, keys)
     return select.sql(dialect="duckdb", copy=False)
+
+
+def complements_rank_filter(analysis: Analysis, row_where: RowWhere = "window") -> bool:
+    """Whether the rank filter's sums are taken as those of every row less those of the rows above it
+    (`_kept_by_complement`): no row-level key (the filter is `__row_rank <= max_rows`), public or no partitions,
+    and every measure a COUNT(*), a COUNT of a column, or a SUM of the store's integer grid column (a capped one
+    corrected on its heavy units), without FILTER or expression: integers, so the subtraction is exact. Counts
+    alone take the first-row form instead (`counts_from_first_rows`); the measurement-only `row_where = "filter"`
+    keeps its filter.
+
+    Example:
+        >>> from proxy.query.parse.statement import parse
+        >>> from proxy.query.analyse.analysis import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("g", "VARCHAR", groupable=True),
+        ...     ColumnSpec("x", "INTEGER", bounds=(0, 9))), max_rows=3)
+        >>> [complements_rank_filter(analyse(parse(q), Catalog((t,)))) for q in ("SELECT COUNT(*), SUM(x) FROM t",
+        ...     "SELECT COUNT(*) FROM t", "SELECT g, SUM(x) FROM t GROUP BY g", "SELECT AVG(x) FROM t")]
+        [True, False, False, False]
+    """
+    table = analysis.table
+    if (row_where == "filter" or table.one_row_per_unit or analysis.partitions == "private" or _row_level_keys(analysis)
+            or not analysis.measures or counts_from_first_rows(analysis, row_where)
+            or not uses_rank_filter(analysis, row_where)):
+        return False
+    if any(m.cap for m in analysis.measures) and not corrects_heavy_units(analysis):
+        return False
+    return all(m.kind == "rows" or (not m.where and not m.expr and m.column and (
+        m.kind == "values" or (m.kind == "sum" and stored_grid(analysis, m) is not None))) for m in analysis.measures)
+
+
+def _kept_by_complement(analysis: Analysis, source: exp.Expr, where: exp.Expr | None, keys: list[exp.Expr],
+                        having: exp.Having | None) -> exp.Select:
+    """The rank filter's aggregates (`__k<i>`, `__units` 0, `__m<j>`, as `rewrite_ranked` selects them) as those
+    of every row that passes the WHERE less those of the rows above the filter, `__row_rank > k`.
+
+    Why the same numbers (docs/privacy.md §10.7): the kept rows are the rows with rank <= k, and the others are the
+    rows with rank > k, which lie in units of more than k rows (the rank numbers a unit's n rows 1..n, so
+    `__unit_rows > k` holds on them: a filter the scan prunes row groups with). Counts and integer sums of the
+    kept rows are those of all rows minus those of the rest, exactly (HUGEINT sums of BIGINT grid values). A SUM is
+    NULL where no kept row has a value, so the non-NULL values are counted too. Every group (keys are unit-level:
+    one value per unit) holds its units' rank-1 rows, so it has kept rows whenever it has rows; the groups are those
+    of every row (the HAVING on them as before), the rest's matched on the keys, NULL to NULL. Without keys one row,
+    NULL sums where no row is kept, as before. One scan of two columns and one of the few heavy units' rows replace
+    the scan that read the rank of every row."""
+    k = exp.Literal.number(analysis.table.max_rows)
+    keyed = bool(keys)
+
+    def aggregates(above: bool) -> exp.Select:
+        out = [k_.copy() for k_ in keys] + [exp.alias_(exp.Count(this=exp.Star()), "__n", copy=False)]
+        for j, m in enumerate(analysis.measures):
+            if m.kind == "rows":
+                continue
+            column = exp.column(m.column, quoted=True) if m.kind == "values" else stored_grid(analysis, m)
+            assert column is not None
+            if not m.cap:  # a capped sum's NULL reads the rows alone (`_uncapped_sum`)
+                out.append(exp.alias_(exp.Count(this=column.copy()), f"__v{j}", copy=False))
+            if m.kind == "sum":
+                out.append(exp.alias_(exp.Sum(this=column.copy()), f"__s{j}", copy=False))
+        select = exp.Select(expressions=out).from_(source.copy(), copy=False)
+        conditions = [where.copy()] if where is not None else []
+        if above:  # the rows the rank filter drops: rank > k, hence in units of more than k rows
+            conditions += [exp.GT(this=exp.column(store_layout.UNIT_ROWS), expression=k.copy()),
+                           exp.GT(this=exp.column(store_layout.ROW_RANK), expression=k.copy())]
+        if conditions:
+            select = select.where(exp.and_(*conditions, copy=False), copy=False)
+        if keyed:
+            select = select.group_by(*(exp.column(f"__k{i}") for i in range(len(keys))), copy=False)
+        if having is not None and not above:
+            select = select.having(having.this.copy(), copy=False)
+        return select
+
+    def kept(name: str) -> exp.Expr:
+        return exp.Sub(this=exp.column(name, table="__all"), expression=exp.Coalesce(
+            this=exp.column(name, table="__over"), expressions=[exp.Literal.number(0)]))
+
+    out = [exp.column(f"__k{i}", table="__all") for i in range(len(keys))]
+    out.append(exp.alias_(exp.Literal.number(0), UNITS, copy=False))
+    for j, m in enumerate(analysis.measures):
+        if m.kind == "rows":
+            value: exp.Expr = kept("__n")
+        elif m.kind == "values":  # COUNT(x) in a group; without keys the flags' SUM, NULL over no rows
+            value = kept(f"__v{j}") if keyed else exp.Case(
+                ifs=[exp.If(this=exp.GT(this=kept("__n"), expression=exp.Literal.number(0)), true=kept(f"__v{j}"))])
+        else:
+            total = exp.Sub(this=exp.Coalesce(this=exp.column(f"__s{j}", table="__all"),
+                                              expressions=[exp.Literal.number(0)]),
+                            expression=exp.Coalesce(this=exp.column(f"__s{j}", table="__over"),
+                                                    expressions=[exp.Literal.number(0)]))
+            # a capped sum adds up its values uncapped as `_uncapped_sum` does (NULL read as 0: a group has rows;
+            # without keys NULL over no rows); any other SUM is NULL where no kept row has a value
+            some = kept("__n") if m.cap else kept(f"__v{j}")
+            value = total if m.cap and keyed else exp.Case(
+                ifs=[exp.If(this=exp.GT(this=some, expression=exp.Literal.number(0)), true=total)])
+        out.append(exp.alias_(value, f"__m{j}", copy=False))
+    on: exp.Expr = exp.and_(*(exp.NullSafeEQ(this=exp.column(f"__k{i}", table="__all"),
+                                             expression=exp.column(f"__k{i}", table="__over"))
+                              for i in range(len(keys))), copy=False) if keyed else exp.true()
+    joined = exp.Join(this=aggregates(True).subquery("__over", copy=False), on=on, side="LEFT")
+    return exp.Select(expressions=out).from_(aggregates(False).subquery("__all", copy=False), copy=False).join(
+        joined, copy=False)
 
 
 def _uncapped_sum(j: int, grouped: bool) -> exp.Expr:
