@@ -36,8 +36,8 @@ Laplace noise: a pure ε is a function of Δ/b alone, which is what makes the ev
 Discrete Gaussian noise (auto/gauss.py): the charged GaussianEvent at the limits bounds, under every rule,
 the σ chosen at the bounds (ρ is a function of Δ/σ; the proven μ is searched upward).
 Quantiles (auto/quantile.py), spreads, FILTER, joins and computed keys (the selection reads the query's own
-virtual table, auto/histograms.py) choose their bounds too. Shapes the selection does not serve (an expression in an
-aggregate, three quantiles of one column) and a given `noise_multiplier` are answered at the declared
+virtual table, auto/histograms.py) choose their bounds too, three or more quantiles of one column too (jointly).
+Shapes the selection does not serve (an expression in an aggregate) and a given `noise_multiplier` are answered at the declared
 limits, which are valid bounds: no selection runs or is charged, and the response's `bounds` says so
 (`chosen` false, `note` why).
 
@@ -185,8 +185,8 @@ def uses_auto(analysis: Analysis) -> bool:
 def limits_reason(analysis: Analysis, noise_multiplier: float | None, plain: bool) -> str | None:
     """Why the query cannot choose its bounds and runs at the declared limits instead (None: it chooses them).
     Private either way: the limits are valid bounds, and no selection runs or is charged. `plain`: whether the
-    query aggregates columns (no expression inside, at most two quantiles of one column), over a table, a join
-    or computed keys (quantile.serves), what the selection histograms read.
+    query aggregates columns (no expression inside), over a table, a join or computed keys (quantile.serves),
+    what the selection histograms read.
 
     Example:
         >>> from proxy.query.parse.statement import parse
@@ -204,8 +204,8 @@ def limits_reason(analysis: Analysis, noise_multiplier: float | None, plain: boo
         return (f"a given noise_multiplier is calibrated to the declared limits ({limits}); send epsilon to have "
                 "the bounds chosen per query")
     if not plain:
-        return (f"bounds are chosen per query for aggregates of columns, not of expressions, and for at most "
-                f"two quantiles of one column: this query ran at the declared limits ({limits})")
+        return (f"bounds are chosen per query for aggregates of columns, not of expressions: this query ran at "
+                f"the declared limits ({limits})")
     return None
 
 
