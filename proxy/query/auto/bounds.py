@@ -37,8 +37,8 @@ Discrete Gaussian noise (auto/gauss.py): the charged GaussianEvent at the limits
 the σ chosen at the bounds (ρ is a function of Δ/σ; the proven μ is searched upward).
 Quantiles (auto/quantile.py), spreads, FILTER, joins and computed keys (the selection reads the query's own
 virtual table, auto/histograms.py) choose their bounds too, three or more quantiles of one column too (jointly).
-Shapes the selection does not serve (an expression in an aggregate) and a given `noise_multiplier` are answered at the declared
-limits, which are valid bounds: no selection runs or is charged, and the response's `bounds` says so
+Shapes the selection does not serve (an expression in an aggregate) and a given `noise_multiplier` are answered at
+the declared limits, which are valid bounds: no selection runs or is charged, and the response's `bounds` says so
 (`chosen` false, `note` why).
 
 This module decides which bounds a query chooses and what the selection is charged (`needed`, `auto_bounds`,
