@@ -202,8 +202,7 @@ def test_joint_quantiles_at_the_chosen_bounds_move_within_the_charge(
     assert planned.auto is not None and planned.auto.parts and planned.auto.note is None
     (limits,) = planned.price.quantiles
     assert isinstance(limits, JointSpec)
-    column = limits.qs and planned.analysis.measures[limits.measure].column
-    spec_column = AUTO.column(column or "")
+    spec_column = AUTO.column(planned.analysis.measures[limits.measure].column or "")
     assert spec_column is not None and spec_column.bounds is not None
     grid = auto_clamp.clamp_grid(spec_column.bounds, spec_column.type)
     lo, hi = sorted((grid[min(ends[0], len(grid) - 1)], grid[min(ends[1], len(grid) - 1)]))
