@@ -39,7 +39,8 @@ from proxy.query.price.quantiles import JointSpec, QuantileSpec
 
 def serves(analysis: Analysis) -> bool:
     """Whether the bound selection serves this query: aggregates of columns (not of expressions, whose range
-    is fixed by interval arithmetic at the declared bounds). Quantiles are served one by one and jointly (three or
+    is fixed by interval arithmetic at the declared bounds; a DATE column's day number is no such expression).
+    Quantiles are served one by one and jointly (three or
     more of one column, `joint_at_bound`), spreads and FILTER too (every measure's sensitivity is monotone in every
     bound), and so are joins and computed keys: the selection reads the query's own virtual table
     (auto/histograms.py), whose every row is one unit's (joins are on the unit, docs/privacy.md §10.5).
@@ -54,7 +55,9 @@ def serves(analysis: Analysis) -> bool:
         ...     "SELECT SUM(x * 2) FROM t")]
         [True, True, True, False]
     """
-    return not any(m.expr for m in analysis.measures)
+    # a DATE histogram's per-row day number (measures.date_histogram) is ours, not an analyst's expression: its grid
+    # is the declared days, which no chosen bound changes
+    return not any(m.expr and not m.epoch for m in analysis.measures)
 
 
 def at_bound(spec: QuantileSpec, k: int, points: int) -> QuantileSpec:
