@@ -146,9 +146,9 @@ def test_quantiles_at_the_chosen_bounds_move_within_the_charge(
 def test_a_quantile_query_charges_its_selection_and_its_quantiles_at_the_limits() -> None:
     planned = plan("SELECT g, MEDIAN(x) FROM t GROUP BY g", CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace")
     assert planned.auto is not None
-    # the median's grid is x's chosen clamp
-    assert [(p.bound, p.column) for p in planned.auto.parts] == [("max_rows", None), ("max_groups", None),
-                                                                  ("lower", "x"), ("upper", "x")]
+    # the median's grid is x's chosen clamp; no max_groups: a quantile's per-group ε does not depend on g, so a
+    # smaller g could only drop groups (bounds.needed)
+    assert [(p.bound, p.column) for p in planned.auto.parts] == [("max_rows", None), ("lower", "x"), ("upper", "x")]
     (median,) = planned.price.quantiles
     # 0.9 for the query, half of it for the median (g has no public domain: the other half selects groups),
     # over L0 = 3 groups: per group 0.15 = 2·Δ(1/2, 6)/T, T = 40
@@ -260,7 +260,7 @@ def test_three_quantiles_choose_their_bounds_and_keep_the_limits_charge() -> Non
                    epsilon=1.0, delta=1e-6, mechanism="laplace")
     assert planned.auto is not None and planned.auto.note is None
     parts = {(p.bound, p.column): p for p in planned.auto.parts}
-    assert set(parts) == {("max_rows", None), ("max_groups", None), ("lower", "x"), ("upper", "x")}
+    assert set(parts) == {("max_rows", None), ("lower", "x"), ("upper", "x")}  # quantiles alone: g at its limit
     assert (parts[("lower", "x")].q, parts[("upper", "x")].q) == (1.0, 1.0)  # the lower bound draws 1 − q = 0
     assert parts[("max_rows", None)].relative and parts[("max_rows", None)].q == 0.5
     assert isinstance(planned.price.event, AutoBoundsEvent) and planned.price.epsilon <= 1.0

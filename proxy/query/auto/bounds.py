@@ -148,6 +148,8 @@ def needed(analysis: Analysis) -> tuple[tuple[Bound, ColumnSpec | None], ...]:
         ['max_groups']
         >>> [b for b, _ in needed(analyse(parse("SELECT g, COUNT(*) FROM r GROUP BY g"), Catalog((r,))))]
         ['max_rows', 'max_groups']
+        >>> [b for b, _ in needed(analyse(parse("SELECT g, MEDIAN(x) FROM r GROUP BY g"), Catalog((r,))))]
+        ['max_rows', 'lower', 'upper']
         >>> [(b, c and c.name) for b, c in needed(analyse(parse("SELECT g, SUM(x) FROM t GROUP BY g"), Catalog((t,))))]
         [('total', 'x')]
     """
@@ -163,7 +165,10 @@ def needed(analysis: Analysis) -> tuple[tuple[Bound, ColumnSpec | None], ...]:
     rows_matter = any(m.kind != "units" for m in analysis.measures)
     if table.auto_max_rows and not table.one_row_per_unit and not only_capped and rows_matter:
         parts.append(("max_rows", None))
-    if table.auto_max_groups and analysis.max_groups > 1 and not only_capped:
+    # Only quantiles: each group's mechanism keeps its ε at the limits whatever g is (auto/quantile.py), so a smaller g
+    # could only drop groups; they run at the limit G (privacy.md §10.4)
+    only_quantiles = bool(analysis.measures) and all(m.kind == "histogram" for m in analysis.measures)
+    if table.auto_max_groups and analysis.max_groups > 1 and not only_capped and not only_quantiles:
         parts.append(("max_groups", None))
     for spec in clamped_columns(analysis):
         assert spec.bounds is not None
