@@ -29,6 +29,7 @@ With share limits the plan's ε_q is the chosen share's, so compare the oracle a
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import hashlib
 import itertools
 import math
@@ -45,6 +46,7 @@ for path in (ROOT, ROOT / "bench"):
 
 import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
+import sqlglot  # noqa: E402
 from query_latency import build_bounding_store, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
 from utility import request_epsilon  # noqa: E402
 
@@ -73,7 +75,41 @@ QUERIES = {  # the issue's Targets workload (the shapes the demo policy chooses 
     "duration": ("AVG(duration_s) by region", "SELECT region, AVG(duration_s) FROM visits GROUP BY region"),
     "median": ("MEDIAN and p90 of amount by region",
                "SELECT region, MEDIAN(amount), QUANTILE_CONT(amount, 0.9) FROM visits GROUP BY region"),
+    "month": ("COUNT by month", "SELECT date_trunc('month', day) AS month, COUNT(*) FROM visits GROUP BY 1"),
+    "week": ("COUNT by week", "SELECT date_trunc('week', day) AS week, COUNT(*) FROM visits GROUP BY 1"),
 }
+
+
+def key_text(value: Any) -> str:
+    """A group key as text, one form for the reference and the release: DuckDB's `date_trunc` of a DATE is a
+    TIMESTAMP at midnight, which the release gives as the day ('2026-01-01'); other values as `str`.
+
+    Example:
+        >>> import datetime as dt
+        >>> key_text(dt.datetime(2026, 3, 1)), key_text(dt.date(2026, 3, 1)), key_text("2026-03-01"), key_text(4)
+        ('2026-03-01', '2026-03-01', '2026-03-01', '4')
+        >>> key_text(dt.datetime(2026, 3, 1, 12, 30))
+        '2026-03-01 12:30:00'
+    """
+    if isinstance(value, dt.datetime):  # a date too (a subclass): midnight is the day
+        return value.date().isoformat() if value.time() == dt.time(0) and value.tzinfo is None else str(value)
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return str(value)
+
+
+def key_count(sql: str) -> int:
+    """How many GROUP BY keys `sql` has (a key's own commas, as in date_trunc('month', day), are not separators).
+
+    Example:
+        >>> key_count("SELECT date_trunc('month', day) AS m, COUNT(*) FROM visits GROUP BY date_trunc('month', day)")
+        1
+        >>> key_count("SELECT region, category, COUNT(*) FROM visits GROUP BY region, category"), key_count(
+        ...     "SELECT COUNT(*) FROM visits")
+        (2, 0)
+    """
+    group = sqlglot.parse_one(sql, read="duckdb").args.get("group")
+    return len(group.expressions) if group is not None else 0
 
 
 class NumpySampler:
@@ -115,7 +151,7 @@ def set_share(policy: Path, share: str) -> None:
 
 def errors_of(truth: dict[tuple[str, ...], tuple[Any, ...]], released: Any, n_keys: int) -> list[float]:
     """Relative errors per (group of `truth`, aggregate) of one answer (bench/utility.py's rule)."""
-    by_key = {tuple(str(v) for v in row[:n_keys]): row[n_keys:] for row in released}
+    by_key = {tuple(key_text(v) for v in row[:n_keys]): row[n_keys:] for row in released}
     out = []
     for key, values in truth.items():
         got = by_key.get(key)
@@ -270,8 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         truths = {}
         for name in names:
             sql = QUERIES[name][1]
-            n_keys = len(sql.split("GROUP BY")[1].split(",")) if "GROUP BY" in sql else 0
-            truths[name] = {tuple(str(v) for v in row[:n_keys]): tuple(row[n_keys:])
+            n_keys = key_count(sql)
+            truths[name] = {tuple(key_text(v) for v in row[:n_keys]): tuple(row[n_keys:])
                             for row in conn.execute(sql).fetchall()}
     settings = Settings(policy=directory / "policy.toml", ledger=fresh_ledger(directory))
     build_bounding_store(settings)

@@ -83,6 +83,34 @@ def index(above: Sequence[int], *, target: float | Fraction, epsilon: float | Fr
                                                           step, anchor))
 
 
+def share_numerators(above: Sequence[int], total: int, share: Fraction, epsilon: Fraction, sensitivity: int,
+                     step: Fraction = STEP, anchor: int = 0) -> tuple[tuple[int, ...], int]:
+    """The exponents with a target that is a share ρ of all the items, t = ρ·C (C = `total`, the items counted at
+    every candidate, so N_i <= C): ε·|N_i − ρ·C|/(2·max(ρ, 1 − ρ)·s) + λ·max(0, i − a), as integers over one
+    denominator. One unit adds or removes c <= s items, a_i <= c of them counted in N_i, so N_i − ρ·C moves by
+    a_i − ρ·c ∈ [−ρ·s, (1 − ρ)·s]: the score's sensitivity is max(ρ, 1 − ρ)·s (as a DP quantile's, §9), and the
+    draw is ε-DP with the target read from the data (docs/privacy.md §10, *Quantiles*).
+
+    Example:
+        >>> share_numerators([6, 2, 0], 8, Fraction(1, 2), Fraction(1), 1, Fraction(0))
+        ((2, 2, 4), 1)
+    """
+    if not 0 < share < 1 or total < max(above, default=0):
+        raise ValueError("need 0 < share < 1 and every count at most the total")
+    a, b = share.numerator, share.denominator
+    # |N − (a/b)·C| / (2·max(a/b, 1 − a/b)·s) = |b·N − a·C| / (2·max(a, b − a)·s): ρ = a/b, the counts scaled by b
+    return exponent_numerators([abs(b * n - a * total) for n in above], Fraction(0), epsilon,
+                               max(a, b - a) * sensitivity, step, anchor)
+
+
+def share_index(above: Sequence[int], total: int, *, share: Fraction, epsilon: float | Fraction, sensitivity: int,
+                sampler: Sampler, step: Fraction = STEP, anchor: int = 0) -> int:
+    """The candidate drawn with the target ρ·C (`share_numerators`): ε-DP when one unit adds or removes at most
+    `sensitivity` items."""
+    return sampler.exponential_index(*share_numerators(above, total, share, Fraction(epsilon), sensitivity, step,
+                                                       anchor))
+
+
 def counts_above(counts: Sequence[int]) -> list[int]:
     """N_i = Σ_{j > i} counts[j]: the items beyond candidate i, from the histogram of items per candidate (an item
     at candidate j is one the bound j keeps whole and any bound below it truncates).

@@ -116,8 +116,11 @@ def draw(analysis: Analysis, chooser: auto.AutoBounds, rows: Sequence[Sequence[o
             cells = [(a, n) for a, r, n in got if not grouped or r <= g]
             # by the error it causes: t = τ cells per cell a unit keeps (part.q, bounds.cell_target; g once drawn)
             cells_per_unit = g if grouped else part.sensitivity
+            # a quantile-only query: t = ρ·C, ρ = part.q, a share of the cells read (bounds.rows_share)
+            share = Fraction(part.q) if part.relative else None
             k = value = auto.choose_bound(cells, limit=int(part.limit), target=Fraction(part.q) * cells_per_unit,
-                                          epsilon=part.epsilon, sensitivity=cells_per_unit, sampler=sampler)
+                                          epsilon=part.epsilon, sensitivity=cells_per_unit, sampler=sampler,
+                                          share=share)
         elif part.bound == "max_groups":
             # candidates up to the groups a unit can reach in the release (public domains), the last holding every
             # unit at or beyond it: each unit still in one bin

@@ -104,14 +104,15 @@ def test_a_gaussian_grouped_count_chooses_its_bounds(client: httpx.Client) -> No
     assert isinstance(charge, dict) and charge["epsilon"] <= 0.5 and charge["delta"] <= 1e-7
 
 
-def test_a_median_chooses_rows_groups_and_its_grid(client: httpx.Client) -> None:
+def test_a_median_chooses_rows_and_its_grid(client: httpx.Client) -> None:
     answer = _ask(client, "/v1/query?detail=cells", sql="SELECT category, MEDIAN(amount) FROM visits GROUP BY category",
                   epsilon=0.5)
     bounds = answer["bounds"]
     assert isinstance(bounds, dict)
-    assert [(p["bound"], p["column"]) for p in bounds["parts"]] == [("max_rows", None), ("max_groups", None),
-                                                                    ("upper", "amount")]
-    upper = bounds["parts"][2]["value"]
+    # no max_groups: a quantile's per-group ε does not depend on g (privacy.md §10.4), so groups run at the limit
+    assert [(p["bound"], p["column"]) for p in bounds["parts"]] == [("max_rows", None), ("upper", "amount")]
+    assert bounds["parts"][0]["q"] == 0.5  # quantiles alone: half the cells above max_rows (targets.rows_share)
+    upper = bounds["parts"][1]["value"]
     assert all(0 <= row[1] <= upper for row in answer["rows"] if row[1] is not None)  # type: ignore[index, union-attr]
 
 

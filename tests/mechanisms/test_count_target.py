@@ -84,3 +84,60 @@ def test_refuses_what_is_not_a_count() -> None:
                  ([-1], Fraction(1), Fraction(1), 1)):
         with pytest.raises(ValueError):
             count_target.exponent_numerators(*args)
+
+
+def _share_distribution(above: list[int], total: int, share: Fraction, eps: Fraction, s: int,
+                        step: Fraction) -> tuple[float, ...]:
+    numerators, denominator = count_target.share_numerators(above, total, share, eps, s, step)
+    least = min(numerators)
+    weights = [math.exp(-(n - least) / denominator) for n in numerators]
+    return tuple(w / math.fsum(weights) for w in weights)
+
+
+def test_the_share_exponents_are_the_closed_form_exactly() -> None:
+    """ε·|N_i − ρ·C|/(2·max(ρ, 1 − ρ)·s) + λ·i, over one denominator."""
+    above, total, share, eps, s = [40, 12, 3, 0], 50, Fraction(1, 3), Fraction(3, 10), 4
+    numerators, denominator = count_target.share_numerators(above, total, share, eps, s, Fraction(1, 2))
+    want = [eps * abs(n - share * total) / (2 * Fraction(2, 3) * s) + Fraction(1, 2) * i for i, n in enumerate(above)]
+    assert [Fraction(n, denominator) for n in numerators] == want
+
+
+@pytest.mark.parametrize("s", [1, 2])
+@pytest.mark.parametrize("share", [Fraction(1, 2), Fraction(1, 4)])
+def test_a_target_read_from_the_data_as_a_share_is_within_epsilon_on_every_small_pair(s: int, share: Fraction) -> None:
+    """The quantile-only rows target ρ·C (targets.rows_share): C, the items counted, moves with the unit too. A
+    unit adds c <= s items to a dataset, of which a_i <= c are counted in N_i, a_0 >= a_1 >= … (an item above
+    bound i is above every smaller bound): exhaustively over item histograms of 3 bins with up to 4 items each and
+    every such unit, the log ratio is at most ε and reaches half of it; a calibration to the target's own move ρ·s
+    (forgetting that N_i moves too) breaches ε."""
+    eps, step = Fraction(1), count_target.STEP
+    worst = 0.0
+    for bins in itertools.product(range(5), repeat=3):
+        above, total = count_target.counts_above(list(bins)), sum(bins)
+        p = _share_distribution(above, total, share, eps, s, step)
+        for added in itertools.product(range(s + 1), repeat=3):
+            if sum(added) > s or not sum(added):
+                continue
+            other_bins = [a + b for a, b in zip(bins, added, strict=True)]
+            other = count_target.counts_above(other_bins)
+            loss = _loss(p, _share_distribution(other, sum(other_bins), share, eps, s, step))
+            assert loss <= float(eps) + 1e-12, (bins, added)
+            worst = max(worst, loss)
+    assert worst > 0.5 * float(eps)
+    # the broken calibration: the score's sensitivity taken as ρ·s (the target's own move), on the same pairs
+    if share == Fraction(1, 4):
+        broken_worst = 0.0
+        for bins in itertools.product(range(5), repeat=3):
+            for added in itertools.product(range(s + 1), repeat=3):
+                if 0 < sum(added) <= s:
+                    after = [a + b for a, b in zip(bins, added, strict=True)]
+                    p, r = (_broken(list(v), share, eps, s) for v in (bins, after))
+                    broken_worst = max(broken_worst, _loss(p, r))
+        assert broken_worst > 1.2 * float(eps)
+
+
+def _broken(bins: list[int], share: Fraction, eps: Fraction, s: int) -> tuple[float, ...]:
+    above, total = count_target.counts_above(bins), sum(bins)
+    scores = [float(eps * abs(n - share * total) / (2 * share * s)) for n in above]
+    weights = [math.exp(-(x - min(scores)) - 0.5 * i) for i, x in enumerate(scores)]
+    return tuple(w / math.fsum(weights) for w in weights)

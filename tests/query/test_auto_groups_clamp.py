@@ -292,6 +292,15 @@ def assert_choice_within(part: auto.AutoPart, big: list[tuple[object, ...]], sma
             return count_target.counts_above(counts)
 
         pairs = [(above(big_rows, g), above(small_rows, g), g) for g in range(1, part.sensitivity + 1)]
+        # a quantile-only query's target ρ·C, C the cells read (targets.rows_share): the score moves by at most
+        # max(ρ, 1 − ρ)·g, which share_numerators is calibrated to
+        for g in range(1, part.sensitivity + 1):
+            totals = [sum(n for _, r, n in rows if r <= g) for rows in (big_rows, small_rows)]
+            for share in (Fraction(1, 2), Fraction(1, 5)):
+                p, q = (_share_distribution(above(rows, g), total, share, part.epsilon, g)
+                        for rows, total in zip((big_rows, small_rows), totals, strict=True))
+                worst = max(abs(math.log(x / y)) for x, y in zip(p, q, strict=True))
+                assert worst <= float(part.epsilon) * (1 + 1e-9), (label, "share", g, worst)
     elif part.bound == "max_groups":
         grid = auto.bound_grid(int(part.limit))
 
@@ -311,6 +320,12 @@ def assert_choice_within(part: auto.AutoPart, big: list[tuple[object, ...]], sma
             q = count_target.output_distribution(other, target, part.epsilon, s)
             worst = max(abs(math.log(x / y)) for x, y in zip(p, q, strict=True))
             assert worst <= float(part.epsilon) * (1 + 1e-9), (label, part.bound, s, worst)
+
+
+def _share_distribution(above: list[int], total: int, share: Fraction, epsilon: Fraction, s: int) -> list[float]:
+    numerators, denominator = count_target.share_numerators(above, total, share, epsilon, s)
+    weights = [math.exp(-(n - min(numerators)) / denominator) for n in numerators]
+    return [w / math.fsum(weights) for w in weights]
 
 
 def _l1(a: dict[int, int], b: dict[int, int]) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from accountant import loss
 from accountant.events import AutoBoundsEvent, GaussianEvent
-from mechanisms import dp_quantile, laplace
+from mechanisms import dp_quantile, joint_quantiles, laplace
 from mechanisms.gaussian import gdp_bound, zcdp
 from proxy import pipeline
 from proxy.app import build_env
@@ -28,7 +29,7 @@ from proxy.query.auto.gauss import sigma_at
 from proxy.query.auto.histograms import standalone
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.planner import plan
-from proxy.query.price.quantiles import counts
+from proxy.query.price.quantiles import JointSpec, counts
 from proxy.query.rewrite import store_layout
 from proxy.query.rewrite.render import DUCKDB
 from proxy.schemas import QueryRequest
@@ -153,9 +154,9 @@ def test_quantiles_at_the_chosen_bounds_move_within_the_charge(
 def test_a_quantile_query_charges_its_selection_and_its_quantiles_at_the_limits() -> None:
     planned = plan("SELECT g, MEDIAN(x) FROM t GROUP BY g", CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace")
     assert planned.auto is not None
-    # the median's grid is x's chosen clamp
-    assert [(p.bound, p.column) for p in planned.auto.parts] == [("max_rows", None), ("max_groups", None),
-                                                                  ("lower", "x"), ("upper", "x")]
+    # the median's grid is x's chosen clamp; no max_groups: a quantile's per-group ε does not depend on g, so a
+    # smaller g could only drop groups (bounds.needed)
+    assert [(p.bound, p.column) for p in planned.auto.parts] == [("max_rows", None), ("lower", "x"), ("upper", "x")]
     (median,) = planned.price.quantiles
     # 0.9 for the query, half of it for the median (g has no public domain: the other half selects groups),
     # over L0 = 3 groups: per group 0.15 = 2·Δ(1/2, 6)/T, T = 40
@@ -166,12 +167,121 @@ def test_a_quantile_query_charges_its_selection_and_its_quantiles_at_the_limits(
     assert (spec.max_rows, spec.scale, spec.event) == (2, pytest.approx(40 / 3, rel=1e-14), median.event)
 
 
+# --- three or more quantiles of one column: the joint release at the chosen bounds -------------------------------
+
+JOINT_QUERIES = [
+    "SELECT g, MIN(x), MEDIAN(x), MAX(x), QUANTILE_CONT(x, 0.9) FROM t GROUP BY g",
+    "SELECT r, QUANTILE_CONT(n, 0.1), MEDIAN(n), QUANTILE_CONT(n, 0.9) FROM t GROUP BY r",
+]
+
+
+def _step_losses(big: tuple[int, ...], small: tuple[int, ...], q: Fraction | None, side: str, bounds: list[int],
+                 noisy: list[int], epsilon: Fraction, k: int) -> dict[int, float]:
+    """The worst log ratio of one chain step's exact output distributions over the noisy counts, per bound."""
+    if q is None:
+        return dict.fromkeys(bounds, 0.0)
+    return {b: max(_loss(joint_quantiles.step_distribution(big, q, b, side, n, epsilon, k),
+                         joint_quantiles.step_distribution(small, q, b, side, n, epsilon, k)) for n in noisy)
+            for b in bounds}
+
+
+def _loss(p: dict[int, float], r: dict[int, float]) -> float:
+    return max(abs(math.log(p[i] / r[i])) for i in p)
+
+
+@pytest.mark.parametrize("query", JOINT_QUERIES)
+@settings(max_examples=oracle_db.examples(3), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=quantile_rows, removed=st.integers(0, 5), salt=st.integers(0, 2**62), k=st.integers(1, 6),
+       g=st.integers(1, 3), ends=st.tuples(st.integers(0, 65), st.integers(0, 65)))
+@example(data=[(0, g, r, "a", 1e300, 2**31 - 1) for g in "abcd" for r in "NSE" for _ in range(5)], removed=0, salt=1,
+         k=6, g=3, ends=(0, 65))
+@example(data=[(0, "a", "N", "a", 5.5, 10)] * 9 + [(1, "a", "N", "a", -3.0, 0)] * 9, removed=1, salt=2, k=2, g=1,
+         ends=(20, 40))
+def test_joint_quantiles_at_the_chosen_bounds_move_within_the_charge(
+    query: str, data: list[tuple[object, ...]], removed: int, salt: int, k: int, g: int, ends: tuple[int, int]
+) -> None:
+    """The joint release at random chosen (k, g, clamp), on D and D minus one unit with data breaking every
+    declaration: at most k rows leave each group, in at most g groups; per group the count moves by at most k
+    (loss <= k/b_k <= its per-group ε at the limits), the root's scores by at most Δ(q_r, k) and its exact output
+    distribution by at most ε_root, every level (a left step at any bound B_L <= any right step's bound B_R, at any
+    noisy count) by at most ε_level; and the losses over all groups add up to at most the charged events."""
+    planned = plan(query, CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace", salt=salt)
+    assert planned.auto is not None and planned.auto.parts and planned.auto.note is None
+    (limits,) = planned.price.quantiles
+    assert isinstance(limits, JointSpec)
+    spec_column = AUTO.column(planned.analysis.measures[limits.measure].column or "")
+    assert spec_column is not None and spec_column.bounds is not None
+    grid = auto_clamp.clamp_grid(spec_column.bounds, spec_column.type)
+    lo, hi = sorted((grid[min(ends[0], len(grid) - 1)], grid[min(ends[1], len(grid) - 1)]))
+    g = min(g, planned.analysis.max_groups)
+    at = auto_release.plan_at(planned, auto.ChosenBounds((), k, g, ((spec_column.name, lo, hi),)))
+    (spec,) = at.price.quantiles
+    assert isinstance(spec, JointSpec) and spec.max_rows == k and spec.events == limits.events
+    count_epsilon = Fraction(k) / Fraction(spec.count_scale)
+    assert count_epsilon <= Fraction(limits.max_rows) / Fraction(limits.count_scale)
+    assert spec.root_epsilon <= limits.root_epsilon and spec.level_epsilon <= limits.level_epsilon
+    measure = at.analysis.measures[spec.measure]
+    n_keys = len(at.analysis.keys)
+    big, small = _run(at.sql, data, n_keys), _run(at.sql, [row for row in data if row[0] != removed], n_keys)
+    root_q = spec.qs[joint_quantiles.root(spec.qs)]
+    left, right = joint_quantiles.chains(spec.qs)
+    total_loss, changed = 0.0, 0
+    for cell in set(big) | set(small):
+        h_big = tuple(counts(big[cell][1 + spec.measure] if cell in big else None, measure.points))
+        h_small = tuple(counts(small[cell][1 + spec.measure] if cell in small else None, measure.points))
+        removed_rows = sum(h_big) - sum(h_small)
+        assert all(a >= b for a, b in zip(h_big, h_small, strict=True)) and removed_rows <= k
+        if not removed_rows:
+            continue
+        changed += 1
+        count_loss = removed_rows / Fraction(spec.count_scale)  # discrete Laplace: |Δn|/b
+        assert count_loss <= count_epsilon
+        moves = [abs(a - b) for a, b in zip(dp_quantile.rank_distances(h_big, root_q),
+                                            dp_quantile.rank_distances(h_small, root_q), strict=True)]
+        assert max(moves) <= dp_quantile.score_sensitivity(root_q, k)
+        root_loss = _log_ratio(dp_quantile.output_distribution(h_big, root_q, spec.root_epsilon, k),
+                               dp_quantile.output_distribution(h_small, root_q, spec.root_epsilon, k))
+        assert root_loss <= spec.root_epsilon * (1 + 1e-9)
+        near = {j for i, c in enumerate(h_big) if c for j in (i - 1, i, i + 1) if 0 <= j < measure.points}
+        bounds = sorted(near | {0, measure.points - 1, measure.points // 2})
+        noisy = sorted({0, sum(h_small), sum(h_big), 3 * sum(h_big) + 5})
+        level_losses = []
+        for level in range(joint_quantiles.levels(spec.qs)):
+            lq, rq = (left[level] if level < len(left) else None), (right[level] if level < len(right) else None)
+            lefts = _step_losses(h_big, h_small, lq, "left", bounds, noisy, spec.level_epsilon, k)
+            rights = _step_losses(h_big, h_small, rq, "right", bounds, noisy, spec.level_epsilon, k)
+            # the left step's bound is at most the root's release, the right's at least: B_L <= B_R
+            worst = max(lefts[a] + rights[b] for a in bounds for b in bounds if a <= b)
+            assert worst <= spec.level_epsilon * (1 + 1e-9)
+            level_losses.append(worst)
+        total_loss += float(count_loss) + root_loss + math.fsum(level_losses)
+    assert changed <= g
+    charged = math.fsum(e.sensitivity / e.scale for e in limits.events)
+    assert total_loss <= charged * (1 + 1e-9)
+
+
+def test_three_quantiles_choose_their_bounds_and_keep_the_limits_charge() -> None:
+    """MIN, MEDIAN, MAX and p90 of one column: every bound chosen (no note), the clamp drawn at q_L = 0 and q_U = 1
+    (halfway from the quantiles asked to the ends), the charge the joint events at the limits plus the selection."""
+    planned = plan("SELECT g, MIN(x), MEDIAN(x), MAX(x), QUANTILE_CONT(x, 0.9) FROM t GROUP BY g", CATALOG,
+                   epsilon=1.0, delta=1e-6, mechanism="laplace")
+    assert planned.auto is not None and planned.auto.note is None
+    parts = {(p.bound, p.column): p for p in planned.auto.parts}
+    assert set(parts) == {("max_rows", None), ("lower", "x"), ("upper", "x")}  # quantiles alone: g at its limit
+    assert (parts[("lower", "x")].q, parts[("upper", "x")].q) == (1.0, 1.0)  # the lower bound draws 1 − q = 0
+    assert parts[("max_rows", None)].relative and parts[("max_rows", None)].q == 0.5
+    assert isinstance(planned.price.event, AutoBoundsEvent) and planned.price.epsilon <= 1.0
+    (joint,) = planned.price.quantiles
+    assert isinstance(joint, JointSpec) and joint.max_rows == AUTO.max_rows
+    assert planned.price.event.query.events[-len(joint.events):] == joint.events  # type: ignore[union-attr]
+
+
 # --- shapes answered at the declared limits ---------------------------------------------------------------------
 
 AT_LIMITS = [
     ("SELECT COUNT(*) FROM t", 3.0, "noise_multiplier"),
     ("SELECT SUM(x + n) FROM t", 3.0, "noise_multiplier"),
-    ("SELECT MIN(x), MEDIAN(x), MAX(x) FROM t", None, "two quantiles"),
 ]
 
 

@@ -109,3 +109,45 @@ def test_removing_a_unit_moves_date_quantiles_within_the_charge(
                 total_loss += max(abs(math.log(a / b)) for a, b in zip(p, r, strict=True))
         assert changed <= analysis.max_groups
     assert total_loss <= price.epsilon * (1 + 1e-9)
+
+
+AUTO = TableSchema("t", "uid", TABLE.columns, max_groups=2, max_rows=6, auto_max_rows=True)
+
+
+@pytest.mark.parametrize("query", ["SELECT MEDIAN(d) FROM t", "SELECT g, MIN(d), MEDIAN(d), MAX(d) FROM t GROUP BY g"])
+@settings(max_examples=oracle_db.examples(5), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=rows, removed=st.integers(0, 4), salt=st.integers(0, 2**62), k=st.integers(1, 6))
+@example(data=[(0, g, FIRST) for g in "abc" for _ in range(7)] + [(1, "a", dt.date(2027, 1, 1))] * 8, removed=0,
+         salt=1, k=6)
+def test_date_quantiles_on_an_auto_table_choose_max_rows_and_stay_within_the_charge_at_it(
+    query: str, data: list[tuple[object, ...]], removed: int, salt: int, k: int
+) -> None:
+    """A DATE column's day number is not an analyst's expression: its quantiles choose max_rows (the grid is the
+    declared days, which no bound changes), and at any chosen k at most k rows of a unit leave a group and the
+    output distributions (one mechanism, or the joint release's root) move within the part at the limits."""
+    from proxy.query import auto_release
+    from proxy.query.auto import bounds as auto
+
+    planned = plan(query, Catalog((AUTO,)), epsilon=1.0, delta=1e-6, mechanism="laplace", salt=salt)
+    assert planned.auto is not None and planned.auto.note is None
+    assert [p.bound for p in planned.auto.parts] == ["max_rows"] and planned.auto.parts[0].relative
+    at = auto_release.plan_at(planned, auto.ChosenBounds((), k, planned.analysis.max_groups))
+    n_keys = len(at.analysis.keys)
+    big = _run(at.sql, data, n_keys)
+    small = _run(at.sql, [row for row in data if row[0] != removed], n_keys)
+    (spec,) = at.price.quantiles
+    (limits,) = planned.price.quantiles
+    assert spec.max_rows == k and spec.events == limits.events
+    q = getattr(spec, "q", None)
+    epsilon = spec.epsilon if q is not None else spec.root_epsilon  # type: ignore[union-attr]
+    assert epsilon <= (limits.epsilon if q is not None else limits.root_epsilon)  # type: ignore[union-attr]
+    q = q if q is not None else spec.qs[1]  # type: ignore[union-attr]  # the joint release's root: the median
+    measure = at.analysis.measures[spec.measure]
+    for cell in set(big) | set(small):
+        h_big = counts(big[cell][1 + spec.measure] if cell in big else None, measure.points)
+        h_small = counts(small[cell][1 + spec.measure] if cell in small else None, measure.points)
+        assert all(a >= b for a, b in zip(h_big, h_small, strict=True)) and sum(h_big) - sum(h_small) <= k
+        p = dp_quantile.output_distribution(h_big, q, epsilon, k)
+        r = dp_quantile.output_distribution(h_small, q, epsilon, k)
+        assert max(abs(math.log(a / b)) for a, b in zip(p, r, strict=True)) <= float(epsilon) * (1 + 1e-9)

@@ -59,8 +59,7 @@ def price_at(priced: Price, analysis: Analysis, k: int) -> Price:
         noise.append(dataclasses.replace(spec, sensitivity=sensitivity, scale=scale, grid=measure.grid,
                                          ci95=laplace.ci_halfwidth(scale)))
     quantiles = tuple(quantile.at_bound(q, k, analysis.measures[q.measure].points)
-                      if isinstance(q, QuantileSpec) else q for q in priced.quantiles)
-    assert all(isinstance(q, QuantileSpec) for q in quantiles)  # joint quantiles run at the limits
+                      if isinstance(q, QuantileSpec) else quantile.joint_at_bound(q, k) for q in priced.quantiles)
     return dataclasses.replace(priced, noise=tuple(noise), quantiles=quantiles)
 
 

@@ -8,7 +8,8 @@ it uses, split evenly over the bounds it needs (its parts), and the rest running
    query's WHERE and keys, and an exact exponential mechanism draws each bound on a grid of candidates:
    - max_rows (auto/rows.py): h[c] = #(unit, group) cells with min(rows, L) = c, each unit keeping its L0
      largest cells (L0 = the groups limit when max_groups is auto too): L1 sensitivity L0. Chosen by the error
-     it causes (mechanisms/count_target.py): score −|N_i − τ·s|, N_i the cells it truncates.
+     it causes (mechanisms/count_target.py): score −|N_i − τ·s|, N_i the cells it truncates (a query of quantiles
+     alone: −|N_i − C/2|, C the cells read, at sensitivity s/2, targets.rows_share).
    - max_groups (auto/groups.py): h[c] = #units with min(groups, G) = c: L1 sensitivity 1; the same score,
      N_i the units beyond g_i, target τ.
    - a per-unit total cap (auto/total.py): the same form, N_i the units above C_i, target √2·G/ε_sum.
@@ -36,10 +37,10 @@ Laplace noise: a pure ε is a function of Δ/b alone, which is what makes the ev
 Discrete Gaussian noise (auto/gauss.py): the charged GaussianEvent at the limits bounds, under every rule,
 the σ chosen at the bounds (ρ is a function of Δ/σ; the proven μ is searched upward).
 Quantiles (auto/quantile.py), spreads, FILTER, joins and computed keys (the selection reads the query's own
-virtual table, auto/histograms.py) choose their bounds too, and so do expressions inside SUM/AVG: each auto column
-they read gets its clamp, the expression's range by interval arithmetic over them (docs/privacy.md §10.10).
-Shapes the selection does not serve (three quantiles of one column) and a given `noise_multiplier` are answered
-at the declared limits, which are valid bounds: no selection runs or is charged, and the response's `bounds` says so
+virtual table, auto/histograms.py) choose their bounds too (three or more quantiles of one column jointly), and so
+do expressions inside SUM/AVG: each auto column they read gets its clamp, the expression's range by interval
+arithmetic over them (docs/privacy.md §10.10). A given `noise_multiplier`, and any shape the selection would not
+serve (none the analysis admits today: quantiles and spreads take plain columns), are answered at the declared limits, which are valid bounds: no selection runs or is charged, and the response's `bounds` says so
 (`chosen` false, `note` why).
 
 This module decides which bounds a query chooses and what the selection is charged (`needed`, `auto_bounds`,
@@ -164,6 +165,8 @@ def needed(analysis: Analysis) -> tuple[tuple[Bound, ColumnSpec | None], ...]:
         ['max_groups']
         >>> [b for b, _ in needed(analyse(parse("SELECT g, COUNT(*) FROM r GROUP BY g"), Catalog((r,))))]
         ['max_rows', 'max_groups']
+        >>> [b for b, _ in needed(analyse(parse("SELECT g, MEDIAN(x) FROM r GROUP BY g"), Catalog((r,))))]
+        ['max_rows', 'lower', 'upper']
         >>> [(b, c and c.name) for b, c in needed(analyse(parse("SELECT g, SUM(x) FROM t GROUP BY g"), Catalog((t,))))]
         [('total', 'x')]
     """
@@ -179,7 +182,10 @@ def needed(analysis: Analysis) -> tuple[tuple[Bound, ColumnSpec | None], ...]:
     rows_matter = any(m.kind != "units" for m in analysis.measures)
     if table.auto_max_rows and not table.one_row_per_unit and not only_capped and rows_matter:
         parts.append(("max_rows", None))
-    if table.auto_max_groups and analysis.max_groups > 1 and not only_capped:
+    # Only quantiles: each group's mechanism keeps its ε at the limits whatever g is (auto/quantile.py), so a smaller g
+    # could only drop groups; they run at the limit G (privacy.md §10.4)
+    only_quantiles = bool(analysis.measures) and all(m.kind == "histogram" for m in analysis.measures)
+    if table.auto_max_groups and analysis.max_groups > 1 and not only_capped and not only_quantiles:
         parts.append(("max_groups", None))
     in_expressions = expression_columns(analysis)
     for spec in clamped_columns(analysis):
@@ -203,8 +209,8 @@ def uses_auto(analysis: Analysis) -> bool:
 def limits_reason(analysis: Analysis, noise_multiplier: float | None, plain: bool) -> str | None:
     """Why the query cannot choose its bounds and runs at the declared limits instead (None: it chooses them).
     Private either way: the limits are valid bounds, and no selection runs or is charged. `plain`: whether the
-    query aggregates columns (no expression inside, at most two quantiles of one column), over a table, a join
-    or computed keys (quantile.serves), what the selection histograms read.
+    query aggregates columns (no expression inside), over a table, a join or computed keys (quantile.serves),
+    what the selection histograms read.
 
     Example:
         >>> from proxy.query.parse.statement import parse
@@ -222,8 +228,8 @@ def limits_reason(analysis: Analysis, noise_multiplier: float | None, plain: boo
         return (f"a given noise_multiplier is calibrated to the declared limits ({limits}); send epsilon to have "
                 "the bounds chosen per query")
     if not plain:
-        return (f"bounds are chosen per query for at most two quantiles of one column: this query ran at the "
-                f"declared limits ({limits})")
+        return (f"bounds are chosen per query for aggregates of columns and SUM/AVG of expressions over them, not "
+                f"for a quantile, VAR or STDDEV of an expression: this query ran at the declared limits ({limits})")
     return None
 
 

@@ -24,6 +24,7 @@ class AutoPart:
     q: float  # the quantile drawn (the lower bound draws 1 − q)
     sensitivity: int  # the histogram's L1 sensitivity: L0 cells, 1 unit, or m values per unit
     selection: ExponentialEvent  # its pure ε = sensitivity / scale
+    relative: bool = False  # max_rows of a quantile-only query: q is a share ρ of the cells (targets.rows_share)
 
     @property
     def epsilon(self) -> Fraction:

@@ -190,13 +190,15 @@ def selection_text(analysis: Analysis, store: bool, target: Target, ranks: bool 
 
 def choose_bound(
     rows: Sequence[Sequence[object]], *, limit: int, target: float | Fraction, epsilon: float | Fraction,
-    sensitivity: int, sampler: Sampler,
+    sensitivity: int, sampler: Sampler, share: Fraction | None = None,
 ) -> int:
     """k on `bound_grid(limit)`, chosen by the error it causes (mechanisms/count_target.py): candidate k_i scores
     −|N_i − t|, N_i = #cells of more than k_i rows (what k_i truncates) and t = `target` (bounds.cell_target
     times the cells a unit may keep), with the base measure e^(−1/2) per candidate: ε-DP, as one unit adds at most
-    `sensitivity` cells and so moves every N_i by at most that. `rows`: the histogram (capped rows per cell,
-    cells); a cell of c rows counts at the smallest grid point >= c, the bound that keeps all of it.
+    `sensitivity` cells and so moves every N_i by at most that. With a `share` ρ (a quantile-only query,
+    targets.rows_share) the target is ρ·C, C all the cells counted, and the score's sensitivity max(ρ, 1 − ρ)·s
+    (count_target.share_index). `rows`: the histogram (capped rows per cell, cells); a cell of c rows counts at the
+    smallest grid point >= c, the bound that keeps all of it.
 
     Example:
         >>> from mechanisms.sampling import FixedSampler
@@ -210,5 +212,8 @@ def choose_bound(
     for capped, cells in rows:
         assert isinstance(capped, int) and isinstance(cells, int) and 1 <= capped <= limit
         histogram[bisect.bisect_left(grid, capped)] += cells
-    return grid[count_target.index(count_target.counts_above(histogram), target=target, epsilon=epsilon,
-                                   sensitivity=sensitivity, sampler=sampler)]
+    above = count_target.counts_above(histogram)
+    if share is not None:
+        return grid[count_target.share_index(above, sum(histogram), share=share, epsilon=epsilon,
+                                             sensitivity=sensitivity, sampler=sampler)]
+    return grid[count_target.index(above, target=target, epsilon=epsilon, sensitivity=sensitivity, sampler=sampler)]

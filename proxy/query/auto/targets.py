@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 
 from mechanisms import laplace
 from proxy.query.analyse.analysis import Analysis
@@ -20,7 +21,8 @@ def with_targets(chooser: AutoBounds, analysis: Analysis, priced: Price) -> Auto
     mechanisms/count_target.py): an L1 cap's t = √2·G/ε_sum (total.target_above); max_rows' and max_groups'
     τ = √2·G/ε_count (`cell_target`), the items a bound may leave truncated per cell a unit may keep. G is the
     number of groups released (the public domains' product; 1 without keys, or when the groups are not public: a
-    smaller target chooses a larger bound, the unbiased side), ε the ε the plan gives the measure."""
+    smaller target chooses a larger bound, the unbiased side), ε the ε the plan gives the measure. A query of quantiles
+    alone chooses max_rows at a share ρ of its cells instead (`rows_share`)."""
     groups = released_groups(analysis)
     parts = []
     for part in chooser.parts:
@@ -32,6 +34,8 @@ def with_targets(chooser: AutoBounds, analysis: Analysis, priced: Price) -> Auto
             # target serves, and t = 0 keeps the planner from dividing by its ε of 0
             target = total.target_above(groups, epsilon) if epsilon > 0 else 0
             part = dataclasses.replace(part, q=float(target))
+        elif part.bound == "max_rows" and (share := rows_share(analysis)) is not None:
+            part = dataclasses.replace(part, q=float(share), relative=True)
         elif part.bound in ("max_rows", "max_groups"):
             part = dataclasses.replace(part, q=cell_target(analysis, priced))
         parts.append(part)
@@ -83,3 +87,38 @@ def cell_target(analysis: Analysis, priced: Price) -> float:
     if not targets:
         targets.append(math.sqrt(2) * groups / priced.epsilon if priced.epsilon > 0 else 0.0)
     return min(targets)
+
+
+# ρ: a quantile-only query's max_rows is drawn where this share of the cells has more rows (rows_share)
+ROWS_SHARE = Fraction(1, 2)
+
+
+def rows_share(analysis: Analysis) -> Fraction | None:
+    """ρ for a query whose every measure is a quantile's histogram (None otherwise): its max_rows is drawn where
+    N(k) = ρ·C, C the cells the selection reads (count_target.share_index), not at a count's τ·g.
+
+    Why (the error objective of `cell_target`, for a quantile). A quantile's exponential mechanism pays k in its
+    score's sensitivity Δ(q, k) = max(q, 1 − q)·k: its rank error is ∝ T_k = 2Δ(q, k)/ε_L = k·T_1, and what that
+    error means is its share of the rows ranked, T_k/n'(k), n'(k) = Σ_c min(n_c, k) the kept rows. n'(k) <= k·C,
+    so T_k/n'(k) >= T_1/C for every k: the least, reached at k = 1. Where N(k) >= ρ·C cells have more than k rows,
+    n'(k) >= k·ρ·C and T_k/n'(k) <= T_1/(ρ·C): within 1/ρ of the least. Truncation, against it, displaces a
+    quantile's rank only as far as a unit's dropped rows differ from the rows kept (rows alike: not at all in
+    expectation; what remains is the kept subsample's own sampling error √(q(1 − q)·(1/n' − 1/n)) in quantile
+    level, which falls as k grows): a truncated row costs a quantile far less than the one row of bias it costs a
+    count, whose target τ·g = √2·G·g/ε_j balances exactly that. So the bound is the largest whose noise stays
+    within 1/ρ of its least: N(k) = ρ·C; ρ = 1/2 (at most twice the least, k about the median cell). ρ reads no
+    data; C does, and the score −|N_i − ρ·C| moves by at most max(ρ, 1 − ρ)·s for s cells a unit adds (as a DP
+    quantile's score, docs/privacy.md §9), which the draw is calibrated to: the same ε_i, the same event.
+
+    Example:
+        >>> from proxy.query.parse.statement import parse
+        >>> from proxy.query.analyse.analysis import analyse
+        >>> from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+        >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("x", "DOUBLE", bounds=(0, 9))),
+        ...     max_rows=100, auto_max_rows=True)
+        >>> [rows_share(analyse(parse(q), Catalog((t,)))) for q in ("SELECT MEDIAN(x), QUANTILE_CONT(x, 0.9) FROM t",
+        ...     "SELECT MEDIAN(x), COUNT(*) FROM t")]
+        [Fraction(1, 2), None]
+    """
+    measures = analysis.measures
+    return ROWS_SHARE if measures and all(m.kind == "histogram" for m in measures) else None
