@@ -1,5 +1,5 @@
 """The demo as shipped (proxy/cli/demo.py: visits with every bound "auto") over HTTP: the README's example, a
-Gaussian count, a median, a join, a spread, and an expression that runs at the declared limits; each one
+Gaussian count, a median, a join, a spread, and an expression read at its chosen clamp; each one
 charge, nothing refused."""
 
 from __future__ import annotations
@@ -143,14 +143,16 @@ def test_a_spread_chooses_rows_and_its_clamp(client: httpx.Client) -> None:
     assert [(p["bound"], p["column"]) for p in bounds["parts"]] == [("max_rows", None), ("upper", "duration_s")]
 
 
-def test_an_expression_runs_at_the_declared_limits_and_says_so(client: httpx.Client) -> None:
+def test_an_expression_reads_its_column_at_a_chosen_clamp(client: httpx.Client) -> None:
+    """AVG(duration_s / 60) chooses max_rows and duration_s's clamp (docs/privacy.md §10.10), not the limits."""
     answer = _ask(client, FULL, sql="SELECT region, AVG(duration_s / 60) FROM visits GROUP BY region",
                   epsilon=0.5)
     bounds = answer["bounds"]
     assert isinstance(bounds, dict)
-    assert (bounds["chosen"], bounds["parts"], bounds["epsilon"], bounds["max_rows"]) == (False, [], 0.0, 1000)
-    assert "declared limits (max_rows 1000)" in bounds["note"]
-    assert answer["charge"]["events"]["kind"] != "auto_bounds"  # type: ignore[index]
+    assert bounds["chosen"] is True and bounds["note"] is None and 1 <= bounds["max_rows"] <= 1000
+    assert [(p["bound"], p["column"]) for p in bounds["parts"]] == [("max_rows", None), ("upper", "duration_s")]
+    assert 0 <= bounds["parts"][1]["value"] <= 86400  # region is unit-level: no max_groups
+    assert answer["charge"]["events"]["kind"] == "auto_bounds"  # type: ignore[index]
     assert answer["charge"]["epsilon"] == pytest.approx(0.5, rel=1e-12)  # type: ignore[index]
 
 

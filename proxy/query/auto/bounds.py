@@ -40,8 +40,9 @@ Quantiles (auto/quantile.py), spreads, FILTER, joins and computed keys (the sele
 virtual table, auto/histograms.py) choose their bounds too (three or more quantiles of one column jointly), and so
 do expressions inside SUM/AVG: each auto column they read gets its clamp, the expression's range by interval
 arithmetic over them (docs/privacy.md §10.10). A given `noise_multiplier`, and any shape the selection would not
-serve (none the analysis admits today: quantiles and spreads take plain columns), are answered at the declared limits, which are valid bounds: no selection runs or is charged, and the response's `bounds` says so
-(`chosen` false, `note` why).
+serve (none the analysis admits today: quantiles and spreads take plain columns), are answered at the declared
+limits, which are valid bounds: no selection runs or is charged, and the response's `bounds` says so (`chosen`
+false, `note` why).
 
 This module decides which bounds a query chooses and what the selection is charged (`needed`, `auto_bounds`,
 `auto_price`); the records are in auto/parts.py (before the draw) and auto/chosen.py (after it), the targets in
