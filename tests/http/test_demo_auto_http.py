@@ -144,8 +144,9 @@ def test_a_spread_chooses_rows_and_its_clamp(client: httpx.Client) -> None:
 
 
 def test_an_expression_reads_its_column_at_a_chosen_clamp(client: httpx.Client) -> None:
-    """AVG(duration_s / 60) chooses max_rows and duration_s's clamp (docs/privacy.md §10.10), not the limits."""
-    answer = _ask(client, FULL, sql="SELECT region, AVG(duration_s / 60) FROM visits GROUP BY region",
+    """AVG(duration_s / 60) chooses max_rows and duration_s's clamp (docs/privacy.md §10.10), not the limits (a WHERE
+    no other test asks: a shape of its own, not one whose bounds are kept, §10.8)."""
+    answer = _ask(client, FULL, sql="SELECT region, AVG(duration_s / 60) FROM visits WHERE age > 21 GROUP BY region",
                   epsilon=0.5)
     bounds = answer["bounds"]
     assert isinstance(bounds, dict)
