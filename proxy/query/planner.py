@@ -20,6 +20,7 @@ from proxy.query.catalog import Catalog, Mechanism
 from proxy.query.errors import EmptyScope, PolicyError, UnsupportedQuery
 from proxy.query.parse.comma_joins import explicit_joins
 from proxy.query.parse.flatten import flatten
+from proxy.query.parse.inline_ctes import inline_ctes
 from proxy.query.parse.normalise import normalise
 from proxy.query.parse.qualify import qualify
 from proxy.query.parse.statement import normalised, parse
@@ -214,8 +215,12 @@ def _parsed(sql: str, dialect: str, catalog: Catalog) -> tuple[exp.Select, exp.S
     if two_level(parsed) is not None and not reads_public(parsed, catalog):
         _shallow(parsed)  # an aggregate over per-unit aggregates: read by per_unit/, never flattened
         return parsed, parsed
+    select = parsed
+    if not reads_public(parsed, catalog):  # row-level CTEs read several times: inlined (public/ reads CTEs whole)
+        _shallow(parsed)
+        select = inline_ctes(parsed, _declared_columns(catalog))
     try:
-        select = flatten(parsed)  # a BI tool's wrapper is flattened
+        select = flatten(select)  # a BI tool's wrapper is flattened
     except UnsupportedQuery:
         if not reads_public(parsed, catalog):
             raise
@@ -226,6 +231,12 @@ def _parsed(sql: str, dialect: str, catalog: Catalog) -> tuple[exp.Select, exp.S
     select = explicit_joins(qualify(normalise(select), catalog), {t.name.lower() for t in catalog.tables})
     _shallow(select)
     return parsed, select
+
+
+@functools.lru_cache(maxsize=16)
+def _declared_columns(catalog: Catalog) -> dict[str, frozenset[str]]:
+    tables = (*catalog.tables, *catalog.public)
+    return {t.name.lower(): frozenset(c.name.lower() for c in t.columns) for t in tables}
 
 
 def _shallow(select: exp.Select) -> None:
