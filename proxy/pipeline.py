@@ -25,8 +25,6 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from sqlglot import exp
-
 from accountant.audit.chain import AuditRecord
 from accountant.errors import ChargeUncertain, IdempotencyKeySpent
 from accountant.filter import Budget
@@ -43,7 +41,7 @@ from proxy.query.auto.bounds import ChosenBounds, chosen_from_json, chosen_json
 from proxy.query.errors import InvalidParameter, PolicyError
 from proxy.query.mechanism_choice import plan_with
 from proxy.query.planner import PublicPlan, QueryPlan, plan_public, public_scalars, repeat_identity
-from proxy.query.public.scalars import folded, value_query
+from proxy.query.public.scalars import Folded, folded, value_query
 from proxy.query.release.publish import Release, release
 from proxy.query.rewrite.render import render, render_text
 from proxy.run import faults, padding
@@ -165,7 +163,7 @@ def policy_dataset(policy: Policy, name: str) -> DatasetPolicy:
     return dataset
 
 
-def public_values(sql: str, dialect: str, dataset: DatasetPolicy, env: Env) -> tuple[exp.Expr, ...]:
+def public_values(sql: str, dialect: str, dataset: DatasetPolicy, env: Env) -> tuple[Folded, ...]:
     """The values of the query's scalar subqueries over public tables (planner.public_scalars), as typed literals
     to fold in (docs/privacy.md §3.2): each run exactly on the dataset's engine (read-only, hardened) before the
     query is planned, so nothing about them can fail after admission; one that returns more than one row is

@@ -377,11 +377,11 @@ def _unsalted(
 ) -> QueryPlan:
     """`plan` without its bounded SQL (`sql` empty, `tree` None, salt 0): what `plan` memoises."""
     parsed, select = _select(sql, dialect, catalog)
-    audited = _normalised(sql, parsed, dialect)
+    values = ""
     if not reads_public(select, catalog) and (scalars or scalar_subqueries(select, catalog)):
         select = fold(select, catalog, scalars)  # docs/privacy.md §3.2: public values, computed before planning
         shown = ", ".join(v.sql(dialect=dialect).replace("*/", "* /") for v in scalars)
-        audited += f" /* public values: {shown} */"
+        values = f" /* public values: {shown} */"
     if reads_public(select, catalog):  # answered exactly by plan_public, never planned as a DP release
         public_query(select, catalog, max_rows=1)  # or refused by its rules (a protected table in a subquery)
         name = next(t.name for t in select.find_all(exp.Table))  # FROM may be a subquery or a CTE
@@ -423,7 +423,7 @@ def _unsalted(
     else:
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,
                                  conversion=conversion)
-    return QueryPlan(sql, audited, analysis, "", priced, scope, None, chooser, 0,
+    return QueryPlan(sql, _normalised(sql, parsed, dialect) + values, analysis, "", priced, scope, None, chooser, 0,
                      bounding, unselected)
 
 

@@ -38,7 +38,7 @@ from proxy.query.public.sources import reads_public
 
 _TYPES = {"int": "INTEGER", "bigint": "BIGINT", "smallint": "SMALLINT", "tinyint": "TINYINT", "string": "VARCHAR",
           "double": "DOUBLE", "float": "FLOAT", "date": "DATE", "timestamp": "TIMESTAMP", "boolean": "BOOLEAN"}
-_TEXT = ("VARCHAR", "TEXT", "STRING")
+Folded = exp.Expr  # a subquery's value as a typed literal (what `folded` gives and `fold` takes)
 
 
 def scalar_subqueries(select: exp.Select, catalog: Catalog) -> tuple[exp.Subquery, ...]:
@@ -111,15 +111,15 @@ def folded(rows: tuple[tuple[object, ...], ...], shown: str = "") -> exp.Expr:
     return exp.cast(exp.Null() if value is None else exp.Literal.string(str(value)), to)
 
 
-def fold(select: exp.Select, catalog: Catalog, values: tuple[exp.Expr, ...]) -> exp.Select:
+def fold(select: exp.Select, catalog: Catalog, values: tuple[Folded, ...]) -> exp.Select:
     """`select` (a copy) with its scalar subqueries over public tables replaced by `values`, in order."""
     tree = select.copy()
     found = scalar_subqueries(tree, catalog)
     if len(found) != len(values):
         raise UnsupportedQuery(
             "a scalar subquery over public tables is evaluated by the server before the query is planned; this "
-            "path (a plan without the engine, e.g. `dpproxy explain`) cannot: preview it through the server, or "
-            "compare with the value as a literal", construct="SCALAR SUBQUERY")
+            "path (a plan without the engine, e.g. `dpproxy explain`) cannot", construct="SCALAR SUBQUERY",
+            hint="preview it through the server (POST /v1/query/preview), or compare with the value as a literal")
     for node, value in zip(found, values, strict=True):
         node.replace(value.copy())
     return tree
