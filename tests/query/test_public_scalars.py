@@ -53,6 +53,10 @@ QUERIES = [
     "SELECT COUNT(*) AS k FROM t WHERE m BETWEEN (SELECT MIN(price) FROM p WHERE k > 100) AND 5",
     "SELECT COUNT(*) AS k FROM t WHERE b < (SELECT COUNT(*) FROM p)",
     "SELECT r, COUNT(*) AS k FROM t WHERE uid IN (SELECT uid FROM t WHERE n > (SELECT AVG(k) FROM p)) GROUP BY r",
+    "SELECT COUNT(*) AS k FROM t WHERE n * 2 > (SELECT AVG(price) FROM p)",  # a computed value: DuckDB's types kept
+    "SELECT COUNT(*) AS k FROM t WHERE (SELECT MIN(name) FROM p WHERE k > 1) IS NULL OR n > 3",
+    "SELECT r, COUNT(*) AS k FROM t GROUP BY r HAVING COUNT(*) > (SELECT COUNT(*) FROM p)",  # after noise: public
+    "SELECT COUNT(*) - (SELECT COUNT(*) FROM p) AS k FROM t",
 ]
 
 DAYS = ["2026-01-01", "2026-01-02", "2026-01-03", None]
