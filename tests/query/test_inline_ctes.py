@@ -115,3 +115,20 @@ def test_what_cannot_be_inlined_exactly_is_refused_saying_why(sql: str, construc
         plan(sql, CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace")
     assert err.value.detail.get("construct") == construct, (err.value, err.value.detail)
     assert words in str(err.value), err.value
+
+
+def test_outputs_keep_the_names_the_analyst_sees() -> None:
+    sql = ("WITH v AS (SELECT uid, r AS reg, n * 2 AS m FROM t) SELECT reg, SUM(m), COUNT(*) AS k FROM v "
+           "WHERE uid IN (SELECT uid FROM v WHERE m > 2) GROUP BY reg")
+    planned = plan(sql, CATALOG, epsilon=1.0, delta=0.0, mechanism="laplace")
+    assert [o.name for o in planned.analysis.outputs] == ["reg", "SUM(m)", "k"]
+
+
+@pytest.mark.parametrize("sql", [
+    # `*` and a computed value of one name; a WITH inside a subquery (it may shadow the name)
+    "WITH v AS (SELECT *, n * 2 AS n FROM t) SELECT COUNT(*) FROM v WHERE uid IN (SELECT uid FROM v)",
+    "WITH v AS (SELECT * FROM t) SELECT COUNT(*) FROM v WHERE uid IN (WITH v AS (SELECT * FROM w) SELECT uid FROM v)",
+])
+def test_what_would_be_ambiguous_is_not_inlined(sql: str) -> None:
+    with pytest.raises(QueryError):
+        plan(sql, CATALOG, epsilon=1.0, delta=1e-6, mechanism="laplace")

@@ -50,6 +50,8 @@ def inline_ctes(select: exp.Select, columns: Mapping[str, frozenset[str]] | None
     names = [c.alias.lower() for c in ctes]
     if len(set(names)) != len(names):
         return select
+    if any(s.args.get("with_") for s in select.find_all(exp.Select) if s is not select):
+        return select  # a WITH inside may shadow a name
     outer = select.copy()
     outer.set("with_", None)
     if len(ctes) == 1 and _read_once_in_from(outer, names[0]):
@@ -92,6 +94,8 @@ def _inline(tree: exp.Select, name: str, body: exp.Select, columns: Mapping[str,
         raise _NotInlined from None  # not row-level over one table
     if where is not None and where.find(exp.Select):
         raise _NotInlined
+    if star and any(k in columns.get(table.name.lower(), frozenset()) for k in outputs):
+        raise _NotInlined  # `*` and a computed value of one name: which one a read means is DuckDB's to say
     tree = tree.copy()
     reads = _reads(tree, name)
     reads.sort(key=_depth, reverse=True)  # innermost first: an outer read's columns skip scopes already inlined
@@ -147,6 +151,10 @@ def _inline_read(tree: exp.Select, read: exp.Table, table: exp.Table, star: bool
     # outer query's) column in SQL, and would bind to the table once inlined
     hidden = frozenset() if star else columns.get(table.name.lower(), frozenset()) - outputs.keys()
     own = {e.alias.lower() for e in scope.expressions if isinstance(e, exp.Alias)} if scope is tree else set()
+    if scope is tree:  # an output computed from a renamed or computed column keeps the name the analyst sees
+        scope.set("expressions", [exp.alias_(e, e.sql()) if not isinstance(e, exp.Alias | exp.Column) and any(
+            c.table.lower() in ("", alias.lower()) and _renamed(outputs, c.name) for c in e.find_all(exp.Column))
+            else e for e in scope.expressions])
     for column in list(scope.find_all(exp.Column)):
         qualifier, key, owner = column.table.lower(), column.name.lower(), _scope(column)
         if (qualifier and qualifier != alias.lower()) or (owner is not scope and _shadowed(column, scope, alias)):
