@@ -37,9 +37,13 @@ def literal(node: exp.Expr, spec: ColumnSpec, today: dt.date | None = None) -> o
             number = exact(inner)
             return -number if negative else number
         if typed is not None and typed[0].is_type(*exp.DataType.INTEGER_TYPES, "decimal"):
-            return _bounded(exact(exp.Literal.number(typed[1]), limit=False), spec)  # exactly, as DuckDB compares
+            return _bounded(_of_type(typed, node), spec)  # exactly, as DuckDB compares
         if typed is not None and typed[0].is_type("double"):
-            return double_value(float(typed[1]), spec, node)
+            try:
+                value = float(typed[1])
+            except ValueError:
+                raise PolicyError(f"{node.sql()} is not a number", construct="LITERAL", column=spec.name) from None
+            return double_value(value, spec, node)
     elif kind == "string":
         if isinstance(node, exp.Literal) and node.is_string:
             return node.this
@@ -66,6 +70,22 @@ def _typed(node: exp.Expr) -> tuple[exp.DataType, str] | None:
     if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
         return node.to, node.this.this
     return None
+
+
+def _of_type(typed: tuple[exp.DataType, str], node: exp.Expr) -> Decimal:
+    """The exact value of `CAST('text' AS <integer or DECIMAL type>)` when the text is already a value of the type
+    (as a folded subquery's is); other text (DuckDB would round '12.7' to 13) is refused: write the value."""
+    try:
+        number = Decimal(typed[1].strip())
+        written = typed[0].sql(dialect="duckdb")
+        box = types.grid(types.normalize({"INT128": "HUGEINT", "UINT128": "UHUGEINT"}.get(written, written)))
+    except (InvalidOperation, ValueError):
+        box, number = None, Decimal(0)
+    if box is None or not number.is_finite() or number != number.quantize(Decimal(1).scaleb(-box[0])) \
+            or not box[1] <= number <= box[2]:
+        raise PolicyError(f"{node.sql()} is not a value of {typed[0].sql()}: write the number itself",
+                          construct="LITERAL")
+    return number
 
 
 def _bounded(number: Decimal, spec: ColumnSpec) -> Decimal:
