@@ -40,7 +40,8 @@ from proxy.query.analyse.analysis import public_cells
 from proxy.query.auto.bounds import ChosenBounds, chosen_from_json, chosen_json
 from proxy.query.errors import InvalidParameter, PolicyError
 from proxy.query.mechanism_choice import plan_with
-from proxy.query.planner import PublicPlan, QueryPlan, plan_public, repeat_identity
+from proxy.query.planner import PublicPlan, QueryPlan, plan_public, public_scalars, repeat_identity
+from proxy.query.public.scalars import Folded, folded, value_query
 from proxy.query.release.publish import Release, release
 from proxy.query.rewrite.render import render, render_text
 from proxy.run import faults, padding
@@ -162,8 +163,27 @@ def policy_dataset(policy: Policy, name: str) -> DatasetPolicy:
     return dataset
 
 
-def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int) -> Prepared:
-    """Authorise the dataset and plan the query: no data, no budget touched. `salt` keys the bounding."""
+def public_values(sql: str, dialect: str, dataset: DatasetPolicy, env: Env) -> tuple[Folded, ...]:
+    """The values of the query's scalar subqueries over public tables (planner.public_scalars), as typed literals
+    to fold in (docs/privacy.md §3.2): each run exactly on the dataset's engine (read-only, hardened) before the
+    query is planned, so nothing about them can fail after admission; one that returns more than one row is
+    refused here, free. Public data only: nothing is charged, and no protected row is read."""
+    queries = public_scalars(sql, dataset.catalog, dialect=dialect)
+    if not queries:
+        return ()
+    engine = env.engine(dataset.name)
+    engine.refresh()  # a bounding store copies the public tables: read the current ones
+    values = []
+    for query in queries:
+        rows = engine.run(render(value_query(query), engine.target)).rows
+        values.append(folded(rows, query.tree.sql(dialect="duckdb")))
+    return tuple(values)
+
+
+def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int, env: Env | None = None) -> Prepared:
+    """Authorise the dataset and plan the query: no protected data, no budget touched. `salt` keys the bounding.
+    With `env`, the query's scalar subqueries over public tables are evaluated first (`public_values`); without
+    it, a query that has one is refused."""
     name, budget = dataset_for(analyst, req.dataset)
     dataset = policy.dataset(name)
     assert dataset is not None  # the policy loader checks that budgets name known datasets
@@ -174,9 +194,11 @@ def prepare(req: QueryRequest, analyst: AnalystPolicy, policy: Policy, salt: int
             parameter="epsilon", max_epsilon=dataset.max_epsilon,
         )
     delta = dataset.delta if req.delta is None else req.delta
-    planned = plan_with(req.sql, dataset.catalog, epsilon=epsilon, delta=delta,
+    dialect = req.dialect or dataset.dialect
+    scalars = () if env is None else public_values(req.sql, dialect, dataset, env)
+    planned = plan_with(req.sql, dataset.catalog, epsilon=epsilon, delta=delta, scalars=scalars,
                         mechanism=req.mechanism or dataset.mechanism, salt=salt, noise_multiplier=req.noise_multiplier,
-                        cells=dataset.cell_accounting, dialect=req.dialect or dataset.dialect,
+                        cells=dataset.cell_accounting, dialect=dialect,
                         bounding=dataset.bounding, conversion="gdp" if dataset.accounting.rule == "gdp" else "zcdp",
                         auto_share=dataset.auto_bounds_share, auto_quantile=dataset.auto_bounds_quantile)
     mechanism = planned.price.mechanism  # "auto" resolved: the noise this query runs with
@@ -231,7 +253,7 @@ def reply(
                                parameter="Idempotency-Key")
     deadline = deadline or Deadline(env.settings.query_timeout_s)
     with env.timed("plan"):
-        prepared = prepare(req, analyst, env.policy, env.sampler.salt())
+        prepared = prepare(req, analyst, env.policy, env.sampler.salt(), env)
     if on_planned is not None:
         on_planned(prepared)
     claim = None if idempotency_key is None else env.ledger.claim(analyst.name, idempotency_key)

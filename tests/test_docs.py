@@ -94,6 +94,7 @@ SUPPORTED: dict[str, tuple[str, ...]] = {  # README row -> queries it promises a
         "SELECT COUNT(*) AS n FROM visits v WHERE EXISTS (SELECT * FROM users u WHERE u.user_id = v.user_id "
         "AND plan = 'pro') AND NOT EXISTS (SELECT * FROM visits w WHERE w.user_id = v.user_id AND w.amount > v.amount) "
         "AND category IN (SELECT category FROM departments WHERE department = 'food')",
+        "SELECT COUNT(*) AS n FROM visits WHERE category = (SELECT MIN(category) FROM departments)",
     ),
     "GROUP BY": (
         "SELECT region, COUNT(*) AS n FROM visits GROUP BY 1",
@@ -151,6 +152,8 @@ SUPPORTED: dict[str, tuple[str, ...]] = {  # README row -> queries it promises a
         "WITH q AS (SELECT region FROM visits WHERE age > 30) SELECT region, COUNT(*) AS n FROM q GROUP BY region",
         "SELECT dep, SUM(x) AS s FROM (SELECT d.department AS dep, v.amount * 2 AS x FROM visits v, departments d "
         "WHERE v.category = d.category) AS q GROUP BY dep",
+        "WITH v AS (SELECT user_id, amount FROM visits WHERE age > 30) SELECT COUNT(*) AS n FROM v JOIN users u "
+        "ON v.user_id = u.user_id WHERE v.user_id IN (SELECT user_id FROM v WHERE amount > 10)",
     ),
     "per unit, then over units": (
         "SELECT n, COUNT(*) AS users FROM (SELECT user_id, COUNT(*) AS n FROM visits WHERE amount > 10 GROUP BY "
@@ -202,11 +205,12 @@ REJECTED: dict[str, tuple[str, ...]] = {  # README "Everything else — … — 
 NOT_YET_SQL: dict[str, tuple[str, ...]] = {  # README "Not yet:" item -> refused queries (or a policy check)
     "joins of protected tables on a key outside their declared `unit_via` paths": (
         "SELECT COUNT(*) FROM visits v JOIN users u ON v.age = u.age",),
-    "a scalar subquery over public tables inside a query over protected ones": (
-        "SELECT COUNT(*) FROM visits WHERE category = (SELECT MIN(category) FROM departments)",),
-    "a CTE read more than once": (
-        "WITH t AS (SELECT * FROM visits) SELECT COUNT(*) FROM t WHERE amount > (SELECT AVG(amount) FROM t)",
+    "a protected table joined to itself": (
+        "SELECT COUNT(*) FROM visits v JOIN visits w ON v.user_id = w.user_id",
         "WITH t AS (SELECT user_id, amount FROM visits) SELECT COUNT(*) FROM t JOIN t AS t2 ON t.user_id = t2.user_id"),
+    "a correlated scalar subquery over public tables inside a query over protected ones": (
+        "SELECT COUNT(*) FROM visits v WHERE category = (SELECT MIN(d.category) FROM departments d "
+        "WHERE d.department = v.category)",),
     "replace-one adjacency": (),  # not SQL: checked by the policy loader below
 }
 
@@ -236,6 +240,15 @@ ERRORS_UNSUPPORTED: dict[str, tuple[str, ...]] = {  # errors.md `unsupported` ro
     "`COUNT(DISTINCT …) FILTER`": ("SELECT COUNT(DISTINCT user_id) FILTER (WHERE age > 3) FROM visits",),
     "a FILTER or COUNT_IF condition outside the WHERE allow-list": (
         "SELECT COUNT(*) FILTER (WHERE RANDOM() > 0.5) FROM visits",),
+    "a correlated scalar subquery over public tables in a query over protected ones": (
+        "SELECT COUNT(*) FROM visits v WHERE category = (SELECT MIN(d.category) FROM departments d "
+        "WHERE d.department = v.category)",),
+    "a CTE with a WHERE read on the right of a LEFT JOIN or a renamed CTE column read unqualified beside another "
+    "table": (
+        "WITH u AS (SELECT user_id, plan FROM users WHERE plan = 'pro') SELECT COUNT(*) FROM visits v LEFT JOIN u "
+        "ON v.user_id = u.user_id",
+        "WITH v AS (SELECT user_id, age AS a FROM visits) SELECT COUNT(*) FROM v JOIN users u ON v.user_id = u.user_id "
+        "WHERE a > 30"),
 }
 
 
@@ -307,7 +320,14 @@ def _answered(sql: str, catalog: object, con: object) -> None:
     if public is not None:  # over a public table alone: exact, its rebuilt SQL runs on the data
         con.execute(public.tree.sql("duckdb")).fetchall()  # type: ignore[attr-defined]
         return
-    planned = plan(text, catalog, epsilon=0.5, delta=1e-6, mechanism="laplace", dialect=dialect)  # type: ignore[arg-type]
+    from proxy.query.planner import public_scalars
+    from proxy.query.public.scalars import folded, value_query
+
+    # a scalar subquery over public tables: its value computed as the pipeline does (pipeline.public_values)
+    values = tuple(folded(tuple(con.execute(value_query(q).sql("duckdb")).fetchall()))  # type: ignore[attr-defined]
+                   for q in public_scalars(text, catalog, dialect=dialect))  # type: ignore[arg-type]
+    planned = plan(text, catalog, epsilon=0.5, delta=1e-6, mechanism="laplace", dialect=dialect,  # type: ignore[arg-type]
+                   scalars=values)
     con.execute(planned.sql).fetchall()  # type: ignore[attr-defined]  # and the rewritten SQL runs on the data
 
 

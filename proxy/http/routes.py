@@ -239,7 +239,7 @@ async def preview(body: QueryRequest, request: Request, analyst: AnalystDep, env
 
 
 def _preview(body: QueryRequest, analyst: AnalystPolicy, env: Env) -> PreviewResponse:
-    prepared = prepare(body, analyst, env.policy, env.sampler.salt())
+    prepared = prepare(body, analyst, env.policy, env.sampler.salt(), env)
     price, dataset = prepared.plan.price, prepared.dataset
     shared = dataset.budget is not None
     before, before_all = history(env, dataset.name, analyst.name), history(env, dataset.name, None) if shared else None

@@ -20,6 +20,7 @@ from proxy.query.catalog import Catalog, Mechanism
 from proxy.query.errors import EmptyScope, PolicyError, UnsupportedQuery
 from proxy.query.parse.comma_joins import explicit_joins
 from proxy.query.parse.flatten import flatten
+from proxy.query.parse.inline_ctes import inline_ctes
 from proxy.query.parse.normalise import normalise
 from proxy.query.parse.qualify import qualify
 from proxy.query.parse.statement import normalised, parse
@@ -28,6 +29,7 @@ from proxy.query.per_unit.recognise import two_level
 from proxy.query.plan_cache import MAX_TEXT, Memo, exact
 from proxy.query.price.charge import Price, price, price_for_noise
 from proxy.query.public import PublicQuery, public_query, reads_public
+from proxy.query.public.scalars import fold, public_value, scalar_subqueries
 from proxy.query.rewrite.on_store import rewrite_ranked, uses_rank_filter
 from proxy.query.rewrite.per_query import rewrite_tree, store_canonical
 from proxy.query.rewrite.store_layout import ranked_columns
@@ -214,8 +216,12 @@ def _parsed(sql: str, dialect: str, catalog: Catalog) -> tuple[exp.Select, exp.S
     if two_level(parsed) is not None and not reads_public(parsed, catalog):
         _shallow(parsed)  # an aggregate over per-unit aggregates: read by per_unit/, never flattened
         return parsed, parsed
+    select = parsed
+    if not reads_public(parsed, catalog):  # row-level CTEs read several times: inlined (public/ reads CTEs whole)
+        _shallow(parsed)
+        select = inline_ctes(parsed, _declared_columns(catalog))
     try:
-        select = flatten(parsed)  # a BI tool's wrapper is flattened
+        select = flatten(select)  # a BI tool's wrapper is flattened
     except UnsupportedQuery:
         if not reads_public(parsed, catalog):
             raise
@@ -226,6 +232,12 @@ def _parsed(sql: str, dialect: str, catalog: Catalog) -> tuple[exp.Select, exp.S
     select = explicit_joins(qualify(normalise(select), catalog), {t.name.lower() for t in catalog.tables})
     _shallow(select)
     return parsed, select
+
+
+@functools.lru_cache(maxsize=16)
+def _declared_columns(catalog: Catalog) -> dict[str, frozenset[str]]:
+    tables = (*catalog.tables, *catalog.public)
+    return {t.name.lower(): frozenset(c.name.lower() for c in t.columns) for t in tables}
 
 
 def _shallow(select: exp.Select) -> None:
@@ -254,6 +266,24 @@ def plan_public(sql: str, catalog: Catalog, *, max_rows: int, dialect: str = "du
     return None if query is None else PublicPlan(sql, _normalised(sql, parsed, dialect), query)
 
 
+def public_scalars(sql: str, catalog: Catalog, *, dialect: str = "duckdb") -> tuple[PublicQuery, ...]:
+    """The scalar subqueries over public tables alone of a query over protected tables, each checked and rebuilt as
+    a public query (public/scalars.py), in the order `plan` folds their values (its `scalars`); () for most queries.
+    Pure: the edge runs them (pipeline.public_values), before planning and before any charge.
+
+    Example:
+        >>> from proxy.query.catalog import ColumnSpec, PublicTable, TableSchema
+        >>> c = Catalog((TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("x", "DOUBLE"))),),
+        ...     public=(PublicTable("p", (ColumnSpec("k", "INTEGER"),), ("k",)),))
+        >>> [q.tree.sql() for q in public_scalars("SELECT COUNT(*) FROM t WHERE x > (SELECT MAX(k) FROM p)", c)]
+        ['SELECT MAX("t1"."k") AS "MAX(k)" FROM "p" AS "t1" LIMIT 2']
+    """
+    _, select = _select(sql, dialect, catalog)
+    if reads_public(select, catalog):
+        return ()
+    return tuple(public_value(s, catalog) for s in scalar_subqueries(select, catalog))
+
+
 def plan(
     sql: str,
     catalog: Catalog,
@@ -270,6 +300,7 @@ def plan(
     auto_share: float | tuple[float, float] = auto.DEFAULT_AUTO_SHARE,
     auto_quantile: float = auto.DEFAULT_AUTO_QUANTILE,
     today: dt.date | None = None,
+    scalars: tuple[exp.Expr, ...] = (),
 ) -> QueryPlan:
     """Check, price and rewrite one query without touching data or budget.
 
@@ -286,7 +317,9 @@ def plan(
     unit and group) and the rest runs the query at it (auto/bounds.py); the plan's SQL is then at the limit.
     `today` is the date CURRENT_DATE stands for (default: today in UTC, read once here): it is public, and
     folded into the WHERE as a date literal, so the repeat identity (the analysis) holds it, and the same text
-    sent on another day is another query.
+    sent on another day is another query. `scalars` are the values of the query's scalar subqueries over public
+    tables (`public_scalars`, run by the edge), as typed literals (public/scalars.py `folded`): they are folded
+    in, so the analysis (and the repeat identity) holds them; a query with such a subquery and no values is refused.
 
     Example:
         >>> from proxy.query.catalog import ColumnSpec, TableSchema
@@ -301,14 +334,15 @@ def plan(
     # text sent again (a repeat, a dashboard's refresh) is not parsed, analysed and priced again. `exact` keys:
     # arguments equal in Python but planned differently (1 and 1.0) never share an entry.
     key = (sql, id(catalog), exact(epsilon), exact(delta), mechanism, exact(noise_multiplier), exact(cells), dialect,
-           conversion, bounding, exact(auto_share), exact(auto_quantile), today)
+           conversion, bounding, exact(auto_share), exact(auto_quantile), today, tuple(v.sql() for v in scalars))
     held = _PLANS.get(key)
     if held is not None and held[0] is catalog:
         unsalted, fixed = held[1], held[2]
     else:
         unsalted = _unsalted(sql, catalog, epsilon=epsilon, delta=delta, mechanism=mechanism,
                              noise_multiplier=noise_multiplier, cells=cells, dialect=dialect, conversion=conversion,
-                             auto_share=auto_share, auto_quantile=auto_quantile, today=today, bounding=bounding)
+                             auto_share=auto_share, auto_quantile=auto_quantile, today=today, bounding=bounding,
+                             scalars=scalars)
         fixed = _salt_free_sql(unsalted.analysis, bounding, catalog)
         if len(sql) <= MAX_TEXT:
             _PLANS.put(key, (catalog, unsalted, fixed))  # the catalog is held: its id is not reused meanwhile
@@ -339,10 +373,15 @@ def _unsalted(
     sql: str, catalog: Catalog, *, epsilon: float, delta: float, mechanism: Mechanism,
     noise_multiplier: float | None, cells: bool, dialect: str, conversion: Conversion,
     auto_share: float | tuple[float, float],
-    auto_quantile: float, today: dt.date, bounding: Bounding,
+    auto_quantile: float, today: dt.date, bounding: Bounding, scalars: tuple[exp.Expr, ...] = (),
 ) -> QueryPlan:
     """`plan` without its bounded SQL (`sql` empty, `tree` None, salt 0): what `plan` memoises."""
     parsed, select = _select(sql, dialect, catalog)
+    values = ""
+    if not reads_public(select, catalog) and (scalars or scalar_subqueries(select, catalog)):
+        select = fold(select, catalog, scalars)  # docs/privacy.md §3.2: public values, computed before planning
+        shown = ", ".join(v.sql(dialect=dialect).replace("*/", "* /") for v in scalars)
+        values = f" /* public values: {shown} */"
     if reads_public(select, catalog):  # answered exactly by plan_public, never planned as a DP release
         public_query(select, catalog, max_rows=1)  # or refused by its rules (a protected table in a subquery)
         name = next(t.name for t in select.find_all(exp.Table))  # FROM may be a subquery or a CTE
@@ -385,7 +424,7 @@ def _unsalted(
     else:
         priced = price_for_noise(analysis, noise_multiplier=noise_multiplier, delta=delta, mechanism=mechanism,
                                  conversion=conversion)
-    return QueryPlan(sql, _normalised(sql, parsed, dialect), analysis, "", priced, scope, None, chooser, 0,
+    return QueryPlan(sql, _normalised(sql, parsed, dialect) + values, analysis, "", priced, scope, None, chooser, 0,
                      bounding, unselected)
 
 

@@ -70,14 +70,14 @@ def columns_of(names: list[str] | tuple[str, ...], declared: tuple[str | None, .
 
 def describe(req: QueryRequest, analyst: AnalystPolicy, env: Env) -> tuple[Column, ...]:
     """The columns a data query would answer with, from its plan: free, no data read (raises QueryError)."""
-    analysis = prepare(req, analyst, env.policy, env.sampler.salt()).plan.analysis
+    analysis = prepare(req, analyst, env.policy, env.sampler.salt(), env).plan.analysis
     return columns_of([o.name for o in analysis.outputs], column_types(analysis), [], released=True)
 
 
 def explain(req: QueryRequest, analyst: AnalystPolicy, env: Env) -> Result:
     """EXPLAIN of a data query: what it would charge and the SQL that would run, from its plan (the preview's
     path): free, no data read, nothing charged (raises QueryError)."""
-    planned = prepare(req, analyst, env.policy, env.sampler.salt()).plan
+    planned = prepare(req, analyst, env.policy, env.sampler.salt(), env).plan
     price = planned.price
     lines = [f"dp charge: epsilon={price.epsilon:.6g} delta={price.delta:.6g} ({price.mechanism}, "
              f"{price.composition}); EXPLAIN charges nothing", "rewritten SQL:",

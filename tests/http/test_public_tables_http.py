@@ -132,3 +132,31 @@ def test_csv_and_preview(client: httpx.Client) -> None:
     error = preview.json()
     assert (preview.status_code, error["code"], error["detail"]["construct"]) == (400, "policy", "TABLE")
     assert "public table" in error["error"] and "free" in error["error"]
+
+
+def test_a_scalar_subquery_over_a_public_table_filters_a_dp_query(live: tuple[Server, DemoFiles],
+                                                                  client: httpx.Client) -> None:
+    """Issue #31, item 5 (docs/privacy.md §3.2): the subquery's value is computed before the charge, folded in as a
+    literal (MIN(category) is 'books'), audited beside the analyst's text, and the preview folds it alike."""
+    sql = ("SELECT region, COUNT(*) AS n FROM visits WHERE category = (SELECT MIN(category) FROM departments) "
+           "GROUP BY region")
+    same = "SELECT region, COUNT(*) AS n FROM visits WHERE category = 'books' GROUP BY region"
+    preview = client.post("/v1/query/preview", json={"dataset": "demo", "sql": sql, "epsilon": 0.5})
+    direct = client.post("/v1/query/preview", json={"dataset": "demo", "sql": same, "epsilon": 0.5})
+    assert preview.status_code == 200 and direct.status_code == 200, (preview.text, direct.text)
+    assert "'books'" in preview.json()["sql"] and preview.json()["charge"] == direct.json()["charge"]
+    response = client.post("/v1/query", json={"dataset": "demo", "sql": sql, "epsilon": 0.5})
+    assert response.status_code == 200, response.text
+    assert response.json()["charge"]["epsilon"] == 0.5 and "public" not in response.json()
+    entry = _audit(live)[0]
+    assert entry["sql"].startswith("SELECT region") and "/* public values: CAST('books' AS TEXT) */" in entry["sql"]
+
+
+def test_a_scalar_subquery_with_more_than_one_row_is_refused_free(client: httpx.Client) -> None:
+    before = spend(client)
+    response = client.post("/v1/query", json={
+        "dataset": "demo", "sql": "SELECT COUNT(*) FROM visits WHERE category = (SELECT category FROM departments)"})
+    error = response.json()
+    assert (response.status_code, error["code"], error["detail"]["construct"]) == (400, "policy", "SCALAR SUBQUERY")
+    assert "more than one row" in error["error"] and error["charged"] is False
+    assert spend(client) == before

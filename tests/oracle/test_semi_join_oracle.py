@@ -59,6 +59,10 @@ QUERIES = [
     "GROUP BY l_mode",
     "SELECT o_prio, COUNT(*) FROM orders JOIN lineitem ON o_orderkey = l_orderkey WHERE NOT EXISTS (SELECT * "
     "FROM lineitem l2 WHERE l2.l_orderkey = lineitem.l_orderkey AND l2.l_qty > lineitem.l_qty) GROUP BY o_prio",
+    # a CTE read twice, along the unit_via key (inlined: docs/privacy.md §12.4)
+    "WITH l AS (SELECT l_orderkey, l_mode, l_qty FROM lineitem WHERE l_commit < l_receipt) SELECT o_prio, COUNT(*) "
+    "FROM orders WHERE EXISTS (SELECT * FROM l WHERE l.l_orderkey = o_orderkey AND l_mode = 'MAIL') AND NOT EXISTS "
+    "(SELECT * FROM l WHERE l.l_orderkey = o_orderkey AND l_qty > 50) GROUP BY o_prio",
 ]
 
 DAYS = st.one_of(st.none(), st.integers(0, 3).map(lambda d: dt.date(2024, 1, 1) + dt.timedelta(days=d)))
@@ -144,6 +148,12 @@ PER_QUERY_QUERIES = [
     "SELECT page, COUNT(*) FROM visits v WHERE NOT EXISTS (SELECT * FROM visits w WHERE w.uid = v.uid "
     "AND w.n > v.n) GROUP BY page",
     "SELECT page, SUM(n) FROM visits WHERE uid IN (SELECT uid FROM users WHERE plan <> 'free') GROUP BY page",
+    # a CTE read twice (inlined, parse/inline_ctes.py, docs/privacy.md §12.4): the semi-join over its own rows
+    "WITH v AS (SELECT uid, page, n, n + 1 AS m FROM visits WHERE n > 2) SELECT page, COUNT(*), SUM(m) FROM v "
+    "WHERE NOT EXISTS (SELECT * FROM v AS w WHERE w.uid = v.uid AND w.n > v.n) GROUP BY page",
+    "WITH v AS (SELECT * FROM visits WHERE page <> 'c'), u AS (SELECT uid FROM users WHERE plan = 'pro') "
+    "SELECT page, SUM(n) FROM v WHERE uid IN (SELECT uid FROM u) AND uid IN (SELECT uid FROM v WHERE n > 5) "
+    "GROUP BY page",
 ]
 visits = st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 4)), st.sampled_from(["a", "b", "c", "d"]),
                             st.one_of(st.none(), st.integers(-5, 50))), max_size=25)

@@ -29,15 +29,26 @@ def literal(node: exp.Expr, spec: ColumnSpec, today: dt.date | None = None) -> o
     """The exact value of a literal of the column's kind (numbers as Decimals, dates as ISO text): the
     comparison is then rebuilt from it by types.py, so no comparison can fail on a cast at run time."""
     kind = spec.kind
+    typed = _typed(node)
     if spec.numeric:
         negative = isinstance(node, exp.Neg)
         inner = node.this if negative else node
         if isinstance(inner, exp.Literal) and not inner.is_string:
             number = exact(inner)
             return -number if negative else number
+        if typed is not None and typed[0].is_type(*exp.DataType.INTEGER_TYPES, "decimal"):
+            return _bounded(_of_type(typed, node), spec)  # exactly, as DuckDB compares
+        if typed is not None and typed[0].is_type("double"):
+            try:
+                value = float(typed[1])
+            except ValueError:
+                raise PolicyError(f"{node.sql()} is not a number", construct="LITERAL", column=spec.name) from None
+            return double_value(value, spec, node)
     elif kind == "string":
         if isinstance(node, exp.Literal) and node.is_string:
             return node.this
+        if typed is not None and typed[0].is_type("text", "varchar"):
+            return typed[1]
     elif kind == "boolean":
         if isinstance(node, exp.Boolean):
             return bool(node.this)
@@ -52,6 +63,76 @@ def literal(node: exp.Expr, spec: ColumnSpec, today: dt.date | None = None) -> o
         f"column {spec.name!r} ({spec.type}) must be compared with a {kind} literal, not {node.sql()}",
         construct="LITERAL", column=spec.name,
     )
+
+
+def _typed(node: exp.Expr) -> tuple[exp.DataType, str] | None:
+    """`CAST('text' AS type)`: a value of that type (a scalar subquery's value folded in, public/scalars.py)."""
+    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
+        return node.to, node.this.this
+    return None
+
+
+def _of_type(typed: tuple[exp.DataType, str], node: exp.Expr) -> Decimal:
+    """The exact value of `CAST('text' AS <integer or DECIMAL type>)` when the text is already a value of the type
+    (as a folded subquery's is); other text (DuckDB would round '12.7' to 13) is refused: write the value."""
+    try:
+        number = Decimal(typed[1].strip())
+        written = typed[0].sql(dialect="duckdb")
+        box = types.grid(types.normalize({"INT128": "HUGEINT", "UINT128": "UHUGEINT"}.get(written, written)))
+    except (InvalidOperation, ValueError):
+        box, number = None, Decimal(0)
+    if box is None or not number.is_finite() or number != number.quantize(Decimal(1).scaleb(-box[0])) \
+            or not box[1] <= number <= box[2]:
+        raise PolicyError(f"{node.sql()} is not a value of {typed[0].sql()}: write the number itself",
+                          construct="LITERAL")
+    return number
+
+
+def _bounded(number: Decimal, spec: ColumnSpec) -> Decimal:
+    """An exact value beyond the column's range moved just outside it (every comparison reads it alike), so a
+    large value computed from public data compares as DuckDB compares it instead of being refused."""
+    box = types.grid(spec.type)
+    if box is None or box[1] - 1 <= number <= box[2] + 1:
+        return number
+    return box[2] + 1 if number > 0 else box[1] - 1
+
+
+def double_value(value: float, spec: ColumnSpec, node: exp.Expr) -> Decimal:
+    """A DOUBLE compared with a numeric column, as DuckDB compares them: in DOUBLE, the column's value cast to it (a
+    correctly rounded cast). A FLOAT or DOUBLE column compares with the value itself. An integer or DECIMAL column
+    whose values are each alone in their DOUBLE's rounding interval (magnitudes times 10^scale below 2^52: INTEGER,
+    DECIMAL(15, s)) compares with the one grid value that rounds to `value`, if any, else with `value` exactly:
+    for every other grid value a, CAST(a AS DOUBLE) <op> value holds exactly when a <op> value does (the cast is
+    monotone), so the comparison is exact on the column's grid (types.compare). A wider column (BIGINT,
+    DECIMAL(18, 2)) would need a different bound per operator: refused, with the cast that makes it exact.
+
+    Example:
+        >>> money = ColumnSpec("m", "DECIMAL(15,2)")
+        >>> double_value(0.1, money, exp.Null()), double_value(0.105, money, exp.Null())
+        (Decimal('0.10'), Decimal('0.10499999999999999611421941381195210851728916168212890625'))
+        >>> double_value(2.5, ColumnSpec("x", "DOUBLE"), exp.Null())
+        Decimal('2.5')
+    """
+    if not math.isfinite(value):
+        raise PolicyError(f"{node.sql()} is not a finite number: compare column {spec.name!r} with a number",
+                          construct="LITERAL", column=spec.name)
+    box = types.grid(spec.type)
+    if box is None:
+        return Decimal(repr(value))  # a FLOAT or DOUBLE column: compared in DOUBLE (types.compare rounds to it)
+    scale, low, high = box
+    if max(-low, high).scaleb(scale) >= 2**52:
+        raise PolicyError(
+            f"column {spec.name!r} ({spec.type}) compared with the DOUBLE {node.sql()} is compared in DOUBLE, which "
+            "rounds the column's values: cast the value to DECIMAL (e.g. CAST(AVG(x) AS DECIMAL(18, 4))) or to the "
+            "column's type", construct="LITERAL", column=spec.name)
+    x = Decimal(value)  # exact
+    if not low - 1 <= x <= high + 1:
+        return high + 1 if x > 0 else low - 1
+    step = Decimal(1).scaleb(-scale)
+    for candidate in (x.quantize(step, rounding="ROUND_FLOOR"), x.quantize(step, rounding="ROUND_CEILING")):
+        if low <= candidate <= high and float(candidate) == value:
+            return candidate
+    return x
 
 
 _TIME_UNITS = {"SECOND": 1, "MINUTE": 60, "HOUR": 3600, "DAY": 86400, "WEEK": 7 * 86400}
@@ -221,13 +302,14 @@ def _json(value: Literal_) -> object:
         float(value) if isinstance(value, Decimal) else value)
 
 
-def exact(node: exp.Literal) -> Decimal:
-    """A numeric literal's exact value: 2**53 + 1 must not become 2**53 on its way to a comparison."""
+def exact(node: exp.Literal, *, limit: bool = True) -> Decimal:
+    """A numeric literal's exact value: 2**53 + 1 must not become 2**53 on its way to a comparison. An analyst's
+    literal is at most 1e18 in magnitude; a value folded in (`limit` off) is any finite number."""
     try:
         number = Decimal(node.this)
     except InvalidOperation:
         raise UnsupportedQuery(f"{node.this!r} is not a number", construct="LITERAL") from None
-    if not number.is_finite() or abs(number) > MAX_ABS_LITERAL:
+    if not number.is_finite() or (limit and abs(number) > MAX_ABS_LITERAL):
         raise UnsupportedQuery(f"number {node.this} is out of range (|x| <= 1e18)", construct="LITERAL")
     return number
 

@@ -78,6 +78,17 @@ def predicate(node: exp.Expr, names: Names, *, subqueries: bool = False, negated
                 for value, item in zip(values, items, strict=True):
                     in_domain(spec, value, item)
                 return types.member(spec.name, spec.type, values)
+        case exp.Between() if any(_typed_null(node.args[end]) for end in ("low", "high")):
+            # a folded scalar subquery with no row: BETWEEN is its two comparisons, one of them NULL (docs §3.2)
+            low = exp.GTE(this=node.this.copy(), expression=node.args["low"].copy())
+            return inside(exp.And(this=low, expression=exp.LTE(this=node.this.copy(), expression=node.args["high"])))
+        case _ if type(node) in _COMPARISONS and (pair := _column_and_null(node)) is not None:
+            column, null = pair
+            spec = names.column(column)
+            if _null_family(null) != _family(spec):
+                raise PolicyError(f"cannot compare {spec.name} ({spec.type}) with {null.sql()}: compare values of one "
+                                  "kind (numbers, dates, text or booleans)", construct="WHERE", column=spec.name)
+            return exp.Null()  # NULL for every row, as DuckDB's comparison with NULL: no row passes (or its NOT)
         case exp.Between() if node.args.get("symmetric"):
             raise UnsupportedQuery(
                 "BETWEEN SYMMETRIC is not supported; write BETWEEN low AND high", construct="BETWEEN SYMMETRIC"
@@ -171,6 +182,26 @@ def columns_compared(cls: type[exp.Expr], a: ColumnSpec, b: ColumnSpec) -> exp.E
 
 def _family(spec: ColumnSpec) -> str:
     return "number" if spec.numeric else spec.kind
+
+
+def _column_and_null(node: exp.Expr) -> tuple[exp.Column, exp.Cast] | None:
+    for column, other in ((node.this, node.expression), (node.expression, node.this)):
+        if isinstance(column, exp.Column) and _typed_null(other):
+            return column, other  # type: ignore[return-value]
+    return None
+
+
+def _typed_null(node: exp.Expr) -> bool:
+    return isinstance(node, exp.Cast) and isinstance(node.this, exp.Null)
+
+
+def _null_family(node: exp.Cast) -> str:
+    to = node.to
+    if to.is_type(*exp.DataType.INTEGER_TYPES, "decimal", "double", "float"):
+        return "number"
+    if to.is_type("date", *("timestamp", "timestampntz", "datetime")):
+        return "date"
+    return "boolean" if to.is_type("boolean") else "string" if to.is_type("text", "varchar") else to.sql()
 
 
 def quoted(spec: ColumnSpec) -> exp.Column:

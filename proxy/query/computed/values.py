@@ -343,6 +343,8 @@ def _cast(node: exp.Cast | exp.TryCast, names: Names) -> Scalar:
             construct="CAST",
         )
     target = "DOUBLE" if target == "FLOAT" else target
+    if inner.type == "NULL":  # CAST(NULL AS t): a NULL of that type (a scalar subquery with no row, public/scalars.py)
+        return Scalar(exp.cast(exp.Null(), target), target, frozenset())
     if inner.kind == "boolean" or (inner.kind == "date" and types.kind(target) not in ("date", "string")):
         raise UnsupportedQuery(f"CAST of a {inner.type} to {target} is not supported", construct="CAST")
     return Scalar(exp.cast(inner.sql, target), target, inner.columns)

@@ -50,7 +50,7 @@ def flatten(select: exp.Select) -> exp.Select:
         inner, alias = subquery.this, subquery.alias
     if inner.args.get("joins"):
         return flatten_joined(outer, inner, alias)  # joins inside: parse/flatten_joins.py
-    table, star, names, where = _inner(inner)
+    table, star, names, where = inner_parts(inner)
     outer.set("from_", exp.From(this=exp.Table(**{**table.args, "alias": exp.TableAlias(
         this=exp.to_identifier(alias))})))
     if not star:
@@ -92,7 +92,7 @@ def _cte(outer: exp.Select) -> tuple[exp.Select, str]:
     return ctes[0].this, alias
 
 
-def _inner(inner: exp.Select) -> tuple[exp.Table, bool, dict[str, exp.Expr], exp.Expr | None]:
+def inner_parts(inner: exp.Select) -> tuple[exp.Table, bool, dict[str, exp.Expr], exp.Expr | None]:
     """The inner query's table; whether it selects `*` (every column passes through); its other output names
     mapped to what they compute from the table's columns (a column, or a per-row expression that the
     allow-list checks where the outer query uses it); and its WHERE (unqualified)."""
