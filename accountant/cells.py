@@ -116,8 +116,24 @@ class SpaceUsage:
                 self.base[1] + Fraction(self.delta[index], 1 << _GRID))
 
     def heaviest(self, limit: int) -> list[int]:
-        """Up to `limit` cells, the most used first (by amount, then δ; ties by index)."""
-        return sorted(range(self.size), key=lambda i: (-self.amount[i], -self.delta[i], i))[:limit]
+        """Up to `limit` cells, the most used first (by amount, then δ; ties by index).
+
+        Only the cells some charge touched are sorted (usages are never negative, so every untouched cell
+        comes after them, in index order): the work is the touched cells', not the whole space's.
+
+        Example:
+            >>> u = SpaceUsage(("t", "f"), 5, (Fraction(0), Fraction(0)), np.array([0, 3, 0, 3, 1], dtype=object),
+            ...                np.array([0, 0, 2, 1, 0], dtype=object))
+            >>> u.heaviest(4), u.heaviest(10)
+            ([3, 1, 4, 2], [3, 1, 4, 2, 0])
+        """
+        touched = np.flatnonzero((self.amount != 0) | (self.delta != 0)).tolist()
+        heaviest = sorted(touched, key=lambda i: (-self.amount[i], -self.delta[i], i))[:limit]
+        if len(heaviest) < limit:
+            chosen = set(heaviest)
+            heaviest += [i for i in range(min(self.size, limit + len(heaviest))) if i not in chosen][
+                : limit - len(heaviest)]
+        return heaviest
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,11 +17,16 @@ Runs the request path of `POST /v1/query` without HTTP, on the demo (bounding st
 
 and plain DuckDB on the same query in the same run; then (issue #32) `--repeats` identical requests answered from
 the stored release through the route's whole work (`routes.query_work`: the public-table check, plan, repeat
-lookup, the answer's summary), timed as one stage, `repeat (whole)`. The HTTP layer's share is what
+lookup, the answer's summary), timed as one stage, `repeat (whole)`. With `--history 0,100,1000` (issue #32) it
+times instead, on a fresh ledger per figure, `--count` distinct small answers through the route's whole work (with
+the summary the route sends) after that many earlier per-cell charges of the same analyst (drill-downs of visits
+by a region and an age band, admitted as the pipeline admits them, without running them): the per-request CPU as
+the cells the analyst's history has touched grow. The HTTP layer's share is what
 bench/throughput.py's server CPU per answer adds to the total here. On a loaded machine CPU times inflate less
 than wall times; the load before and after is printed.
 
     python bench/request_cost.py --rows 1000000 --users 50000 --count 300
+    python bench/request_cost.py --count 200 --history 0,100,1000
 
 Example (one row of the report):
     >>> row("admit", 0.0009, 0.0021, 10)
@@ -35,6 +40,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, TypeVar
@@ -123,6 +129,59 @@ def repeats(env: pipeline.Env, analyst: Any, count: int, timed: Stages) -> None:
             raise SystemExit("a repeat was not answered from the stored release")
 
 
+def drill_down(i: int) -> str:
+    """The `i`-th earlier per-cell query: a region and a five-year age band (a few cells of visits each)."""
+    regions = ("north", "south", "east", "west", "central")
+    low = 18 + 5 * ((i // len(regions)) % 15)
+    return (f"SELECT category, COUNT(*) AS n FROM visits WHERE region = '{regions[i % len(regions)]}' "
+            f"AND age BETWEEN {low} AND {low + 4} GROUP BY category")
+
+
+def charge_history(env: pipeline.Env, analyst: Any, count: int) -> int:
+    """`count` per-cell charges admitted as the pipeline admits them (nothing run or released); the cells
+    touched under the rule in force."""
+    for i in range(count):
+        prepared = pipeline.prepare(QueryRequest(sql=drill_down(i), epsilon=Decimal("0.01")), analyst, env.policy,
+                                    env.sampler.salt())
+        dataset, plan, price = prepared.dataset, prepared.plan, prepared.plan.price
+        if plan.scope is None:
+            raise SystemExit(f"not a per-cell charge: {drill_down(i)}")
+        env.ledger.admit(Admission(
+            analyst=analyst.name, dataset=dataset.name, sql_sha256=plan.sql_sha256, event=price.event,
+            epsilon=price.epsilon, delta=price.delta, composition=price.composition, budget=prepared.budget,
+            accounting=dataset.accounting, dataset_budget=dataset.budget, scope=plan.scope, sql=plan.normalized_sql))
+    dataset = env.policy.dataset("demo")
+    assert dataset is not None
+    tallied = env.ledger.tallied(dataset="demo", analyst=analyst.name, rule=dataset.accounting.rule)
+    return sum(int((space.amount != 0).sum()) for space in tallied.spaces)
+
+
+def with_history(settings: Settings, directory: Path, history: int, count: int) -> tuple[int, Stages]:
+    """The route's whole work for `count` distinct small answers after `history` per-cell charges."""
+    settings = settings.model_copy(update={"ledger": str(fresh_ledger(directory))})
+    env = build_env(settings)
+    try:
+        analyst = next(a for a in env.policy.analysts if a.name == "analyst")
+        touched = charge_history(env, analyst, history)
+        timed = Stages()
+
+        def ask(i: int, stage: Stages) -> None:
+            request = QueryRequest(sql=SQL.format(i=f"_h{history}_{i}"), epsilon=Decimal("0.01"))
+            reply = stage("answer (whole)", lambda: routes.query_work(request, analyst, env, SimpleNamespace())(
+                Deadline(env.settings.query_timeout_s)))
+            if reply.repeat:
+                raise SystemExit("a distinct request was answered as a repeat")
+            stage("  summary", lambda: summarised(reply.body))  # what the route sends by default
+
+        for i in range(10):  # untimed: warm
+            ask(10**6 + i, Stages())
+        for i in range(count):
+            ask(i, timed)
+        return touched, timed
+    finally:
+        pipeline_close(env)
+
+
 def plain(db: Path, settings: Settings, count: int) -> tuple[float, float]:
     conn = duckdb.connect(str(db), read_only=True, config={"threads": settings.threads,
                                                           "memory_limit": settings.memory_limit})
@@ -145,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "data-1m")
     parser.add_argument("--again", action="store_true", help="also time each engine run repeated at once (warm)")
     parser.add_argument("--repeats", type=int, default=300, help="identical requests timed after (0: none)")
+    parser.add_argument("--history", help="comma-separated counts of earlier per-cell charges (issue #32)")
     args = parser.parse_args(argv)
     directory = args.dir.resolve()
     meta, _ = ensure_dataset(directory, rows=args.rows, users=args.users)
@@ -152,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     set_bounding(policy, "store")
     settings = Settings(policy=policy, ledger=str(fresh_ledger(directory)))
     build_bounding_store(settings)
+    if args.history:
+        return history_report(settings, directory, [int(n) for n in args.history.split(",")], args.count)
     load_before = os.getloadavg()[0]
     plain_cpu, plain_wall = plain(directory / "demo.duckdb", settings, args.count)
     env = build_env(settings)
@@ -178,6 +240,17 @@ def main(argv: list[str] | None = None) -> int:
     print(row("total", total_cpu, total_wall, args.count))
     for stage, (cpu, wall) in again.sums.items():
         print(row(stage, cpu, wall, args.repeats))
+    return 0
+
+
+def history_report(settings: Settings, directory: Path, counts: list[int], count: int) -> int:
+    load_before = os.getloadavg()[0]
+    results = [(n, *with_history(settings, directory, n, count)) for n in counts]
+    print(f"{count} distinct small answers (route's whole work) after n earlier per-cell charges; "
+          f"load {load_before:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    for n, touched, timed in results:
+        for stage, (cpu, wall) in timed.sums.items():
+            print(f"n={n:5d} cells touched {touched:4d}  " + row(stage, cpu, wall, count))
     return 0
 
 

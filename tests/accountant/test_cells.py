@@ -15,10 +15,11 @@ from accountant.cell_scope import CellScope
 from accountant.cells import ledgered, plus
 from accountant.errors import BudgetExceeded, UnsupportedEvent
 from accountant.events import GaussianEvent, LaplaceEvent
-from accountant.filter import Accounting, Budget, Entry, additive, cost, usage
+from accountant.filter import Accounting, Budget, Entry, Usage, additive, cost, usage
 from accountant.ledger.charges import Admission
 from accountant.ledger.memory import MemoryLedger
 from accountant.ledger.sqlite import SqliteLedger
+from accountant.report import account as report_account
 from accountant.report import refusal
 
 SIZE = 6
@@ -353,3 +354,37 @@ def test_admits_through_the_memo_decide_as_a_fresh_computation_would(
         except BudgetExceeded:
             admitted = False
         assert admitted == expected
+
+
+# --- what reports show: the heaviest cells and their accounts (issue #32) ------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, SIZE - 1), max_size=SIZE), st.sampled_from([0.5, 0.25, 1.0])),
+                max_size=8), st.integers(0, SIZE + 2))
+def test_heaviest_is_the_order_of_every_cell_by_usage_then_index(charges: list[tuple[list[int], float]],
+                                                                 limit: int) -> None:
+    history = [scoped(cells or None, epsilon) for cells, epsilon in charges]
+    for space in ledgered(history, "basic").spaces:
+        every = sorted(range(space.size), key=lambda i: (-space.amount[i], -space.delta[i], i))
+        assert space.heaviest(limit) == every[:limit]
+
+
+def test_a_reported_cell_account_is_its_own_usage_s_even_when_cells_share_one() -> None:
+    from proxy.http.views.budget import _space_out  # the view the answers and GET /v1/budget render
+    from proxy.schemas import AccountOut
+
+    history = [scoped([0, 1]), scoped([0, 1]), scoped([2], 0.25), scoped(None, 0.125), scoped([4], 0.25)]
+    (space,) = ledgered(history, "basic").spaces
+    allowed, accounting = Budget(10.0, 1e-6), Accounting()
+    shown = _space_out(space, None, allowed, accounting)
+
+    def account(used: tuple[Fraction, Fraction]) -> AccountOut:
+        a = report_account(Usage("basic", *used), allowed, accounting)
+        return AccountOut(**{name: getattr(a, name) for name in AccountOut.model_fields if name != "accounting"},
+                          accounting=a.rule)
+
+    assert [c.cell for c in shown.heaviest] == [{"#": i} for i in (0, 1, 2, 4, 3, 5)]
+    assert [c.account for c in shown.heaviest] == [account(space.cell(i)) for i in (0, 1, 2, 4, 3, 5)]
+    assert shown.elsewhere == account(space.base)
+    assert shown.heaviest[0].account.epsilon_spent == 1.125 and shown.elsewhere.epsilon_spent == 0.125

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from proxy.cli.demo import REGIONS, DemoFiles
+from proxy.http.views.answer import summarised
 from tests.support.live import Server, policy_copy, spend
 
 ANSWER_BYTES = 2048  # the answer's size varies with its noisy digits, bounds and flags: 1.6–1.9 KB measured
@@ -117,3 +118,34 @@ def test_the_budget_has_exact_figures_for_programs_and_rounded_text_for_people(c
     assert basic["spent"] == basic["epsilon_spent"] == budget["epsilon_spent"]
     answer = client.post("/v1/query", json={"sql": README, "epsilon": 0.125}).json()
     assert answer["budget"]["display"] == spend(client)["display"]  # the summary keeps the text too
+
+
+@pytest.mark.parametrize("first", ["summary", "cells"])
+def test_a_repeat_at_either_detail_is_the_stored_full_answer_or_its_summary_byte_for_byte(
+        client: httpx.Client, first: str) -> None:
+    """What is stored is the full answer (`?detail=cells`), whatever detail the fresh request asked for: a repeat
+    with `?detail=cells` returns it byte for byte, per-cell budget and all, and one without returns its summary,
+    the bytes the fresh request got (or would have got). Issue #32: the summary may not drop what the stored
+    answer must keep."""
+    low = {"summary": 40, "cells": 45}[first]  # a request of its own per case (comments are normalised away)
+    sql = (f"SELECT category, COUNT(*) AS n FROM visits WHERE region = 'east' AND age BETWEEN {low} AND {low + 4} "
+           f"GROUP BY category")
+    path = {"summary": "/v1/query", "cells": "/v1/query?detail=cells"}
+    fresh = client.post(path[first], json={"sql": sql, "epsilon": 0.1})
+    assert fresh.status_code == 200 and fresh.headers["x-dp-repeat"] == "false", fresh.text
+    full = client.post(path["cells"], json={"sql": sql, "epsilon": 0.1})
+    brief = client.post(path["summary"], json={"sql": sql, "epsilon": 0.1})
+    for repeat in (full, brief):
+        assert repeat.status_code == 200 and repeat.headers["x-dp-repeat"] == "true", repeat.text
+        assert repeat.headers["x-dp-charge-id"] == fresh.headers["x-dp-charge-id"]  # nothing charged again
+    assert (fresh.content == full.content) if first == "cells" else (fresh.content == brief.content)
+    assert summarised(full.content) == brief.content
+    for again in (client.post(path[d], json={"sql": sql, "epsilon": 0.1}) for d in ("cells", "summary")):
+        assert again.content == (full if "detail=cells" in str(again.url) else brief).content
+    shown, stored = brief.json(), full.json()
+    assert stored["budget"]["cells"] and stored["budget"]["accounts"] and stored["charge"]["events"] is not None
+    assert stored["charge"]["scope"]["listed"] and shown["charge"]["scope"]["listed"] == []
+    assert shown["budget"]["cells"] == [] and shown["budget"]["accounts"] == []
+    for name in ("epsilon_spent", "delta_spent", "epsilon_remaining", "delta_remaining", "display"):
+        assert shown["budget"][name] == stored["budget"][name]  # the budget as it stood when it was answered
+    assert shown["rows"] == stored["rows"]

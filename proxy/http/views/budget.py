@@ -20,7 +20,7 @@ from typing import Any
 
 from accountant import cells, report
 from accountant.cell_scope import CellScope
-from accountant.cells import Ledgered
+from accountant.cells import Ledgered, SpaceUsage
 from accountant.errors import UnsupportedEvent
 from accountant.filter import Accounting, Budget, Entry, Rule, Usage
 from accountant.ledger.budget_ops import NONE, Allowance, UnusableBudget, raised
@@ -157,17 +157,26 @@ def _cells(dataset: DatasetPolicy, allowed: Budget, view: View) -> list[CellSpac
         history = view(accounting.rule)
     except UnsupportedEvent:
         return []
-    out = []
-    for space in history.spaces:
-        describe = describer(space.key, dataset)
-        heaviest = [
-            CellOut(cell=cell(describe(i)) if describe is not None else {"#": i},
-                    account=_account(Usage(accounting.rule, *space.cell(i)), allowed, accounting))
-            for i in space.heaviest(_HEAVIEST_CELLS)
-        ]
-        elsewhere = _account(Usage(accounting.rule, *space.base), allowed, accounting)
-        out.append(CellSpaceOut(table=space.key[0], cells=space.size, heaviest=heaviest, elsewhere=elsewhere))
-    return out
+    return [_space_out(space, describer(space.key, dataset), allowed, accounting) for space in history.spaces]
+
+
+def _space_out(space: SpaceUsage, describe: Callable[[int], dict[str, object]] | None, allowed: Budget,
+               accounting: Accounting) -> CellSpaceOut:
+    """One space's most-charged cells and the rest. One account per distinct usage: cells charged alike (and
+    every untouched cell, `elsewhere` too, at the base alone) share it, keyed by the cell's own sums, which with
+    the space's base are its usage."""
+    accounts: dict[tuple[int, int], AccountOut] = {}
+
+    def account(i: int | None) -> AccountOut:
+        own = (0, 0) if i is None else (int(space.amount[i]), int(space.delta[i]))
+        if own not in accounts:
+            used = space.base if i is None else space.cell(i)
+            accounts[own] = _account(Usage(accounting.rule, *used), allowed, accounting)
+        return accounts[own]
+
+    heaviest = [CellOut(cell=cell(describe(i)) if describe is not None else {"#": i}, account=account(i))
+                for i in space.heaviest(_HEAVIEST_CELLS)]
+    return CellSpaceOut(table=space.key[0], cells=space.size, heaviest=heaviest, elsewhere=account(None))
 
 
 def budget_out(dataset: DatasetPolicy, allowed: Budget, mine: View, everyone: View | None) -> BudgetOut:
