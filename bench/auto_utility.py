@@ -19,7 +19,6 @@ DuckDB's.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
 import re
 import statistics
@@ -36,13 +35,11 @@ for path in (ROOT, ROOT / "bench"):
 
 import duckdb  # noqa: E402
 from oracle_bounds import set_share  # noqa: E402
-from query_latency import build_bounding_store, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
+from query_latency import ensure_dataset, in_process, set_bounding  # noqa: E402
 from utility import median_relative_error, request_epsilon  # noqa: E402
 
 from proxy import pipeline  # noqa: E402
-from proxy.app import build_env  # noqa: E402
 from proxy.schemas import QueryRequest  # noqa: E402
-from proxy.settings import Settings  # noqa: E402
 
 QUERIES = (  # the utility targets, and the total
     ("COUNT by region (unit-level key)", "SELECT region, COUNT(*) FROM visits GROUP BY region", 0.03),
@@ -90,11 +87,7 @@ def policy_variant(source: Path, variant: str) -> Path:
 
 def run(variant: str, policy: Path, directory: Path, key: str, args: argparse.Namespace,
         truths: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
-    settings = Settings(policy=policy, ledger=fresh_ledger(directory))
-    build_bounding_store(settings)
-    env = build_env(settings)
-    analyst = env.policy.analyst_by_key_hash(hashlib.sha256(key.encode()).hexdigest())
-    assert analyst is not None
+    env, analyst = in_process(policy, directory, key)
     serial = itertools.count(1)
     out: dict[str, dict[str, Any]] = {}
     try:

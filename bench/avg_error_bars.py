@@ -16,7 +16,6 @@ and the median relative error of the released value against the plain unbounded 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
 import statistics
 import sys
@@ -28,16 +27,14 @@ for path in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(path))
 
 import duckdb  # noqa: E402
-from query_latency import build_bounding_store, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
+from query_latency import ensure_dataset, in_process, set_bounding  # noqa: E402
 from utility import request_epsilon  # noqa: E402
 
 from mechanisms.sampling import FixedSampler  # noqa: E402
 from proxy import pipeline  # noqa: E402
-from proxy.app import build_env  # noqa: E402
 from proxy.http.views.answer import noise, with_row_bars  # noqa: E402
 from proxy.query.release.publish import release  # noqa: E402
 from proxy.schemas import QueryRequest  # noqa: E402
-from proxy.settings import Settings  # noqa: E402
 
 QUERIES = (
     ("AVG(amount) by region", "SELECT region, AVG(amount) FROM visits GROUP BY region"),
@@ -61,11 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     set_bounding(directory / "policy.toml", "store")
     with duckdb.connect(str(directory / "demo.duckdb"), read_only=True) as conn:
         truths = {sql: {str(row[0]): row[1] for row in conn.execute(sql).fetchall()} for _, sql in QUERIES}
-    settings = Settings(policy=directory / "policy.toml", ledger=fresh_ledger(directory))
-    build_bounding_store(settings)
-    env = build_env(settings)
-    analyst = env.policy.analyst_by_key_hash(hashlib.sha256(key.encode()).hexdigest())
-    assert analyst is not None
+    env, analyst = in_process(directory / "policy.toml", directory, key)
     engine = env.engine("demo")
     serial = itertools.count(1)
     print(f"dataset {meta['rows']:,} visits of {meta['users']:,} users; {args.answers} answers per query and ε; "

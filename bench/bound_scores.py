@@ -18,7 +18,6 @@ median error E[err(k)] and the 90th percentile of err(k) over the draw of k. The
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
 import math
 import sys
@@ -34,17 +33,15 @@ for path in (ROOT, ROOT / "bench"):
 import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 import oracle_bounds as ob  # noqa: E402
-from query_latency import build_bounding_store, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
+from query_latency import ensure_dataset, in_process, set_bounding  # noqa: E402
 from utility import request_epsilon  # noqa: E402
 
 from mechanisms import count_target, dp_quantile  # noqa: E402
 from proxy import pipeline  # noqa: E402
-from proxy.app import build_env  # noqa: E402
 from proxy.query import auto_release  # noqa: E402
 from proxy.query.auto import bounds as auto  # noqa: E402
 from proxy.query.auto.histograms import slots  # noqa: E402
 from proxy.schemas import QueryRequest  # noqa: E402
-from proxy.settings import Settings  # noqa: E402
 
 
 def softmax(exponents: list[float]) -> np.ndarray:
@@ -73,11 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     directory = args.dir.resolve()
     _, key = ensure_dataset(directory, rows=1_000_000, users=50_000)
     set_bounding(directory / "policy.toml", "store")
-    settings = Settings(policy=directory / "policy.toml", ledger=fresh_ledger(directory))
-    build_bounding_store(settings)
-    env = build_env(settings)
-    analyst = env.policy.analyst_by_key_hash(hashlib.sha256(key.encode()).hexdigest())
-    assert analyst is not None
+    env, analyst = in_process(directory / "policy.toml", directory, key)
     engine = env.engine("demo")
     sampler = ob.NumpySampler(7)
     serial = itertools.count(1)

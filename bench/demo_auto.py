@@ -11,7 +11,6 @@ the demo as generated (max_rows <= 1000, max_groups <= 8, amount within [0, 1000
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
 import statistics
 import sys
@@ -27,13 +26,11 @@ for path in (ROOT, ROOT / "bench"):
 
 import duckdb  # noqa: E402
 from auto_utility import demo_fixed  # noqa: E402
-from query_latency import build_bounding_store, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
+from query_latency import ensure_dataset, in_process, set_bounding  # noqa: E402
 from utility import median_relative_error, request_epsilon  # noqa: E402
 
 from proxy import pipeline  # noqa: E402
-from proxy.app import build_env  # noqa: E402
 from proxy.schemas import QueryRequest  # noqa: E402
-from proxy.settings import Settings  # noqa: E402
 
 QUERIES = (  # (name, DP SQL, plain SQL, request fields)
     ("Gaussian COUNT by category", "SELECT category, COUNT(*) FROM visits GROUP BY category", None,
@@ -48,11 +45,7 @@ QUERIES = (  # (name, DP SQL, plain SQL, request fields)
 
 
 def run(policy: Path, directory: Path, key: str, args: argparse.Namespace) -> dict[str, tuple[float, float]]:
-    settings = Settings(policy=policy, ledger=fresh_ledger(directory))
-    build_bounding_store(settings)
-    env = build_env(settings)
-    analyst = env.policy.analyst_by_key_hash(hashlib.sha256(key.encode()).hexdigest())
-    assert analyst is not None
+    env, analyst = in_process(policy, directory, key)
     serial = itertools.count(1)
     out = {}
     try:

@@ -12,7 +12,6 @@ The truth is DuckDB's answer to the same SQL; a group missing from a release cou
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
 import statistics
 import sys
@@ -24,13 +23,11 @@ for path in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(path))
 
 import duckdb  # noqa: E402
-from query_latency import build_bounding_store, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
+from query_latency import ensure_dataset, in_process, set_bounding  # noqa: E402
 from utility import request_epsilon  # noqa: E402
 
 from proxy import pipeline  # noqa: E402
-from proxy.app import build_env  # noqa: E402
 from proxy.schemas import QueryRequest  # noqa: E402
-from proxy.settings import Settings  # noqa: E402
 
 QUERIES = (
     ("SUM(CASE age > 50: amount, else amount/2) by region",
@@ -64,11 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     text = (directory / "policy.toml").read_text()
     assert text.count("[datasets.demo]\n") == 1, "the demo policy changed shape"
     policy.write_text(text.replace("[datasets.demo]\n", "[datasets.demo]\nauto_bounds_reuse = 0\n"))
-    settings = Settings(policy=policy, ledger=fresh_ledger(directory))
-    build_bounding_store(settings)
-    env = build_env(settings)
-    analyst = env.policy.analyst_by_key_hash(hashlib.sha256(key.encode()).hexdigest())
-    assert analyst is not None
+    env, analyst = in_process(policy, directory, key)
     serial = itertools.count(1)
     print(f"dataset {meta['rows']:,} visits of {meta['users']:,} users; {args.answers} answers per query and ε; "
           f"relative error per (answer, group), from {ROOT}")

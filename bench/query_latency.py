@@ -287,6 +287,17 @@ def fresh_ledger(directory: Path) -> Path:
     return ledger
 
 
+def in_process(policy: Path, directory: Path, key: str) -> tuple[Any, AnalystPolicy]:
+    """The product in this process over `policy` with a fresh ledger in `directory` and its bounding store built
+    from scratch: its environment (`proxy.app.Env`) and the analyst holding `key`."""
+    settings = Settings(policy=policy, ledger=fresh_ledger(directory))
+    build_bounding_store(settings)
+    env = build_env(settings)
+    analyst = env.policy.analyst_by_key_hash(hashlib.sha256(key.encode()).hexdigest())
+    assert analyst is not None
+    return env, analyst
+
+
 def unbounded(sql: str) -> str:
     """Diagnostic only: the rewritten SQL with every QUALIFY (the row and group bounding) removed, and on the
     bounding store every rank filter (`__row_rank… <= k`, `__group_rank… <= g`) replaced by TRUE (the per-cell
