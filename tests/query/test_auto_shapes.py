@@ -10,6 +10,7 @@ import math
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -395,17 +396,25 @@ def test_joins_computed_keys_spreads_and_filters_move_every_step_within_its_sens
         assert all(m <= per_group for m in moves) and sum(moves) <= at.analysis.max_groups * per_group, query
 
 
-@pytest.mark.parametrize("query", ["SELECT g, VARIANCE(x), STDDEV(n) FROM t GROUP BY g",
-                                   "SELECT r, SUM(x) FILTER (WHERE n > 2), COUNT_IF(n > 5), AVG(n) FROM t GROUP BY r"])
-def test_spreads_and_filters_cost_no_more_than_charged_at_every_chosen_bound(query: str) -> None:
-    """Every Laplace part at every (k, g, clamps) of a grid has pure ε at most its recorded part (each measure's
-    sensitivity, the centred squares' included, is monotone in every bound)."""
+def _plan_with_clamp_grids(query: str) -> tuple[Any, list[float], dict[str, list[float]]]:
+    """The plan of `query` at the limits, each Laplace part's recorded pure ε, and the clamp grid of every column
+    whose upper clamp it chooses (x, n)."""
     planned = plan(query, CATALOG, epsilon=0.7, delta=1e-7, mechanism="laplace", bounding="store")
     assert planned.auto is not None and planned.auto.parts and isinstance(planned.price.event, AutoBoundsEvent)
     recorded = [laplace.epsilon(e.sensitivity, e.scale) for e in _laplace(planned.price.event.query)]
     columns = [c for c in ("x", "n") if planned.auto.part("upper", c) is not None]
     ends = {c: auto_clamp.clamp_grid(AUTO.column(c).bounds, AUTO.column(c).type)  # type: ignore[union-attr, arg-type]
             for c in columns}
+    return planned, recorded, ends
+
+
+@pytest.mark.parametrize("query", ["SELECT g, VARIANCE(x), STDDEV(n) FROM t GROUP BY g",
+                                   "SELECT r, SUM(x) FILTER (WHERE n > 2), COUNT_IF(n > 5), AVG(n) FROM t GROUP BY r"])
+def test_spreads_and_filters_cost_no_more_than_charged_at_every_chosen_bound(query: str) -> None:
+    """Every Laplace part at every (k, g, clamps) of a grid has pure ε at most its recorded part (each measure's
+    sensitivity, the centred squares' included, is monotone in every bound)."""
+    planned, recorded, ends = _plan_with_clamp_grids(query)
+    columns = list(ends)
     clamp_choices = [tuple((c, ends[c][i], ends[c][j]) for c in columns) for i, j in ((0, -1), (0, 1), (2, -3))]
     groups = (1, 3) if planned.analysis.max_groups > 1 else (1,)
     for k, g, clamps in itertools.product((1, 4, 6), groups, clamp_choices):
@@ -447,12 +456,8 @@ def test_an_expression_chooses_the_clamps_of_the_columns_it_reads(query: str) ->
 def test_expressions_cost_no_more_than_charged_at_every_chosen_clamp(query: str) -> None:
     """At every (k, g, clamps) of a grid, each Laplace part's pure ε is at most its recorded part: the range by
     interval arithmetic over clamps inside the declared ones lies inside the declared range, on its grid."""
-    planned = plan(query, CATALOG, epsilon=0.7, delta=1e-7, mechanism="laplace", bounding="store")
-    assert planned.auto is not None and planned.auto.parts and isinstance(planned.price.event, AutoBoundsEvent)
-    recorded = [laplace.epsilon(e.sensitivity, e.scale) for e in _laplace(planned.price.event.query)]
-    columns = [c for c in ("x", "n") if planned.auto.part("upper", c) is not None]
-    ends = {c: auto_clamp.clamp_grid(AUTO.column(c).bounds, AUTO.column(c).type)  # type: ignore[union-attr, arg-type]
-            for c in columns}
+    planned, recorded, ends = _plan_with_clamp_grids(query)
+    columns = list(ends)
     choices = [tuple((c, ends[c][i], ends[c][j]) for c in columns) for i, j in ((0, -1), (0, 1), (2, -3), (-2, -1),
                                                                                  (5, 5))]
     groups = (1, 3) if planned.analysis.max_groups > 1 else (1,)
