@@ -148,9 +148,10 @@ epsilon = 0.1        # default ε per query
 delta = 1e-8         # default δ per query (partition selection)
 max_epsilon = 1.0    # largest ε one query may ask for
 bounding = "store"   # bound by filtering ranks precomputed once (built by `serve` when missing)
+auto_bounds_share = [0.1, 0.5]  # choosing "auto" bounds takes 10-50 % of a query's ε, split by expected error
 
 # One row per visit; a user may have hundreds, so contributions are bounded per query. "auto": each query
-# chooses its own bounds within these limits, privately, from a tenth of its epsilon (auto_bounds_share).
+# chooses its own bounds within these limits, privately, from a share of its epsilon (auto_bounds_share).
 [datasets.demo.tables.visits]
 privacy_unit = "user_id"
 max_groups = "auto"

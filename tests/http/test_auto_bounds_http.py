@@ -23,12 +23,12 @@ LIMIT = 200
 @pytest.fixture(scope="module")
 def auto_server(demo: DemoFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     directory = tmp_path_factory.mktemp("auto-bounds")
-    policy = policy_copy(demo, directory, epsilon=20.0, delta=1e-5)
+    policy = policy_copy(demo, directory, epsilon=20.0, delta=1e-5, share="0.2")
     text = policy.read_text(encoding="utf-8")
     assert text.count("max_rows = 20\n") == 1
     policy.write_text(text.replace("max_rows = 20\n", f'max_rows = "auto"\nmax_rows_limit = {LIMIT}\n')
-                      .replace('bounding = "store"', 'bounding = "store"\nauto_bounds_share = 0.2\n'
-                      'auto_bounds_reuse = 0'), encoding="utf-8")  # each query draws: this module tests selection
+                      .replace('bounding = "store"', 'bounding = "store"\nauto_bounds_reuse = 0'),
+                      encoding="utf-8")  # each query draws: this module tests selection
     live = Server(directory / "server.log").start(policy)
     try:
         yield live
@@ -141,7 +141,7 @@ def test_fixed_tables_beside_an_auto_one_report_no_bounds(client: httpx.Client) 
 def all_auto(demo: DemoFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     """The demo with every bound of visits automatic: max_rows <= 200, max_groups <= 16, amount in [0, 100000]."""
     directory = tmp_path_factory.mktemp("all-auto")
-    policy = policy_copy(demo, directory, epsilon=20.0, delta=1e-5)
+    policy = policy_copy(demo, directory, epsilon=20.0, delta=1e-5, share="0.1")
     text = policy.read_text(encoding="utf-8")
     amount = 'amount = { type = "DOUBLE", bounds = [0.0, 500.0] }'
     assert text.count("max_rows = 20\n") == text.count("max_groups = 4\n") == text.count(amount) == 1

@@ -40,19 +40,24 @@ def _ask(client: httpx.Client, path: str, **body: object) -> dict[str, object]:
     return response.json()  # type: ignore[no-any-return]
 
 
-def test_the_readme_example_chooses_rows_and_the_amount_cap_from_a_tenth_of_epsilon(client: httpx.Client) -> None:
+def test_the_readme_example_chooses_rows_and_the_amount_cap_within_the_demos_share_limits(
+        client: httpx.Client) -> None:
     planned = _ask(client, "/v1/query/preview", sql=README, epsilon=0.5)
+    # The demo's auto_bounds_share = [0.1, 0.5] (privacy.md §10.9): one cap among n = 2 bounds at ε = 0.5 gives
+    # a = 0.1·1/2 = 0.05, √B = √(2/(100·0.5)) = 0.2, s = ⌊1000·0.25/1.2⌋/1000 = 0.208: ε_sel = 0.104, of which
+    # max_rows keeps low·ε/n = 0.025 and the cap the rest, 0.079; the query runs on 0.396, a third per measure
+    counted = 0.396 / 3  # the count of AVG's share (and the COUNT's): τ = √2·G/ε_count users beyond k
+    target = math.sqrt(2) * 5 / counted
     assert planned["bounds"] == {
         "max_rows": None, "chosen": True, "note": None, "max_rows_limit": 1000,
-        "epsilon": pytest.approx(0.05, rel=1e-12), "quantile": pytest.approx(math.sqrt(2) * 5 / 0.15, rel=1e-9),
-        # max_rows aims at τ = √2·G/ε_count users beyond k (bounds.cell_target): the count of AVG's share 0.15
+        "epsilon": pytest.approx(0.104, rel=1e-12), "quantile": pytest.approx(target, rel=1e-9),
         "parts": [{"bound": "max_rows", "column": None, "value": None, "limit": 1000,
-                   "epsilon": pytest.approx(0.025, rel=1e-12), "q": pytest.approx(math.sqrt(2) * 5 / 0.15, rel=1e-9)},
+                   "epsilon": pytest.approx(0.025, rel=1e-12), "q": pytest.approx(target, rel=1e-9)},
                   # AVG caps each user's total amount at a chosen C <= 1000 rows · 100000 (auto/total.py), aiming
-                  # at t = √2·G/ε_sum users above it: 5 regions, ε_sum = 0.45 / 3 measures
+                  # at t = √2·G/ε_sum users above it: 5 regions, ε_sum = 0.396 / 3 measures
                   {"bound": "total", "column": "amount", "value": None, "limit": 1000 * 100000,
-                   "epsilon": pytest.approx(0.025, rel=1e-12),
-                   "q": pytest.approx(math.sqrt(2) * 5 / 0.15, rel=1e-9)}],  # region is unit-level: no max_groups
+                   "epsilon": pytest.approx(0.079, rel=1e-12),
+                   "q": pytest.approx(target, rel=1e-9)}],  # region is unit-level: no max_groups
         "reused": False}  # a preview draws nothing; a query of a shape answered before may reuse (§10.8)
     before = float(spend(client)["epsilon_spent"])
     answer = _ask(client, "/v1/query?detail=cells", sql=README, epsilon=0.5)

@@ -537,10 +537,8 @@ def test_the_proxy_answers_an_expression_at_its_chosen_clamps_with_noise_sized_f
     by category reports its bounds chosen, amount's clamp [0, U] among them, and its centred sum's noise is
     exactly the limits' ε at the sensitivity L0·k·⌈⌊2U·4096⌋/2⌉ (the range [0, 2U] on the declared range
     [0, 200000]'s grid, 4096 steps per unit), not 8·1000·409 600 000."""
-    policy = policy_copy(demo, tmp_path, epsilon=20.0, delta=1e-5, auto=True)
-    text = policy.read_text(encoding="utf-8")
-    assert text.count("[datasets.demo]\n") == 1  # a clamp worth its name on 300 users: half of ε selects
-    policy.write_text(text.replace("[datasets.demo]\n", "[datasets.demo]\nauto_bounds_share = 0.5\n"), encoding="utf-8")
+    # a clamp worth its name on 300 users: half of ε selects
+    policy = policy_copy(demo, tmp_path, epsilon=20.0, delta=1e-5, auto=True, share="0.5")
     env = build_env(Settings(policy=str(policy), ledger=str(tmp_path / "ledger.sqlite")))
     analyst = next(a for a in env.policy.analysts if a.role == "analyst")
     sql = "SELECT category, AVG(amount * 2) FROM visits GROUP BY category"

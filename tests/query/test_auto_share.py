@@ -82,8 +82,8 @@ def test_bad_limits_are_refused_at_load_with_the_location(tmp_path: Path, value:
 
 
 def _policy(demo: DemoFiles, directory: Path) -> Path:
-    path = policy_copy(demo, directory, epsilon=1e6, delta=1e-6, auto=True)
-    text, found = re.subn(r"^bounding = ", "auto_bounds_share = [0.1, 0.5]\nauto_bounds_reuse = 0\nbounding = ",
+    path = policy_copy(demo, directory, epsilon=1e6, delta=1e-6, auto=True, share="[0.1, 0.5]")
+    text, found = re.subn(r"^bounding = ", "auto_bounds_reuse = 0\nbounding = ",
                           path.read_text(encoding="utf-8"), count=1, flags=re.MULTILINE)
     assert found == 1
     path.write_text(text, encoding="utf-8")

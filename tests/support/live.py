@@ -179,11 +179,12 @@ def fixed_bounds(text: str) -> str:
 
 def policy_copy(
     demo: DemoFiles, directory: Path, *, epsilon: float | None = None, delta: float | None = None,
-    auto: bool = False,
+    auto: bool = False, share: str | None = None,
 ) -> Path:
     """A copy of the demo policy in `directory` with its own (empty) ledger there, reading the demo's
-    DuckDB by absolute path; `epsilon`/`delta` replace every analyst's budget on the demo dataset. The visits
-    table has fixed bounds (`fixed_bounds`) unless `auto`: then it is the demo's policy as shipped."""
+    DuckDB by absolute path; `epsilon`/`delta` replace every analyst's budget on the demo dataset, `share` (TOML,
+    e.g. "0.2" or "[0.1, 0.5]") its `auto_bounds_share`. The visits table has fixed bounds (`fixed_bounds`)
+    unless `auto`: then it is the demo's policy as shipped."""
     directory.mkdir(parents=True, exist_ok=True)
     text = demo.policy.read_text(encoding="utf-8")
     if not auto:
@@ -195,6 +196,8 @@ def policy_copy(
     if epsilon is not None or delta is not None:
         e, d = 5.0 if epsilon is None else epsilon, 1e-6 if delta is None else delta
         edits.append((r"^budgets = .*$", f"budgets = {{ demo = {{ epsilon = {e!r}, delta = {d!r} }} }}", 2))
+    if share is not None:
+        edits.append((r"^auto_bounds_share = .*$", f"auto_bounds_share = {share}", 1))
     for pattern, line, expected in edits:
         text, found = re.subn(pattern, line, text, flags=re.MULTILINE)
         assert found == expected, f"the demo policy changed shape: {pattern} matched {found} times"
