@@ -11,6 +11,9 @@ Example:
     [1, 2, 1, 3, 2]
     >>> calls  # "bb" was the least recently used when "ccc" came
     ['a', 'bb', 'ccc', 'bb']
+    >>> big = lambda: calls.append("big") or 99  # a value `keep` refuses is computed each time, never kept
+    >>> memory.get(("store-1", "big"), big, keep=lambda v: v < 10), memory.get(("store-1", "big"), big), calls[-2:]
+    (99, 99, ['big', 'big'])
 """
 
 from __future__ import annotations
