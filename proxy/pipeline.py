@@ -32,7 +32,7 @@ from accountant.ledger.admit import check_claim
 from accountant.ledger.charges import ANSWERED, Admission, Charge, Claim, Idempotency, Ledger, StoredRelease, is_key
 from accountant.ledger.kept_bounds import KeptBounds
 from mechanisms.sampling import Sampler
-from proxy.engines.base import QueryEngine
+from proxy.engines.base import QueryEngine, Rows
 from proxy.policy.access import dataset_for
 from proxy.policy.load import AnalystPolicy, DatasetPolicy, Policy, check_accountable
 from proxy.query import auto_release
@@ -366,12 +366,21 @@ def answer(
         if picking is not None:  # choose the bound first (proxy/query/auto_release.py): charged above already
             prepared, bounds = at_chosen_bound(prepared, engine, picking, env.sampler, deadline)
             sql, price = engine_sql(prepared.plan, engine), prepared.plan.price
-        rows = engine.run(sql, deadline.remaining())
+        rows = _run_answer(prepared.plan, engine, sql, deadline.remaining())
     with env.timed("release"):
         deadline.check()
         result = release(rows.rows, prepared.plan.analysis, price, env.sampler)
     deadline.check()
     return Answer(prepared, charge, result, bounds, selected)
+
+
+def _run_answer(planned: QueryPlan, engine: QueryEngine | StoreEngine, sql: str, timeout_s: float | None) -> Rows:
+    """The exact rows of the query's SQL at its bounds. On a bounding store they are a function of the store and the
+    text alone, so a text it answered before is answered from memory (store/duckdb_store.py `run_answer`): the
+    bounds kept for a shape, or drawn again on the same grid, then cost no scan (docs/privacy.md §10.7.1). The noise
+    is drawn afresh by `release` either way."""
+    run = getattr(engine, "run_answer", None) if planned.bounding == "store" else None
+    return engine.run(sql, timeout_s) if run is None else run(sql, timeout_s)  # type: ignore[no-any-return]
 
 
 def _kept_at(prepared: Prepared, analyst: str, env: Env) -> tuple[str, str, str] | None:

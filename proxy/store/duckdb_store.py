@@ -41,7 +41,7 @@ from proxy.engines.duckdb_engine import Engine
 from proxy.query.catalog import Catalog
 from proxy.query.rewrite import store_layout, unit_paths
 from proxy.query.rewrite.render import DUCKDB
-from proxy.store.histogram_cache import Remembered
+from proxy.store.histogram_cache import ANSWER_ROWS, ANSWERS, Remembered
 from proxy.store.swap import Closed, Swap
 
 log = logging.getLogger(__name__)
@@ -250,6 +250,7 @@ class BoundingStore(ABC, Generic[E]):
         self._engines: Swap[E] = Swap(self._discard)
         self._stamp = ""  # the current store's; set under _build
         self._remembered: Remembered[Rows] = Remembered()
+        self._answers: Remembered[Rows] = Remembered(ANSWERS)  # apart: answers never evict the histograms
 
     @property
     def path(self) -> Path:
@@ -310,6 +311,16 @@ class BoundingStore(ABC, Generic[E]):
         with self._lease() as engine:
             return self._remembered.get((str(self._location(engine)), sql),
                                         lambda: engine.run(sql, timeout_s))  # type: ignore[attr-defined]
+
+    def run_answer(self, sql: str, timeout_s: float | None = None) -> Rows:
+        """`run` for a query's SQL at its bounds (proxy/pipeline.py `answer`): its exact rows, before any noise, are a
+        function of this store and the text alone (the store is read-only; the text holds every bound, literal
+        and folded public value), so a text this store answered before is answered from memory
+        (docs/privacy.md §10.7.1). At most `ANSWERS` texts of at most `ANSWER_ROWS` rows are kept: the memory is
+        bounded by those, whatever the table's size."""
+        with self._lease() as engine:
+            return self._answers.get((str(self._location(engine)), sql), lambda: engine.run(sql, timeout_s),
+                                     keep=lambda rows: len(rows.rows) <= ANSWER_ROWS)  # type: ignore[attr-defined]
 
     def columns(self, table: str) -> dict[str, str]:
         with self._lease() as engine:

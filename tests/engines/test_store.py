@@ -41,6 +41,7 @@ from proxy.store.duckdb_store import (
     fingerprint,
     store_path,
 )
+from proxy.store.histogram_cache import ANSWER_ROWS
 from proxy.store.spark_store import stamp_of
 from tests.support.live import Server, policy_copy
 
@@ -273,6 +274,32 @@ def test_a_remembered_histogram_is_read_once_per_store_and_never_outlives_a_rebu
         engine.refresh()
         again = engine.run_remembered(sql)
         assert again is not first and again == engine.run(sql) and again.rows != first.rows
+    finally:
+        engine.close()
+
+
+def test_a_remembered_answer_is_the_sql_s_exact_rows_once_per_store_and_never_a_neighbour_s(tmp_path: Path) -> None:
+    """run_answer (a query's SQL at its bounds, docs/privacy.md §10.7.1): the rows DuckDB gives for the text on
+    this store, read once per store; after the source loses one unit (a neighbouring dataset) the rebuilt store is
+    read again and answers without it; a result of more than ANSWER_ROWS rows is returned and never kept."""
+    data = _rows(12)
+    source = _source(tmp_path / "src.duckdb", data)
+    engine = StoreEngine("d", source, CATALOG, tmp_path)
+    planned = plan("SELECT g, COUNT(*), SUM(x) FROM t GROUP BY g", CATALOG, epsilon=1.0, delta=1e-8,
+                   mechanism="laplace", bounding="store")
+    try:
+        first = engine.run_answer(planned.sql)
+        exact = sorted(engine.run(planned.sql).rows)  # DuckDB's own answer to the text, on this store
+        assert engine.run_answer(planned.sql) is first and sorted(first.rows) == exact and len(exact) == 4
+        os.replace(_source(tmp_path / "next.duckdb", [row for row in data if row[0] != "u1"]), source)
+        engine.refresh()
+        again = engine.run_answer(planned.sql)
+        assert again is not first and sorted(again.rows) == sorted(engine.run(planned.sql).rows) != exact
+        many = f"SELECT * FROM range({ANSWER_ROWS + 1})"
+        big = engine.run_answer(many)
+        assert len(big.rows) == ANSWER_ROWS + 1 and engine.run_answer(many) is not big  # read each time
+        fits = f"SELECT * FROM range({ANSWER_ROWS})"
+        assert engine.run_answer(fits) is engine.run_answer(fits)
     finally:
         engine.close()
 

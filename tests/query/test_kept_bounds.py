@@ -43,6 +43,7 @@ class Counted:
 
     engine: Any
     seen: list[str] = dataclasses.field(default_factory=list)
+    answered: list[str] = dataclasses.field(default_factory=list)  # of `seen`, those asked through run_answer
 
     def run(self, sql: str, timeout_s: float | None = None) -> Any:
         self.seen.append(sql)
@@ -51,6 +52,11 @@ class Counted:
     def run_remembered(self, sql: str, timeout_s: float | None = None) -> Any:
         self.seen.append(sql)
         return self.engine.run_remembered(sql, timeout_s)
+
+    def run_answer(self, sql: str, timeout_s: float | None = None) -> Any:
+        self.seen.append(sql)
+        self.answered.append(sql)
+        return self.engine.run_answer(sql, timeout_s)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
@@ -200,3 +206,23 @@ def test_the_ledger_reuses_only_at_the_stamp_and_within_the_count() -> None:
         '{"x": 1}', '{"x": 1}', None]
     ledger.keep_bounds(KeptBounds("demo", "ana", "ab" * 32, "stamp-1", '{"x": 2}'))  # a fresh draw: count at 0
     assert ledger.reuse_bounds("demo", "ana", "ab" * 32, "stamp-1", 2) == '{"x": 2}'
+
+
+def test_an_answer_at_kept_bounds_is_the_sql_s_exact_answer_from_memory_with_fresh_noise(
+        env: tuple[Env, Counted], demo: DemoFiles) -> None:
+    """The pipeline asks the store for the SQL at the bounds through run_answer (docs/privacy.md §10.7.1): the
+    rows it remembers are DuckDB's own answer to that text on the store, and answers at the same kept bounds,
+    all from that one memory after the first (four ε: none is a repeat), each draw their own noise."""
+    environment, counted = env
+    analyst = _analyst(environment, demo)
+    first = _ask(environment, analyst, SQL, 1.0)  # draws the bounds and keeps them
+    assert counted.answered == [first.prepared.plan.sql]
+    noisy = [_ask(environment, analyst, SQL, e) for e in (0.125, 0.25, 0.375, 0.5)]  # not repeats
+    assert all(a.bounds is not None and a.bounds.reused for a in noisy)
+    texts = {a.prepared.plan.sql for a in noisy}
+    assert len(texts) == 1 and counted.answered[1:] == [*texts] * 4  # one text: read once, then remembered
+    (sql,) = texts
+    remembered = counted.engine.run_answer(sql)
+    assert counted.engine.run_answer(sql) is remembered  # the rows the four answers were released from
+    assert sorted(remembered.rows) == sorted(counted.engine.run(sql).rows) and len(remembered.rows) == 5
+    assert len({tuple(a.release.rows) for a in noisy}) > 1  # all four alike: P < 1e-6 (5 counts, scale >= 2)

@@ -1,0 +1,90 @@
+"""The store's remembered answers (proxy/store/duckdb_store.py `run_answer`, docs/privacy.md §10.7.1) on random
+stores: the rows are DuckDB's own for the text on this store, the first time and from memory, at bounds that bind
+and bounds that do not, with ties, NULLs, negative values and an empty table; a neighbouring source (one unit
+removed) is answered from its rebuilt store, never from the memory of the old one.
+
+Real DuckDB files and the real store build; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from proxy.engines.duckdb_engine import write_database
+from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
+from proxy.query.planner import plan
+from proxy.store.duckdb_store import StoreEngine
+
+QUERIES = (
+    "SELECT COUNT(*) AS n, SUM(x) AS s FROM t",
+    "SELECT g, COUNT(*) AS n FROM t GROUP BY g",
+    "SELECT g, SUM(x) AS s, AVG(x) AS a FROM t GROUP BY g",
+    "SELECT r, COUNT(*) AS n, SUM(x) AS s FROM t GROUP BY r",
+    "SELECT g, COUNT(*) AS n FROM t WHERE x > 0 GROUP BY g",  # a row-level WHERE: per-cell SQL
+    "SELECT g, COUNT(*) AS n FROM t WHERE r = 'N' GROUP BY g",  # a unit-level WHERE
+)
+
+
+def _table(k: int, g: int) -> TableSchema:
+    return TableSchema(
+        "t", "uid",
+        (ColumnSpec("uid", "VARCHAR"), ColumnSpec("g", "VARCHAR", groupable=True, public_domain=("a", "b", "c")),
+         ColumnSpec("r", "VARCHAR", unit_level=True, groupable=True, public_domain=("N", "S")),
+         ColumnSpec("x", "DOUBLE", bounds=(-4.0, 6.0))),
+        max_rows=k, max_groups=g,
+    )
+
+
+def _data(rng: random.Random, units: int) -> list[tuple[object, ...]]:
+    rows: list[tuple[object, ...]] = []
+    for u in range(units):
+        region = rng.choice(("N", "S"))  # one value per unit, as declared
+        for _ in range(rng.choice((1, 1, 2, 3, 7))):
+            x = rng.choice((None, -9.0, -1.5, 0.0, 2.0, 2.0, 5.5, 40.0))  # ties, NULLs, beyond the bounds
+            rows.append((f"u{u}", rng.choice(("a", "b", "c", None)), region, x))
+    return rows
+
+
+def _source(path: Path, rows: list[tuple[object, ...]]) -> Path:
+    statements = ["CREATE TABLE t (uid VARCHAR, g VARCHAR, r VARCHAR, x DOUBLE)"]
+    if rows:
+        values = ", ".join("(" + ", ".join("NULL" if v is None else repr(v) for v in row) + ")" for row in rows)
+        statements.append(f"INSERT INTO t VALUES {values}")
+    write_database(path, tuple(statements))
+    return path
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_remembered_answer_is_duckdb_s_answer_to_the_text_and_never_a_neighbour_s(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    units = (0, 6, 9, 14)[seed]  # seed 0: an empty table
+    data = _data(rng, units)
+    k, g = ((1, 1), (2, 1), (3, 2), (100, 3))[seed]  # the first three bind, the last does not
+    catalog = Catalog((_table(k, g),))
+    source = _source(tmp_path / "src.duckdb", data)
+    engine = StoreEngine("d", source, catalog, tmp_path)
+    texts = [plan(q, catalog, epsilon=1.0, delta=1e-6, mechanism="laplace", bounding="store", salt=seed).sql
+             for q in QUERIES]
+    try:
+        before = {}
+        for sql in texts:
+            first = engine.run_answer(sql)
+            assert sorted(first.rows, key=repr) == sorted(engine.run(sql).rows, key=repr)
+            assert engine.run_answer(sql) is first  # from memory: the same rows, no second read
+            before[sql] = first
+        if seed == 3:  # bounds that do not bind: the count is DuckDB's answer to the query as written
+            (row,) = before[texts[0]].rows
+            assert row[1] == len(data) > 0  # COUNT(*) (its columns: __units, __m0, __m1)
+        gone = f"u{rng.randrange(units)}" if units else None
+        os.replace(_source(tmp_path / "next.duckdb", [row for row in data if row[0] != gone]), source)
+        engine.refresh()  # a neighbouring dataset: another store file
+        for sql in texts:
+            again = engine.run_answer(sql)
+            assert again is not before[sql]
+            assert sorted(again.rows, key=repr) == sorted(engine.run(sql).rows, key=repr)
+    finally:
+        engine.close()
