@@ -2,19 +2,22 @@
 
     .venv/bin/python bench/peers/run.py [--rows 1000000] [--users 100000] [--answers 20] [--epsilon 1]
         [--dir bench/data-peers] [--peer-python /work/peervenv/bin/python] [--queries region_count,...]
-        [--variants auto,fixed] [--json out.json]
+        [--variants auto,fresh,fixed] [--reuse-peers] [--json out.json]
 
 The data are the project's own demo (proxy.cli.demo.build_demo at --rows visits of --users users), built in
 --dir or reused. Every system answers every query (bench/peers/workload.py) --answers times at ε:
 - the product through proxy.pipeline.answer in process (plan, real SQLite ledger, bounding store, engine,
   release with the real sampler), each request a new one (ε differs in the 9th decimal, so no stored release
-  answers it), twice: `auto`, the demo policy as generated (bounds chosen per query within its limits; a bound
-  chosen for a query shape may be kept and reused by its later answers, docs/privacy.md §10.8) and `fixed`,
-  the bounds the peers are given (max_rows 20 per user and group, max_groups 4, amount in [0, 500], duration_s
-  in [0, 3600]: bench/auto_utility.py's `fixed` policy);
+  answers it), three times: `auto`, the demo policy as generated (bounds chosen per query within its limits; a bound
+  chosen for a query shape is kept and reused, free, by its next 10 answers: docs/privacy.md §10.8, so 20
+  answers see 2 draws), `fresh`, the same with `auto_bounds_reuse = 0` (every answer draws its own bounds:
+  the selection's spread is in the figures), and `fixed`, the bounds the peers are given (max_rows 20 per
+  user and group, max_groups 4, amount in [0, 500], duration_s in [0, 3600]: bench/auto_utility.py's `fixed`);
 - the peers in their own venv (bench/peers/requirements.txt), through bench/peers/peer_side.py run under
   --peer-python with a JSON request on stdin and their raw answers as JSON on stdout; absent that Python, the
-  peers are skipped with a message and the product's figures are still printed.
+  peers are skipped with a message and the product's figures are still printed. Their raw answers are kept in
+  --dir (peers-<ε>-<N>.json); `--reuse-peers` scores those again instead of asking the peers (the product
+  changes, the pinned peers do not).
 
 Each system's answers are scored here by one code (bench/peers/scoring.py, bench/utility.py's rule): relative
 error per (answer, group, aggregate) against plain DuckDB's unbounded answer to the product's text; median and
@@ -55,7 +58,7 @@ from proxy import pipeline  # noqa: E402
 from proxy.schemas import QueryRequest  # noqa: E402
 
 PEERS = ("smartnoise", "qrlew")
-VARIANTS = ("auto", "fixed")
+VARIANTS = ("auto", "fresh", "fixed")
 DEFAULT_PEER_PYTHON = Path("/work/peervenv/bin/python")
 TARGET = 0.5
 
@@ -117,11 +120,31 @@ def product_answers(policy: Path, directory: Path, key: str, queries: tuple[Peer
     return out
 
 
+def variant_policy(source: Path, variant: str) -> Path:
+    """The demo policy as generated (`auto`), with `auto_bounds_reuse = 0` (`fresh`), or auto_utility's `fixed`."""
+    if variant == "auto":
+        return source
+    if variant == "fixed":
+        return policy_variant(source, "fixed")
+    text = source.read_text()
+    assert text.count("[datasets.demo]\n") == 1 and "auto_bounds_reuse" not in text, "the demo policy changed shape"
+    target = source.with_name("policy-fresh.toml")
+    target.write_text(text.replace("[datasets.demo]\n", "[datasets.demo]\nauto_bounds_reuse = 0\n"))
+    return target
+
+
 def peer_answers(peer_python: Path, db: Path, queries: tuple[PeerQuery, ...], answers: int, epsilon: float,
-                 peers: tuple[str, ...]) -> dict[str, Any]:
-    """The peers' raw answers from peer_side.py under their own Python, or why they were skipped."""
+                 peers: tuple[str, ...], cache: Path | None = None) -> dict[str, Any]:
+    """The peers' raw answers from peer_side.py under their own Python (kept in `cache`), or from `cache` when it
+    holds every query asked, or why they were skipped."""
     if not peers:
         return {}
+    if cache is not None and cache.exists():
+        kept = json.loads(cache.read_text())
+        if all(q.name in kept.get(p, {}).get("queries", {}) for p in peers for q in queries) or all(
+                "skipped" in kept.get(p, {}) for p in peers):
+            print(f"peers: their answers kept in {cache}", file=sys.stderr, flush=True)
+            return {p: kept[p] for p in peers}
     if not peer_python.exists():
         reason = (f"no peers' Python at {peer_python} (python3 -m venv /work/peervenv && /work/peervenv/bin/pip "
                   "install -r bench/peers/requirements.txt)")
@@ -135,7 +158,10 @@ def peer_answers(peer_python: Path, db: Path, queries: tuple[PeerQuery, ...], an
         reason = f"peer_side.py exited {done.returncode}"
         return {name: {"skipped": reason} for name in peers}
     reply = json.loads(done.stdout)
-    return {name: {**info, "python": reply.get("python")} for name, info in reply["peers"].items()}
+    got = {name: {**info, "python": reply.get("python")} for name, info in reply["peers"].items()}
+    if cache is not None:
+        cache.write_text(json.dumps(got) + "\n")
+    return got
 
 
 def score(queries: tuple[PeerQuery, ...], truths: dict[str, list[list[Any]]], plain_ms: dict[str, float],
@@ -161,7 +187,9 @@ def score(queries: tuple[PeerQuery, ...], truths: dict[str, list[list[Any]]], pl
                     cell["bounds"] = got["bounds"]
                 row["systems"][name] = cell
         peers = [row["systems"][p].get("median") for p in PEERS if p in row["systems"]]
-        row["ratio"] = ratio_to_best_peer(row["systems"].get(product, {}).get("median"), peers)
+        row["ratios"] = {v: ratio_to_best_peer(row["systems"][v].get("median"), peers)
+                         for v in VARIANTS if v in row["systems"]}
+        row["ratio"] = row["ratios"].get(product)
         rows.append(row)
     return rows
 
@@ -190,18 +218,24 @@ def _bounds(cell: dict[str, Any] | None) -> str:
     return f"k {k:g}, g {g:g}, reused {sum(b['reused'] for b in chosen)}/{len(chosen)}"
 
 
+def _ratio(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}" + (" ✓" if value <= TARGET else " ✗")
+
+
 def render(rows: list[dict[str, Any]], systems: tuple[str, ...]) -> str:
     """The findings table (markdown): error median / p90 per system, the ratio, and times."""
-    head = ("| query | groups | plain ms | " + " | ".join(f"{s} median / p90" for s in systems)
-            + " | auto ÷ best peer (≤ 0.5) | auto bounds | " + " | ".join(f"{s} ms" for s in systems) + " |")
-    lines = [head, "|" + "---|" * (5 + 2 * len(systems))]
+    variants = [v for v in VARIANTS if v in systems]
+    head = ("| query | groups | plain ms | " + " | ".join(f"{s} median / p90" for s in systems) + " | "
+            + " | ".join(f"{v} ÷ best peer" + (f" (≤ {TARGET})" if v == "auto" else "") for v in variants)
+            + " | auto bounds | " + " | ".join(f"{s} ms" for s in systems) + " |")
+    lines = [head, "|" + "---|" * (4 + len(variants) + 2 * len(systems))]
     for r in rows:
         cells = [r["systems"].get(s) for s in systems]
         ms = " | ".join("–" if not c or c.get("ms_per_answer") is None else f"{c['ms_per_answer']:.0f}" for c in cells)
-        ratio = "–" if r["ratio"] is None else f"{r['ratio']:.2f}" + (" ✓" if r["ratio"] <= TARGET else " ✗")
+        ratios = " | ".join(_ratio(r["ratios"].get(v)) for v in variants)
         plain = "–" if r["plain_ms"] is None else f"{r['plain_ms']:.1f}"
         lines.append(f"| {r['title']} | {r['groups']} | {plain} | " + " | ".join(_cell(c) for c in cells)
-                     + f" | {ratio} | {_bounds(r['systems'].get('auto'))} | {ms} |")
+                     + f" | {ratios} | {_bounds(r['systems'].get('auto'))} | {ms} |")
     return "\n".join(lines)
 
 
@@ -216,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated: smartnoise, qrlew (or empty)")
     parser.add_argument("--queries", default=",".join(q.name for q in QUERIES))
     parser.add_argument("--variants", default=",".join(VARIANTS), help="the product's: auto, fixed")
+    parser.add_argument("--reuse-peers", action="store_true", help="score the peers' answers kept in --dir")
     parser.add_argument("--json", type=Path, help="also write the scored rows and the run's facts here")
     args = parser.parse_args(argv)
     queries = tuple(BY_NAME[name] for name in args.queries.split(",") if name)
@@ -230,11 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
 
     truths, plain_ms = plain_answers(db, queries)
+    cache = directory / f"peers-{epsilon:g}-{args.answers}.json"
+    if not args.reuse_peers or not meta["reused"]:  # a rebuilt dataset: the kept answers are of other data
+        cache.unlink(missing_ok=True)
     systems: dict[str, dict[str, Any]] = dict(peer_answers(args.peer_python, db, queries, args.answers, epsilon,
-                                                           peers))
-    for variant in variants:  # the generated policy is the demo's automatic one; `fixed` is auto_utility's
-        policy = directory / "policy.toml" if variant == "auto" else policy_variant(directory / "policy.toml", variant)
-        systems[variant] = product_answers(policy, directory, key, queries, args.answers, epsilon)
+                                                           peers, cache))
+    for variant in variants:
+        systems[variant] = product_answers(variant_policy(directory / "policy.toml", variant), directory, key,
+                                           queries, args.answers, epsilon)
     rows = score(queries, truths, plain_ms, systems)
     order = tuple(s for s in (*PEERS, *VARIANTS) if s in systems)
     facts = {"dataset": meta, "epsilon": epsilon, "answers": args.answers, "machine": platform.platform(),

@@ -73,7 +73,8 @@ def test_score_builds_one_row_per_query_with_each_systems_figures() -> None:
     assert row["systems"]["fixed"] == {"error": "ValueError: refused"}
     assert row["ratio"] == pytest.approx(0.3, rel=1e-12)  # auto's 0.03 over SmartNoise's 0.1 (Qrlew skipped)
     table = run.render([row], ("smartnoise", "qrlew", "auto", "fixed"))
-    assert "| COUNT by region | 2 | 1.5 | 10.0 % / 18.0 % | skipped | 3.0 % / 71.5 % | error | 0.30 ✓ |" in table
+    assert "| COUNT by region | 2 | 1.5 | 10.0 % / 18.0 % | skipped | 3.0 % / 71.5 % | error | 0.30 ✓ | – |" in table
+    assert row["ratios"] == {"auto": row["ratio"], "fixed": None}
     assert "k 8, g 1, reused 1/2" in table
 
 
