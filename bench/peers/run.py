@@ -72,20 +72,24 @@ def _plain(value: Any) -> Any:
         return str(value)
 
 
-def plain_answers(db: Path, queries: tuple[PeerQuery, ...]) -> tuple[dict[str, list[list[Any]]], dict[str, float]]:
-    """Plain DuckDB's answer to each query's text as written, and its median wall time over 5 runs (ms)."""
-    truths, ms = {}, {}
+def plain_answers(db: Path, queries: tuple[PeerQuery, ...]
+                  ) -> tuple[dict[str, list[list[Any]]], dict[str, float], dict[str, float]]:
+    """Plain DuckDB's answer to each query's text as written, and its median wall and CPU time over 5 runs (ms;
+    CPU is this process's, every DuckDB thread included)."""
+    truths, ms, cpu_ms = {}, {}, {}
     with duckdb.connect(str(db), read_only=True, config={"threads": 2}) as conn:
         conn.execute("SET enable_progress_bar = false")
         for q in queries:
             truths[q.name] = [[_plain(v) for v in row] for row in conn.execute(q.sql).fetchall()]
-            samples = []
+            samples, cpu = [], []
             for _ in range(5):
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 conn.execute(q.sql).fetchall()
                 samples.append(1000 * (time.perf_counter() - started))
+                cpu.append(1000 * (time.process_time() - cpu_started))
             ms[q.name] = statistics.median(samples)
-    return truths, ms
+            cpu_ms[q.name] = statistics.median(cpu)
+    return truths, ms, cpu_ms
 
 
 def product_answers(policy: Path, directory: Path, key: str, queries: tuple[PeerQuery, ...], answers: int,
@@ -96,20 +100,21 @@ def product_answers(policy: Path, directory: Path, key: str, queries: tuple[Peer
     out: dict[str, dict[str, Any]] = {}
     try:
         for q in queries:
-            rows, wall, bounds = [], [], []
+            rows, wall, cpu, bounds = [], [], [], []
             try:
                 for _ in range(answers):
                     req = QueryRequest(sql=q.sql, epsilon=request_epsilon(epsilon, next(serial)))
-                    started = time.perf_counter()
+                    started, cpu_started = time.perf_counter(), time.process_time()
                     prepared = pipeline.prepare(req, analyst, env.policy, env.sampler.salt())
                     result = pipeline.answer(prepared, analyst, env, lambda charge: None)
                     wall.append(time.perf_counter() - started)
+                    cpu.append(time.process_time() - cpu_started)
                     rows.append([[_plain(v) for v in row] for row in result.release.rows])
                     if result.bounds is not None:
                         b = result.bounds
                         bounds.append({"max_rows": b.max_rows, "max_groups": b.max_groups, "reused": b.reused,
                                        "clamps": [list(c) for c in b.clamps], "caps": [list(c) for c in b.caps]})
-                out[q.name] = {"answers": rows, "seconds": wall, "bounds": bounds}
+                out[q.name] = {"answers": rows, "seconds": wall, "cpu_seconds": cpu, "bounds": bounds}
             except Exception as err:  # a refusal or failure is reported in the table, not hidden
                 out[q.name] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
             print(f"product: {policy.stem} {q.name}", file=sys.stderr, flush=True)
@@ -165,14 +170,16 @@ def peer_answers(peer_python: Path, db: Path, queries: tuple[PeerQuery, ...], an
 
 
 def score(queries: tuple[PeerQuery, ...], truths: dict[str, list[list[Any]]], plain_ms: dict[str, float],
-          systems: dict[str, dict[str, Any]], product: str = "auto") -> list[dict[str, Any]]:
+          systems: dict[str, dict[str, Any]], product: str = "auto",
+          plain_cpu_ms: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """One row per query: plain ms; per system its median and p90 error, cells scored, answers and ms per answer
     (or its error or skip reason); and the `product` system's median over the best peer's."""
     rows = []
     for q in queries:
         truth = {tuple(r[:q.n_keys]): tuple(r[q.n_keys:]) for r in truths[q.name]}
         row: dict[str, Any] = {"query": q.name, "title": q.title, "groups": len(truth),
-                               "plain_ms": plain_ms.get(q.name), "systems": {}}
+                               "plain_ms": plain_ms.get(q.name), "systems": {},
+                               "plain_cpu_ms": (plain_cpu_ms or {}).get(q.name)}
         for name, system in systems.items():
             got = system.get("queries", {}).get(q.name) if "queries" in system else system.get(q.name)
             if "skipped" in system:
@@ -183,6 +190,8 @@ def score(queries: tuple[PeerQuery, ...], truths: dict[str, list[list[Any]]], pl
                 cell = summary(relative_errors(truth, got["answers"], q.n_keys))
                 cell["answers"] = len(got["answers"])
                 cell["ms_per_answer"] = 1000 * statistics.median(got["seconds"]) if got["seconds"] else None
+                if got.get("cpu_seconds"):
+                    cell["cpu_ms_per_answer"] = 1000 * statistics.median(got["cpu_seconds"])
                 if got.get("bounds"):
                     cell["bounds"] = got["bounds"]
                 row["systems"][name] = cell
@@ -218,6 +227,14 @@ def _bounds(cell: dict[str, Any] | None) -> str:
     return f"k {k:g}, g {g:g}, reused {sum(b['reused'] for b in chosen)}/{len(chosen)}"
 
 
+def _ms(cell: dict[str, Any] | None) -> str:
+    """Wall ms per answer (median), with the CPU ms beside it where measured."""
+    if not cell or cell.get("ms_per_answer") is None:
+        return "–"
+    cpu = cell.get("cpu_ms_per_answer")
+    return f"{cell['ms_per_answer']:.0f}" + ("" if cpu is None else f" ({cpu:.0f})")
+
+
 def _ratio(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}" + (" ✓" if value <= TARGET else " ✗")
 
@@ -225,15 +242,16 @@ def _ratio(value: float | None) -> str:
 def render(rows: list[dict[str, Any]], systems: tuple[str, ...]) -> str:
     """The findings table (markdown): error median / p90 per system, the ratio, and times."""
     variants = [v for v in VARIANTS if v in systems]
-    head = ("| query | groups | plain ms | " + " | ".join(f"{s} median / p90" for s in systems) + " | "
+    head = ("| query | groups | plain ms (CPU) | " + " | ".join(f"{s} median / p90" for s in systems) + " | "
             + " | ".join(f"{v} ÷ best peer" + (f" (≤ {TARGET})" if v == "auto" else "") for v in variants)
-            + " | auto bounds | " + " | ".join(f"{s} ms" for s in systems) + " |")
+            + " | auto bounds | " + " | ".join(f"{s} ms (CPU)" for s in systems) + " |")
     lines = [head, "|" + "---|" * (4 + len(variants) + 2 * len(systems))]
     for r in rows:
         cells = [r["systems"].get(s) for s in systems]
-        ms = " | ".join("–" if not c or c.get("ms_per_answer") is None else f"{c['ms_per_answer']:.0f}" for c in cells)
+        ms = " | ".join(_ms(c) for c in cells)
         ratios = " | ".join(_ratio(r["ratios"].get(v)) for v in variants)
-        plain = "–" if r["plain_ms"] is None else f"{r['plain_ms']:.1f}"
+        plain = "–" if r["plain_ms"] is None else f"{r['plain_ms']:.1f}" + (
+            "" if r.get("plain_cpu_ms") is None else f" ({r['plain_cpu_ms']:.1f})")
         lines.append(f"| {r['title']} | {r['groups']} | {plain} | " + " | ".join(_cell(c) for c in cells)
                      + f" | {ratios} | {_bounds(r['systems'].get('auto'))} | {ms} |")
     return "\n".join(lines)
@@ -264,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     db = directory / "demo.duckdb"
     load_before = os.getloadavg()
 
-    truths, plain_ms = plain_answers(db, queries)
+    truths, plain_ms, plain_cpu_ms = plain_answers(db, queries)
     cache = directory / f"peers-{epsilon:g}-{args.answers}.json"
     if not args.reuse_peers or not meta["reused"]:  # a rebuilt dataset: the kept answers are of other data
         cache.unlink(missing_ok=True)
@@ -273,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     for variant in variants:
         systems[variant] = product_answers(variant_policy(directory / "policy.toml", variant), directory, key,
                                            queries, args.answers, epsilon)
-    rows = score(queries, truths, plain_ms, systems)
+    rows = score(queries, truths, plain_ms, systems, plain_cpu_ms=plain_cpu_ms)
     order = tuple(s for s in (*PEERS, *VARIANTS) if s in systems)
     facts = {"dataset": meta, "epsilon": epsilon, "answers": args.answers, "machine": platform.platform(),
              "cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg(),

@@ -53,17 +53,18 @@ def test_score_builds_one_row_per_query_with_each_systems_figures() -> None:
     q = workload.BY_NAME["region_count"]
     truths = {q.name: [["north", 100.0], ["south", 40.0]]}
     systems = {
-        "smartnoise": {"queries": {q.name: {"answers": [[["north", 80.0], ["south", 40.0]]], "seconds": [0.5]}}},
+        "smartnoise": {"queries": {q.name: {"answers": [[["north", 80.0], ["south", 40.0]]], "seconds": [0.5],
+                                                 "cpu_seconds": [0.25]}}},
         "qrlew": {"skipped": "no peers' Python"},
         "auto": {q.name: {"answers": [[["north", 99.0], ["south", 42.0]], [["north", 101.0]]],
                           "seconds": [0.01, 0.03], "bounds": [{"max_rows": 8, "max_groups": 1, "reused": False},
                                                                {"max_rows": 8, "max_groups": 1, "reused": True}]}},
         "fixed": {q.name: {"error": "ValueError: refused"}},
     }
-    [row] = run.score((q,), truths, {q.name: 1.5}, systems)
+    [row] = run.score((q,), truths, {q.name: 1.5}, systems, plain_cpu_ms={q.name: 0.5})
     assert row["query"] == q.name and row["groups"] == 2 and row["plain_ms"] == 1.5
     assert row["systems"]["smartnoise"] == {"median": 0.1, "p90": 0.18, "cells": 2, "answers": 1,
-                                            "ms_per_answer": 500.0}
+                                            "ms_per_answer": 500.0, "cpu_ms_per_answer": 250.0}
     assert row["systems"]["qrlew"] == {"skipped": "no peers' Python"}
     auto = row["systems"]["auto"]
     # errors 0.01, 0.05, 0.01, 1.0 (south left out of the second answer)
@@ -73,9 +74,10 @@ def test_score_builds_one_row_per_query_with_each_systems_figures() -> None:
     assert row["systems"]["fixed"] == {"error": "ValueError: refused"}
     assert row["ratio"] == pytest.approx(0.3, rel=1e-12)  # auto's 0.03 over SmartNoise's 0.1 (Qrlew skipped)
     table = run.render([row], ("smartnoise", "qrlew", "auto", "fixed"))
-    assert "| COUNT by region | 2 | 1.5 | 10.0 % / 18.0 % | skipped | 3.0 % / 71.5 % | error | 0.30 ✓ | – |" in table
+    assert ("| COUNT by region | 2 | 1.5 (0.5) | 10.0 % / 18.0 % | skipped | 3.0 % / 71.5 % | error | 0.30 ✓ | – |"
+            in table)
     assert row["ratios"] == {"auto": row["ratio"], "fixed": None}
-    assert "k 8, g 1, reused 1/2" in table
+    assert "k 8, g 1, reused 1/2 | 500 (250) | – | 20 | – |" in table
 
 
 def test_the_peers_texts_ask_what_the_products_text_asks(tiny: Path) -> None:
