@@ -2,17 +2,19 @@
 
     .venv/bin/python bench/peers/run.py [--rows 1000000] [--users 100000] [--answers 20] [--epsilon 1]
         [--dir bench/data-peers] [--peer-python /work/peervenv/bin/python] [--queries region_count,...]
-        [--variants auto,fresh,fixed] [--reuse-peers] [--json out.json]
+        [--variants auto,fresh,mech_auto,fixed] [--reuse-peers] [--json out.json]
 
 The data are the project's own demo (proxy.cli.demo.build_demo at --rows visits of --users users), built in
 --dir or reused. Every system answers every query (bench/peers/workload.py) --answers times at ε:
 - the product through proxy.pipeline.answer in process (plan, real SQLite ledger, bounding store, engine,
   release with the real sampler), each request a new one (ε differs in the 9th decimal, so no stored release
-  answers it), three times: `auto`, the demo policy as generated (bounds chosen per query within its limits; a bound
+  answers it), four times: `auto`, the demo policy as generated (bounds chosen per query within its limits; a bound
   chosen for a query shape is kept and reused, free, by its next 10 answers: docs/privacy.md §10.8, so 20
   answers see 2 draws), `fresh`, the same with `auto_bounds_reuse = 0` (every answer draws its own bounds:
-  the selection's spread is in the figures), and `fixed`, the bounds the peers are given (max_rows 20 per
-  user and group, max_groups 4, amount in [0, 500], duration_s in [0, 3600]: bench/auto_utility.py's `fixed`);
+  the selection's spread is in the figures), `mech_auto`, the demo policy with `mechanism = "auto"` (each query
+  Laplace or Gaussian noise by its expected error, issue #29 item 7), and `fixed`, the bounds the peers are
+  given (max_rows 20 per user and group, max_groups 4, amount in [0, 500], duration_s in [0, 3600]:
+  bench/auto_utility.py's `fixed`);
 - the peers in their own venv (bench/peers/requirements.txt), through bench/peers/peer_side.py run under
   --peer-python with a JSON request on stdin and their raw answers as JSON on stdout; absent that Python, the
   peers are skipped with a message and the product's figures are still printed. Their raw answers are kept in
@@ -58,7 +60,7 @@ from proxy import pipeline  # noqa: E402
 from proxy.schemas import QueryRequest  # noqa: E402
 
 PEERS = ("smartnoise", "qrlew")
-VARIANTS = ("auto", "fresh", "fixed")
+VARIANTS = ("auto", "fresh", "mech_auto", "fixed")
 DEFAULT_PEER_PYTHON = Path("/work/peervenv/bin/python")
 TARGET = 0.5
 
@@ -106,7 +108,11 @@ def product_answers(policy: Path, directory: Path, key: str, queries: tuple[Peer
                     req = QueryRequest(sql=q.sql, epsilon=request_epsilon(epsilon, next(serial)))
                     started, cpu_started = time.perf_counter(), time.process_time()
                     prepared = pipeline.prepare(req, analyst, env.policy, env.sampler.salt())
+                    # as the server's reply path does for a request without an idempotency key: bounds kept
+                    # for this shape are reused (while the policy's auto_bounds_reuse allows), new ones kept
+                    prepared = pipeline.at_kept_bounds(prepared, analyst.name, env)
                     result = pipeline.answer(prepared, analyst, env, lambda charge: None)
+                    pipeline.keep_bounds(result, analyst.name, env)
                     wall.append(time.perf_counter() - started)
                     cpu.append(time.process_time() - cpu_started)
                     rows.append([[_plain(v) for v in row] for row in result.release.rows])
@@ -126,15 +132,21 @@ def product_answers(policy: Path, directory: Path, key: str, queries: tuple[Peer
 
 
 def variant_policy(source: Path, variant: str) -> Path:
-    """The demo policy as generated (`auto`), with `auto_bounds_reuse = 0` (`fresh`), or auto_utility's `fixed`."""
+    """The demo policy as generated (`auto`), with `auto_bounds_reuse = 0` (`fresh`), with `mechanism = "auto"`
+    (`mech_auto`), or auto_utility's `fixed`."""
     if variant == "auto":
         return source
     if variant == "fixed":
         return policy_variant(source, "fixed")
     text = source.read_text()
-    assert text.count("[datasets.demo]\n") == 1 and "auto_bounds_reuse" not in text, "the demo policy changed shape"
-    target = source.with_name("policy-fresh.toml")
-    target.write_text(text.replace("[datasets.demo]\n", "[datasets.demo]\nauto_bounds_reuse = 0\n"))
+    if variant == "fresh":
+        assert text.count("[datasets.demo]\n") == 1 and "auto_bounds_reuse" not in text, "the demo policy changed"
+        text = text.replace("[datasets.demo]\n", "[datasets.demo]\nauto_bounds_reuse = 0\n")
+    else:
+        assert text.count('mechanism = "laplace"\n') == 1, "the demo policy changed shape"
+        text = text.replace('mechanism = "laplace"\n', 'mechanism = "auto"\n')
+    target = source.with_name(f"policy-{variant}.toml")
+    target.write_text(text)
     return target
 
 
