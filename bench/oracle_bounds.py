@@ -72,6 +72,8 @@ QUERIES = {  # the issue's Targets workload (the shapes the demo policy chooses 
                   "SELECT category, COUNT(*) FROM visits WHERE day BETWEEN DATE '2026-03-01' AND DATE '2026-03-14' "
                   "GROUP BY category"),
     "no_keys": ("COUNT, SUM(amount), no GROUP BY", "SELECT COUNT(*), SUM(amount) FROM visits"),
+    "two_weeks_total": ("COUNT, two weeks, no GROUP BY",  # thin data, one cell per unit: small bounds must win
+                        "SELECT COUNT(*) FROM visits WHERE day BETWEEN DATE '2026-03-01' AND DATE '2026-03-14'"),
     "duration": ("AVG(duration_s) by region", "SELECT region, AVG(duration_s) FROM visits GROUP BY region"),
     "median": ("MEDIAN and p90 of amount by region",
                "SELECT region, MEDIAN(amount), QUANTILE_CONT(amount, 0.9) FROM visits GROUP BY region"),
