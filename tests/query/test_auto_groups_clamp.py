@@ -308,7 +308,7 @@ def assert_choice_within(part: auto.AutoPart, big: list[tuple[object, ...]], sma
         # max(ρ, 1 − ρ)·g, which share_numerators is calibrated to
         for g in range(1, part.sensitivity + 1):
             totals = [sum(n for _, r, n in rows if r <= g) for rows in (big_rows, small_rows)]
-            for share in (Fraction(1, 2), Fraction(1, 5)):
+            for share in (Fraction(1, 2), Fraction(1, 5), Fraction(1, 10)):
                 p, q = (_share_distribution(above(rows, g), total, share, part.epsilon, g)
                         for rows, total in zip((big_rows, small_rows), totals, strict=True))
                 worst = max(abs(math.log(x / y)) for x, y in zip(p, q, strict=True))
