@@ -10,7 +10,9 @@ score its exact distribution over the candidates at the part's ε and sensitivit
 median error E[err(k)] and the 90th percentile of err(k) over the draw of k. The scores:
 
 - `quantile .99`: the DP 0.99-quantile of cells (mechanisms/dp_quantile.py), what the product did before;
-- `count λ`: −|N_i − τ·s| with the base measure e^(−λ·i) (mechanisms/count_target.py; λ = 0.5 is the product's);
+- `count λ`: −|N_i − τ·s| with the base measure e^(−λ·i) (mechanisms/count_target.py; λ = 0.5 is the product's
+  where a unit keeps several cells); `t/√2`: its target balanced against the noise's mean absolute value b rather
+  than its standard deviation √2·b;
 - `clipped τc`: −(Σ_cells min(τc, max(0, n − k_i)) + t·k_i), the error with each cell's truncation clipped at
   τc rows (sensitivity s·τc), drawn at ε/(2·s·τc): the direct bias + noise score;
 - `rows D λ`: the same error score as the product may draw it (count_target.truncation_numerators): monotone, so
@@ -83,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     joint_variants = [(64, Fraction(35, 100), Fraction(1, 2)), (64, Fraction(1, 2), Fraction(2, 3)),
                       (64, Fraction(35, 100), Fraction(2, 3)), (64, Fraction(1, 4), Fraction(2, 3)),
                       (128, Fraction(35, 100), Fraction(2, 3)), (64, Fraction(1, 2), Fraction(3, 4))]
-    scores = ["quantile .99", "count λ=0", "count λ=0.35", "count λ=0.5", "count λ=0.7", "clipped τc=4",
+    scores = ["quantile .99", "count λ=0", "count λ=0.35", "count λ=0.5", "count λ=0.7", "count λ=0.5 t/√2",
+              "clipped τc=4",
               "clipped τc=16", "clipped τc=64", *(f"rows D={d or 'L'} λ={float(lam):g}" for d, lam in rows_variants),
               *(f"joint D={d} λ={float(lam):g} w={w}" for d, lam, w in joint_variants)]
     table: list[tuple[str, float, str, list[tuple[float, float]]]] = []
@@ -118,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             dists = [softmax([float(x) for x in dp_quantile.exponents(per_point, 0.99, eps, s)])]
             for lam in (0, Fraction(35, 100), Fraction(1, 2), Fraction(7, 10)):
                 dists.append(np.array(count_target.output_distribution(above, t, eps, s, Fraction(lam))))
+            # the target of the mean absolute noise (E|Laplace(b)| = b) rather than its standard deviation √2·b
+            dists.append(np.array(count_target.output_distribution(above, t / Fraction(math.sqrt(2)), eps, s)))
             for clip in (4, 16, 64):
                 biased = [sum(n * min(clip, max(0, c - k)) for c, n in cells) for k in grid]
                 dists.append(softmax([float(eps) * (b + float(t) * k) / (2 * s * clip) for b, k in zip(biased, grid,
