@@ -222,3 +222,38 @@ def test_the_joint_score_keeps_the_heavy_units_and_small_bounds_on_thin_data() -
             assert sum(joint[at_362:]) > least_above > sum(count[at_362:])
         else:
             assert sum(joint[grid.index(91):]) < 0.12 and sum(joint[:grid.index(32) + 1]) > 0.6
+
+
+def test_the_joint_score_within_epsilon_against_adversarial_units_at_scale() -> None:
+    """The demo's no-keys histogram (50 000 users) and its neighbours by one unit of every kind: a unit at the
+    row limit (1000 rows, 936 beyond the clip at every bound below 64), one removed from the heaviest bin, a unit
+    of one row, at a large ε (where the loss is not hidden by a small one): each within ε, and a unit at the limit
+    comes within 40 % of it."""
+    from proxy.query.auto.rows import ROWS_CLIP, ROWS_STEP, ROWS_WEIGHT, bound_grid
+    grid = bound_grid(1000)
+    base = {11: 13965, 16: 15876, 23: 8571, 32: 4501, 45: 2812, 64: 4168, 128: 1, 181: 21, 256: 25, 362: 33,
+            512: 27}
+    t, eps = Fraction(31, 10), Fraction(2)
+
+    def log_distribution(sizes: dict[int, int]) -> list[float]:
+        """log P[J = i] from the exact exponents (the far candidates' probabilities underflow a float)."""
+        rows = sorted((c, n) for c, n in sizes.items() if n)
+        points = [0] * len(grid)
+        for c, n in rows:
+            points[next(i for i, k in enumerate(grid) if k >= c)] += n
+        numerators, denominator = count_target.joint_numerators(
+            count_target.counts_above(points), t, count_target.clipped_truncation(rows, grid, ROWS_CLIP), grid, eps,
+            1, ROWS_CLIP, ROWS_STEP, 0, ROWS_WEIGHT)
+        least = min(numerators)
+        exponents = [-(n - least) / denominator for n in numerators]
+        norm = math.log(math.fsum(math.exp(x) for x in exponents))
+        return [x - norm for x in exponents]
+
+    p = log_distribution(base)
+    losses = []
+    for size, move in ((1000, 1), (512, -1), (1, 1), (64, -1), (700, 1)):
+        other = dict(base)
+        other[size] = other.get(size, 0) + move
+        losses.append(max(abs(a - b) for a, b in zip(p, log_distribution(other), strict=True)))
+    assert max(losses) <= float(eps) + 1e-12
+    assert losses[0] > 0.6 * float(eps)
