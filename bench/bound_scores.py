@@ -10,9 +10,16 @@ score its exact distribution over the candidates at the part's ε and sensitivit
 median error E[err(k)] and the 90th percentile of err(k) over the draw of k. The scores:
 
 - `quantile .99`: the DP 0.99-quantile of cells (mechanisms/dp_quantile.py), what the product did before;
-- `count λ`: −|N_i − τ·s| with the base measure e^(−λ·i) (mechanisms/count_target.py; λ = 0.5 is the product's);
+- `count λ`: −|N_i − τ·s| with the base measure e^(−λ·i) (mechanisms/count_target.py; λ = 0.5 is the product's
+  where a unit keeps several cells); `t/√2`: its target balanced against the noise's mean absolute value b rather
+  than its standard deviation √2·b;
 - `clipped τc`: −(Σ_cells min(τc, max(0, n − k_i)) + t·k_i), the error with each cell's truncation clipped at
-  τc rows (sensitivity s·τc): the direct bias + noise score.
+  τc rows (sensitivity s·τc), drawn at ε/(2·s·τc): the direct bias + noise score;
+- `rows D λ`: the same error score as the product may draw it (count_target.truncation_numerators): monotone, so
+  at ε/(s·D) without the 2, with the base measure e^(−λ·i); D = L is the unclipped truncation.
+
+The error is the first aggregate's (the COUNT's): a query with a capped SUM beside it (no GROUP BY) runs its cap at
+the limit, which moves the sum's error only.
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ def summary(p: np.ndarray, errors: list[float]) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "data-1m")
-    parser.add_argument("--queries", default="region,category,region_cat,two_weeks")
+    parser.add_argument("--queries", default="region,category,region_cat,two_weeks,no_keys,month")
     parser.add_argument("--draws", type=int, default=20)
     args = parser.parse_args(argv)
     directory = args.dir.resolve()
@@ -74,14 +81,21 @@ def main(argv: list[str] | None = None) -> int:
     engine = env.engine("demo")
     sampler = ob.NumpySampler(7)
     serial = itertools.count(1)
-    scores = ["quantile .99", "count λ=0", "count λ=0.35", "count λ=0.5", "count λ=0.7", "clipped τc=4",
-              "clipped τc=16", "clipped τc=64"]
+    rows_variants = [(64, Fraction(1, 4)), (128, Fraction(1, 4))]
+    joint_variants = [(64, Fraction(35, 100), Fraction(1, 2)), (64, Fraction(1, 2), Fraction(2, 3)),
+                      (64, Fraction(35, 100), Fraction(2, 3)), (64, Fraction(1, 4), Fraction(2, 3)),
+                      (128, Fraction(35, 100), Fraction(2, 3)), (64, Fraction(1, 2), Fraction(3, 4))]
+    scores = ["quantile .99", "count λ=0", "count λ=0.35", "count λ=0.5", "count λ=0.7", "count λ=0.5 t/√2",
+              "clipped τc=4",
+              "clipped τc=16", "clipped τc=64", *(f"rows D={d or 'L'} λ={float(lam):g}" for d, lam in rows_variants),
+              *(f"joint D={d} λ={float(lam):g} w={w}" for d, lam, w in joint_variants)]
     table: list[tuple[str, float, str, list[tuple[float, float]]]] = []
     with duckdb.connect(str(directory / "demo.duckdb"), read_only=True) as conn:
         for name, epsilon in itertools.product(args.queries.split(","), (0.1, 1.0)):
             title, sql = ob.QUERIES[name]
-            n_keys = len(sql.split("GROUP BY")[1].split(",")) if "GROUP BY" in sql else 0
-            truth = {tuple(str(v) for v in r[:n_keys]): tuple(r[n_keys:]) for r in conn.execute(sql).fetchall()}
+            n_keys = ob.key_count(sql)
+            truth = {tuple(ob.key_text(v) for v in r[:n_keys]): tuple(r[n_keys:n_keys + 1])
+                     for r in conn.execute(sql).fetchall()}
             prepared = pipeline.prepare(QueryRequest(sql=sql, epsilon=request_epsilon(epsilon, next(serial))),
                                         analyst, env.policy, env.sampler.salt())
             planned: Any = prepared.plan
@@ -94,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             slot = slots(planned.auto)[rows_part]
             cells = [(int(a), int(n)) for s_, a, b, n in rows if int(s_) == slot and (not grouped or int(b) <= g)]
             grid = auto.bound_grid(int(part.limit))
-            at = [ob.chosen_at(planned, tuple(k if p.bound == "max_rows" else g for p in parts)) for k in grid]
+            at = [ob.chosen_at(planned, tuple(k if p.bound == "max_rows" else g if p.bound == "max_groups"
+                                              else p.limit for p in parts)) for k in grid]
             errors = [ob.evaluate(planned, chosen, engine, truth, args.draws, sampler)[0] for chosen in at]
             per_point = [0] * len(grid)
             for c, n in cells:
@@ -106,10 +121,20 @@ def main(argv: list[str] | None = None) -> int:
             dists = [softmax([float(x) for x in dp_quantile.exponents(per_point, 0.99, eps, s)])]
             for lam in (0, Fraction(35, 100), Fraction(1, 2), Fraction(7, 10)):
                 dists.append(np.array(count_target.output_distribution(above, t, eps, s, Fraction(lam))))
+            # the target of the mean absolute noise (E|Laplace(b)| = b) rather than its standard deviation √2·b
+            dists.append(np.array(count_target.output_distribution(above, t / Fraction(math.sqrt(2)), eps, s)))
             for clip in (4, 16, 64):
                 biased = [sum(n * min(clip, max(0, c - k)) for c, n in cells) for k in grid]
                 dists.append(softmax([float(eps) * (b + float(t) * k) / (2 * s * clip) for b, k in zip(biased, grid,
                                                                                                      strict=True)]))
+            for d, lam in rows_variants:
+                clip = d or int(part.limit)
+                dists.append(np.array(count_target.truncation_distribution(
+                    count_target.clipped_truncation(cells, grid, clip), grid, t, Fraction(eps), s, clip, lam)))
+            for clip, lam, w in joint_variants:
+                dists.append(np.array(count_target.joint_distribution(
+                    above, t, count_target.clipped_truncation(cells, grid, clip), grid, Fraction(eps), s, clip, lam,
+                    weight=w)))
             best = min(range(len(grid)), key=lambda i: errors[i])
             table.append((title, epsilon, f"{grid[best]}: {errors[best]:.2%}", [summary(d, errors) for d in dists]))
             print(f"  {title} ε={epsilon}: τ·s = {float(t):.1f}, best k {grid[best]}", file=sys.stderr, flush=True)

@@ -72,6 +72,8 @@ QUERIES = {  # the issue's Targets workload (the shapes the demo policy chooses 
                   "SELECT category, COUNT(*) FROM visits WHERE day BETWEEN DATE '2026-03-01' AND DATE '2026-03-14' "
                   "GROUP BY category"),
     "no_keys": ("COUNT, SUM(amount), no GROUP BY", "SELECT COUNT(*), SUM(amount) FROM visits"),
+    "two_weeks_total": ("COUNT, two weeks, no GROUP BY",  # thin data, one cell per unit: small bounds must win
+                        "SELECT COUNT(*) FROM visits WHERE day BETWEEN DATE '2026-03-01' AND DATE '2026-03-14'"),
     "duration": ("AVG(duration_s) by region", "SELECT region, AVG(duration_s) FROM visits GROUP BY region"),
     "median": ("MEDIAN and p90 of amount by region",
                "SELECT region, MEDIAN(amount), QUANTILE_CONT(amount, 0.9) FROM visits GROUP BY region"),
@@ -135,6 +137,16 @@ class NumpySampler:
         x = np.array([float(n) / denominator for n in numerators])
         w = np.exp(-(x - x.min()))
         return int(self.rng.choice(len(w), p=w / w.sum()))
+
+
+class NoNoise(NumpySampler):
+    """The release without noise (`--decompose`): what the bounds alone do to the answer, their bias."""
+
+    def laplace(self, values: Any, scale: float) -> tuple[int, ...]:
+        return tuple(int(v) for v in values)
+
+    def gaussian(self, values: Any, sigma: float) -> tuple[int, ...]:
+        return tuple(int(v) for v in values)
 
 
 def set_share(policy: Path, share: str) -> None:
@@ -296,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", default=",".join(QUERIES))
     parser.add_argument("--seed", type=int, default=29)
     parser.add_argument("--share", default="", help='the auto_bounds_share: "0.1" fixed, "0.1,0.5" limits')
+    parser.add_argument("--decompose", action="store_true",
+                        help="also the bias (no noise) at the oracle's bounds and at the product's median bounds")
     args = parser.parse_args(argv)
     directory = args.dir.resolve()
     meta, key = ensure_dataset(directory, rows=args.rows, users=args.users)
@@ -347,6 +361,16 @@ def main(argv: list[str] | None = None) -> int:
                     if result.bounds is not None:
                         chosen.append(tuple(p.value for p in result.bounds.parts))
                 p50, p90 = quantiles(product)
+                if args.decompose and chosen:
+                    # the bias alone (a release without noise) at the oracle's bounds and at the product's median
+                    # choice (each part's median, snapped to its candidate grid): is the error the bound or the noise?
+                    median = tuple(_nearest(grid, statistics.median(c[i] for c in chosen))
+                                   for i, grid in enumerate(grids))
+                    for label, values in (("oracle", best), ("product median", median)):
+                        bias = evaluate(planned, chosen_at(planned, values), engine, truths[name], 1, NoNoise(0))
+                        noisy = results[values] if values in results else error(values)
+                        print(f"    {title} ε={epsilon}: {label} {_fmt(values)}: bias {bias[0]:.2%} / {bias[1]:.2%}, "
+                              f"with noise {noisy[0]:.2%} / {noisy[1]:.2%}", file=sys.stderr, flush=True)
                 line = {"query": title, "epsilon": epsilon, "parts": parts, "best": best, "oracle": results[best],
                         "best_p90": best_p90, "oracle_p90": results[best_p90], "product": (p50, p90),
                         "cautious": fixed_err, "chosen": chosen, "candidates": len(results),
@@ -371,6 +395,11 @@ def main(argv: list[str] | None = None) -> int:
               f"({_fmt(r['best'])}) | {bp:.1%} ({_fmt(r['best_p90'])}) | {pm:.1%} / {pp:.1%} | "
               f"{pm / om:.2f}, {pp / op:.2f} | {fixed} | {_chosen(r['chosen'])} |")
     return 0
+
+
+def _nearest(grid: list[float], value: float) -> float:
+    """The candidate nearest `value` in ratio."""
+    return min(grid, key=lambda v: abs(math.log(max(v, 1e-9) / max(value, 1e-9))))
 
 
 def _fmt(values: tuple[float, ...]) -> str:

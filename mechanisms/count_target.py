@@ -124,3 +124,104 @@ def counts_above(counts: Sequence[int]) -> list[int]:
         out[i] = beyond
         beyond += counts[i]
     return out
+
+
+def truncation_numerators(truncated: Sequence[int], points: Sequence[int], slope: Fraction, epsilon: Fraction,
+                          sensitivity: int, clip: int, step: Fraction = STEP,
+                          anchor: int = 0) -> tuple[tuple[int, ...], int]:
+    """The exponents of the error score, ε·(R_i + t·k_i)/(s·D) + λ·max(0, i − a), as integers over one denominator
+    (reduced): R_i = `truncated[i]`, the rows bound k_i = `points[i]` truncates with each item's truncation clipped at
+    D = `clip` (Σ_items min(D, max(0, n − k_i)), `clipped_truncation`), t = `slope` the noise's rows per unit of
+    bound. One unit adds or removes at most s items, so every R_i moves by a_i ∈ [0, s·D], all in the same
+    direction: the score is monotone, and ε/(s·D) (no 2) is ε-DP (McSherry and Talwar 2007; docs/privacy.md §10,
+    *The rows target by truncated rows*).
+
+    Example:
+        >>> truncation_numerators([9, 4, 0], [1, 2, 4], Fraction(1), Fraction(1), 1, 4, Fraction(0))
+        ((5, 3, 2), 2)
+    """
+    if (sensitivity < 1 or clip < 1 or epsilon <= 0 or slope < 0 or step < 0 or not truncated
+            or len(points) != len(truncated) or any(r < 0 for r in truncated)):
+        raise ValueError("need truncations >= 0, one per point, a slope >= 0, epsilon > 0, sensitivity, clip >= 1")
+    a, b, c, d = epsilon.numerator, epsilon.denominator, slope.numerator, slope.denominator
+    p, q = step.numerator, step.denominator
+    whole = math.lcm(b * d * sensitivity * clip, q)
+    per_score, per_step = a * (whole // (b * d * sensitivity * clip)), p * (whole // q)
+    numerators = [per_score * (r * d + c * k) + per_step * max(0, i - anchor)
+                  for i, (r, k) in enumerate(zip(truncated, points, strict=True))]
+    common = math.gcd(whole, *numerators)
+    return tuple(n // common for n in numerators), whole // common
+
+
+def clipped_truncation(items: Sequence[tuple[int, int]], points: Sequence[int], clip: int) -> list[int]:
+    """R_i = Σ_items min(D, max(0, n − k_i)) for every point k_i, from (n, how many items have n) pairs: what each
+    bound truncates, each item counted at most D = `clip` rows (so one unit's s items move it by at most s·D).
+
+    Example:
+        >>> clipped_truncation([(5, 2), (1, 10)], [1, 2, 4], clip=3)
+        [6, 6, 2]
+    """
+    return [sum(count * min(clip, max(0, n - k)) for n, count in items) for k in points]
+
+
+def truncation_distribution(truncated: Sequence[int], points: Sequence[int], slope: Fraction, epsilon: Fraction,
+                            sensitivity: int, clip: int, step: Fraction = STEP,
+                            anchor: int = 0) -> tuple[float, ...]:
+    """P[J = i] of the error score, in floating point: for tests and analysis, never for sampling."""
+    numerators, denominator = truncation_numerators(truncated, points, slope, epsilon, sensitivity, clip, step,
+                                                    anchor)
+    least = min(numerators)
+    weights = [math.exp(-(n - least) / denominator) for n in numerators]
+    total = math.fsum(weights)
+    return tuple(w / total for w in weights)
+
+
+def joint_numerators(above: Sequence[int], target: Fraction, truncated: Sequence[int], points: Sequence[int],
+                     epsilon: Fraction, sensitivity: int, clip: int, step: Fraction = STEP, anchor: int = 0,
+                     weight: Fraction = Fraction(1, 2)) -> tuple[tuple[int, ...], int]:
+    """Both scores, the count's at a share w of the ε (`weight`) and the truncated rows' at the rest:
+    w·ε·|N_i − t|/(2s) + (1 − w)·ε·(R_i + t·k_i)/(s·D) + λ·max(0, i − a), as integers over one denominator
+    (reduced). One unit moves the first term by at most w·ε/2 either way and the second by [0, (1 − w)·ε] one way,
+    so each weight by a factor in [e^(−(1 − w/2)·ε), e^(w·ε/2)], the normaliser too: every output's probability
+    by at most e^ε (docs/privacy.md §10, *The rows target by truncated rows*). The count of truncated
+    items resolves thin data, the truncated rows the few heavy units a large bound keeps.
+
+    Example:
+        >>> joint_numerators([9, 4, 0], Fraction(1), [9, 4, 0], [1, 2, 4], Fraction(1), 1, 4, Fraction(0))
+        ((13, 6, 3), 4)
+    """
+    if (sensitivity < 1 or clip < 1 or epsilon <= 0 or target < 0 or step < 0 or not above
+            or not len(above) == len(truncated) == len(points) or any(n < 0 for n in (*above, *truncated))):
+        raise ValueError("need counts and truncations >= 0, one per point, a target >= 0, epsilon > 0, "
+                         "sensitivity and clip >= 1")
+    if not 0 < weight < 1:
+        raise ValueError("need 0 < weight < 1")
+    a, b, c, d = epsilon.numerator, epsilon.denominator, target.numerator, target.denominator
+    p, q, wn, wd = step.numerator, step.denominator, weight.numerator, weight.denominator
+    # w·ε·|N − t|/(2s) + (1 − w)·ε·(R + t·k)/(s·D) over 2·b·d·s·D·w_d
+    whole = math.lcm(2 * b * d * sensitivity * clip * wd, q)
+    unit, per_step = a * (whole // (2 * b * d * sensitivity * clip * wd)), p * (whole // q)
+    numerators = [unit * (wn * clip * abs(n * d - c) + 2 * (wd - wn) * (r * d + c * k)) + per_step * max(0, i - anchor)
+                  for i, (n, r, k) in enumerate(zip(above, truncated, points, strict=True))]
+    common = math.gcd(whole, *numerators)
+    return tuple(n // common for n in numerators), whole // common
+
+
+def joint_distribution(above: Sequence[int], target: Fraction, truncated: Sequence[int], points: Sequence[int],
+                       epsilon: Fraction, sensitivity: int, clip: int, step: Fraction = STEP, anchor: int = 0,
+                       weight: Fraction = Fraction(1, 2)) -> tuple[float, ...]:
+    """P[J = i] of `joint_numerators`, in floating point: for tests and analysis, never for sampling."""
+    numerators, denominator = joint_numerators(above, target, truncated, points, epsilon, sensitivity, clip, step,
+                                               anchor, weight)
+    least = min(numerators)
+    weights = [math.exp(-(n - least) / denominator) for n in numerators]
+    total = math.fsum(weights)
+    return tuple(w / total for w in weights)
+
+
+def joint_index(above: Sequence[int], truncated: Sequence[int], points: Sequence[int], *, target: float | Fraction,
+                epsilon: float | Fraction, sensitivity: int, clip: int, sampler: Sampler, step: Fraction = STEP,
+                anchor: int = 0, weight: Fraction = Fraction(1, 2)) -> int:
+    """The candidate drawn by `joint_numerators`: ε-DP when one unit adds or removes at most `sensitivity` items."""
+    return sampler.exponential_index(*joint_numerators(above, Fraction(target), truncated, points, Fraction(epsilon),
+                                                       sensitivity, clip, step, anchor, weight))

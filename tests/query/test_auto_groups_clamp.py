@@ -25,6 +25,7 @@ from proxy.query.analyse.measures import Measure, fixed_point
 from proxy.query.auto import bounds as auto
 from proxy.query.auto import clamp, histograms, total
 from proxy.query.auto import groups as auto_groups
+from proxy.query.auto import rows as rows_module
 from proxy.query.auto.histograms import selection, slots, standalone
 from proxy.query.catalog import Catalog, ColumnSpec, TableSchema
 from proxy.query.parse.statement import parse
@@ -292,11 +293,22 @@ def assert_choice_within(part: auto.AutoPart, big: list[tuple[object, ...]], sma
             return count_target.counts_above(counts)
 
         pairs = [(above(big_rows, g), above(small_rows, g), g) for g in range(1, part.sensitivity + 1)]
+        # one cell per unit (rows.choose_bound at s = 1), here at every g: the truncated cells beside the truncated
+        # rows, each cell's clipped at D (count_target.joint_numerators), from the exact capped cell sizes
+        for g in range(1, part.sensitivity + 1):
+            sizes = [[(c, n) for c, r, n in rows if r <= g] for rows in (big_rows, small_rows)]
+            for clip, weight in ((rows_module.ROWS_CLIP, rows_module.ROWS_WEIGHT), (3, Fraction(1, 2))):
+                p, q = (count_target.joint_distribution(above(rows, g), Fraction(5, 2) * g,
+                                                        count_target.clipped_truncation(cells, grid, clip), grid,
+                                                        part.epsilon, g, clip, rows_module.ROWS_STEP, 0, weight)
+                        for rows, cells in zip((big_rows, small_rows), sizes, strict=True))
+                worst = max(abs(math.log(x / y)) for x, y in zip(p, q, strict=True))
+                assert worst <= float(part.epsilon) * (1 + 1e-9), (label, "joint", g, clip, worst)
         # a quantile-only query's target ρ·C, C the cells read (targets.rows_share): the score moves by at most
         # max(ρ, 1 − ρ)·g, which share_numerators is calibrated to
         for g in range(1, part.sensitivity + 1):
             totals = [sum(n for _, r, n in rows if r <= g) for rows in (big_rows, small_rows)]
-            for share in (Fraction(1, 2), Fraction(1, 5)):
+            for share in (Fraction(1, 2), Fraction(1, 5), Fraction(1, 10)):
                 p, q = (_share_distribution(above(rows, g), total, share, part.epsilon, g)
                         for rows, total in zip((big_rows, small_rows), totals, strict=True))
                 worst = max(abs(math.log(x / y)) for x, y in zip(p, q, strict=True))

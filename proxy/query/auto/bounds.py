@@ -9,7 +9,8 @@ it uses, split evenly over the bounds it needs (its parts), and the rest running
    - max_rows (auto/rows.py): h[c] = #(unit, group) cells with min(rows, L) = c, each unit keeping its L0
      largest cells (L0 = the groups limit when max_groups is auto too): L1 sensitivity L0. Chosen by the error
      it causes (mechanisms/count_target.py): score −|N_i − τ·s|, N_i the cells it truncates (a query of quantiles
-     alone: −|N_i − C/2|, C the cells read, at sensitivity s/2, targets.rows_share).
+     alone: −|N_i − C/2|, C the cells read, at sensitivity s/2; of AVGs alone −|N_i − C/10| at 9s/10,
+     targets.rows_share; one cell per unit: the truncated rows too, rows.choose_bound).
    - max_groups (auto/groups.py): h[c] = #units with min(groups, G) = c: L1 sensitivity 1; the same score,
      N_i the units beyond g_i, target τ.
    - a per-unit total cap (auto/total.py): the same form, N_i the units above C_i, target √2·G/ε_sum.

@@ -188,6 +188,16 @@ def selection_text(analysis: Analysis, store: bool, target: Target, ranks: bool 
                   fresh=True)
 
 
+# One cell per unit (no row-level key, or g = 1): k is drawn by the truncated cells (at a share w of ε) and the
+# truncated rows, each unit's clipped at D rows (the rest), with the base measure e^(−λ) per candidate
+# (count_target.joint_index; docs/privacy.md §10, *The rows target by truncated rows*). Chosen on the demo workload
+# (bench/bound_scores.py): the count of truncated cells alone cannot resolve the few dozen heavy units a large k
+# keeps, and its base measure e^(−1/2) pulls k below them; the rows alone cannot see thin data's many small cells.
+ROWS_CLIP = 64
+ROWS_STEP = Fraction(7, 20)
+ROWS_WEIGHT = Fraction(2, 3)
+
+
 def choose_bound(
     rows: Sequence[Sequence[object]], *, limit: int, target: float | Fraction, epsilon: float | Fraction,
     sensitivity: int, sampler: Sampler, share: Fraction | None = None,
@@ -197,8 +207,11 @@ def choose_bound(
     times the cells a unit may keep), with the base measure e^(−1/2) per candidate: ε-DP, as one unit adds at most
     `sensitivity` cells and so moves every N_i by at most that. With a `share` ρ (a quantile-only query,
     targets.rows_share) the target is ρ·C, C all the cells counted, and the score's sensitivity max(ρ, 1 − ρ)·s
-    (count_target.share_index). `rows`: the histogram (capped rows per cell, cells); a cell of c rows counts at the
-    smallest grid point >= c, the bound that keeps all of it.
+    (count_target.share_index). With one cell per unit (`sensitivity` 1) and no share, the score adds the error
+    itself at (1 − w) of ε, the rows k_i truncates (each unit's clipped at `ROWS_CLIP`) plus t·k_i of noise
+    (count_target.joint_index, a monotone term), with the base measure e^(−7/20) per candidate. `rows`: the
+    histogram (capped rows per cell, cells); a cell
+    of c rows counts at the smallest grid point >= c, the bound that keeps all of it.
 
     Example:
         >>> from mechanisms.sampling import FixedSampler
@@ -213,6 +226,10 @@ def choose_bound(
         assert isinstance(capped, int) and isinstance(cells, int) and 1 <= capped <= limit
         histogram[bisect.bisect_left(grid, capped)] += cells
     above = count_target.counts_above(histogram)
+    if share is None and sensitivity == 1:  # one cell per unit: the truncated rows beside the truncated cells
+        truncated = count_target.clipped_truncation([(int(c), int(n)) for c, n in rows], grid, ROWS_CLIP)
+        return grid[count_target.joint_index(above, truncated, grid, target=target, epsilon=epsilon, sensitivity=1,
+                                             clip=ROWS_CLIP, sampler=sampler, step=ROWS_STEP, weight=ROWS_WEIGHT)]
     if share is not None:
         return grid[count_target.share_index(above, sum(histogram), share=share, epsilon=epsilon,
                                              sensitivity=sensitivity, sampler=sampler)]

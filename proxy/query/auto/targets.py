@@ -89,13 +89,16 @@ def cell_target(analysis: Analysis, priced: Price) -> float:
     return min(targets)
 
 
-# ρ: a quantile-only query's max_rows is drawn where this share of the cells has more rows (rows_share)
+# ρ: a quantile-only query's max_rows is drawn where this share of the cells has more rows (rows_share); an
+# AVG-only query's where a tenth has (AVG_SHARE)
 ROWS_SHARE = Fraction(1, 2)
+AVG_SHARE = Fraction(1, 10)
 
 
 def rows_share(analysis: Analysis) -> Fraction | None:
-    """ρ for a query whose every measure is a quantile's histogram (None otherwise): its max_rows is drawn where
-    N(k) = ρ·C, C the cells the selection reads (count_target.share_index), not at a count's τ·g.
+    """ρ for a query whose every measure is a quantile's histogram, or whose every aggregate is an AVG (None
+    otherwise): its max_rows is drawn where N(k) = ρ·C, C the cells the selection reads (count_target.share_index),
+    not at a count's τ·g.
 
     Why (the error objective of `cell_target`, for a quantile). A quantile's exponential mechanism pays k in its
     score's sensitivity Δ(q, k) = max(q, 1 − q)·k: its rank error is ∝ T_k = 2Δ(q, k)/ε_L = k·T_1, and what that
@@ -110,6 +113,13 @@ def rows_share(analysis: Analysis) -> Fraction | None:
     data; C does, and the score −|N_i − ρ·C| moves by at most max(ρ, 1 − ρ)·s for s cells a unit adds (as a DP
     quantile's score, docs/privacy.md §9), which the draw is calibrated to: the same ε_i, the same event.
 
+    A query whose every aggregate is an AVG draws at ρ = 1/10 (`AVG_SHARE`, k about the cells' 90th percentile):
+    a truncated row costs an average only as far as the dropped rows differ from the kept ones, while a larger k
+    lets the unit's total cap (docs/privacy.md §10.2) scale its sum and not its count, a bias that grows with k
+    (AVG(duration_s) by region: 0.2 % at k = 23, 0.5–1.2 % at k = 128–362, bench/README.md); the count's target
+    drew k = 91–181 there. A tenth rather than a half keeps the rows of units with many rows where they carry a
+    different average (AVG(amount) by region: k = 23 costs 1.5× the error of k = 128).
+
     Example:
         >>> from proxy.query.parse.statement import parse
         >>> from proxy.query.analyse.analysis import analyse
@@ -117,8 +127,10 @@ def rows_share(analysis: Analysis) -> Fraction | None:
         >>> t = TableSchema("t", "u", (ColumnSpec("u", "BIGINT"), ColumnSpec("x", "DOUBLE", bounds=(0, 9))),
         ...     max_rows=100, auto_max_rows=True)
         >>> [rows_share(analyse(parse(q), Catalog((t,)))) for q in ("SELECT MEDIAN(x), QUANTILE_CONT(x, 0.9) FROM t",
-        ...     "SELECT MEDIAN(x), COUNT(*) FROM t")]
-        [Fraction(1, 2), None]
+        ...     "SELECT MEDIAN(x), COUNT(*) FROM t", "SELECT AVG(x) FROM t", "SELECT AVG(x), COUNT(*) FROM t")]
+        [Fraction(1, 2), None, Fraction(1, 10), None]
     """
-    measures = analysis.measures
-    return ROWS_SHARE if measures and all(m.kind == "histogram" for m in measures) else None
+    measures, aggregates = analysis.measures, analysis.aggregates
+    if measures and all(m.kind == "histogram" for m in measures):
+        return ROWS_SHARE
+    return AVG_SHARE if aggregates and all(a.kind == "avg" for a in aggregates) else None
