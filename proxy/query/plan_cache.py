@@ -31,6 +31,7 @@ n2`): `labels` cuts such names out, and the planner plans a shape once and relab
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections import Counter, OrderedDict
@@ -111,7 +112,7 @@ def labels(sql: str, declared: frozenset[str], dialect: str = "duckdb") -> Shape
     if len(sql) > MAX_TEXT or "\x00" in sql:
         return None
     try:
-        tokens = Dialect.get_or_raise(dialect).tokenize(sql)
+        tokens = _dialect(dialect).tokenize(sql)  # a new tokenizer per call: threads may share the dialect
     except (SqlglotError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
         return None  # planned afresh, and refused there with the parser's own error
     spelled = Counter(t.text.lower() for t in tokens)
@@ -142,6 +143,11 @@ def labels(sql: str, declared: frozenset[str], dialect: str = "duckdb") -> Shape
         at = token.end + 1
     parts.append(sql[at:])
     return Shape("\x00".join(parts), tuple(names))
+
+
+@functools.lru_cache(maxsize=16)
+def _dialect(name: str) -> Dialect:
+    return Dialect.get_or_raise(name)
 
 
 def label_prints(name: str, dialect: str) -> bool:
