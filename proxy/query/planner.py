@@ -373,7 +373,7 @@ def plan(
 
 _PLANS: Memo[tuple[Catalog, QueryPlan, str | None]] = Memo(256)
 _SHAPES: Memo[tuple[Catalog, QueryPlan, tuple[str, ...], str | None]] = Memo(256)
-_LABELS: Memo[tuple[Shape | None]] = Memo(64)  # a text's shape, read by plan_public, public_scalars and plan alike
+_LABELS: Memo[tuple[Catalog, Shape | None]] = Memo(64)  # a text's shape: plan_public, public_scalars and plan read it
 _NOT_PUBLIC: Memo[Catalog] = Memo(256)  # shapes plan_public found to read a protected table
 _NO_SCALARS: Memo[Catalog] = Memo(256)  # shapes public_scalars found without a public scalar subquery
 
@@ -382,10 +382,10 @@ def _shape(sql: str, dialect: str, catalog: Catalog) -> Shape | None:
     """plan_cache.labels of `sql` against the catalog's names, memoised per text for the request's three readers."""
     key = (sql, dialect, id(catalog))
     held = _LABELS.get(key)
-    if held is None:
-        held = (labels(sql, _declared_names(catalog), dialect),)
-        _LABELS.put(key, held)
-    return held[0]
+    if held is None or held[0] is not catalog:
+        held = (catalog, labels(sql, _declared_names(catalog), dialect))
+        _LABELS.put(key, held)  # the catalog is held: its id is not reused meanwhile
+    return held[1]
 
 
 @functools.lru_cache(maxsize=16)

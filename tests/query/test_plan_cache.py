@@ -247,3 +247,11 @@ def test_a_label_that_is_a_column_name_is_refused_after_a_shape_was_planned() ->
                               mechanism="laplace")
     assert relabelled.normalized_sql == "SELECT plan, COUNT(*) AS n2 FROM users GROUP BY plan"
     assert [o.name for o in relabelled.analysis.outputs] == ["plan", "n2"]
+
+
+def test_a_shape_planned_under_one_catalog_is_planned_afresh_under_another() -> None:
+    planner.clear_memos()
+    fixed = plan("SELECT COUNT(*) AS n1 FROM visits", DEMO, epsilon=1.0, delta=0.0, mechanism="laplace")
+    chosen = plan("SELECT COUNT(*) AS n2 FROM visits", AUTO, epsilon=1.0, delta=0.0, mechanism="laplace")
+    assert fixed.auto is None and chosen.auto is not None  # AUTO's automatic bounds, not DEMO's plan relabelled
+    assert [o.name for o in chosen.analysis.outputs] == ["n2"] and len(planner._SHAPES) == 2
