@@ -355,7 +355,13 @@ def plan(
         shape = _shape(sql, dialect, catalog)
         shaped = None if shape is None else (shape.key, *key[1:])
         found = None if shaped is None else _SHAPES.get(shaped)
-        if shape is not None and found is not None and found[0] is catalog:
+        if found is not None and (found[0] is not catalog or found[4] is False):
+            found = None
+        elif found is not None and found[4] is None:  # checked at its first reuse: a miss costs no check
+            found = (*found[:4], relabels(found[1], found[2], found[3]))
+            _SHAPES.put(shaped, found)
+            found = found if found[4] else None
+        if shape is not None and found is not None:
             unsalted, fixed = relabelled(found[1], found[2], shape.names, sql), found[3]
         else:
             unsalted = _unsalted(sql, catalog, epsilon=epsilon, delta=delta, mechanism=mechanism,
@@ -363,8 +369,8 @@ def plan(
                                  conversion=conversion, auto_share=auto_share, auto_quantile=auto_quantile,
                                  today=today, bounding=bounding, scalars=scalars)
             fixed = _salt_free_sql(unsalted.analysis, bounding, catalog)
-            if shape is not None and relabels(unsalted, shape.names, fixed):
-                _SHAPES.put(shaped, (catalog, unsalted, shape.names, fixed))
+            if shape is not None and _SHAPES.get(shaped) is None:
+                _SHAPES.put(shaped, (catalog, unsalted, shape.names, fixed, None))  # relabels: not yet checked
         if len(sql) <= MAX_TEXT:
             _PLANS.put(key, (catalog, unsalted, fixed))  # the catalog is held: its id is not reused meanwhile
     tree, sql_text = (None, fixed) if fixed is not None else bounded_sql(unsalted.analysis, salt, bounding, catalog)
@@ -372,7 +378,8 @@ def plan(
 
 
 _PLANS: Memo[tuple[Catalog, QueryPlan, str | None]] = Memo(256)
-_SHAPES: Memo[tuple[Catalog, QueryPlan, tuple[str, ...], str | None]] = Memo(256)
+# per shape: the plan of its first text, that text's labels, its salt-free SQL, and whether `relabels` held
+_SHAPES: Memo[tuple[Catalog, QueryPlan, tuple[str, ...], str | None, bool | None]] = Memo(256)
 _LABELS: Memo[tuple[Catalog, Shape | None]] = Memo(64)  # a text's shape: plan_public, public_scalars and plan read it
 _NOT_PUBLIC: Memo[Catalog] = Memo(256)  # shapes plan_public found to read a protected table
 _NO_SCALARS: Memo[Catalog] = Memo(256)  # shapes public_scalars found without a public scalar subquery
