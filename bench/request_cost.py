@@ -4,7 +4,9 @@ Runs the request path of `POST /v1/query` without HTTP, on the demo (bounding st
 `SELECT plan, COUNT(*) AS n<i> FROM users GROUP BY plan`, each stage timed on its own with
 `time.process_time` (the whole process: DuckDB's threads and SQLite's fsync included) and `perf_counter`:
 
-    prepare         parse, analyse, price, rewrite (proxy.pipeline.prepare)
+    public check    whether the text reads public tables alone (pipeline.answer_public: the route asks it first)
+    prepare         parse, analyse, price, rewrite (proxy.pipeline.prepare); a text of a shape planned before
+                    (issue #32, docs/architecture.md "A plan per shape"): the plan of that shape, relabelled
     stored_release  the repeat lookup
     refresh         the bounding store's freshness check
     admit           the ledger's check-and-insert with its `admitted` audit entry (one FULL commit)
@@ -90,8 +92,10 @@ class Stages:
 
 def one(env: pipeline.Env, analyst: Any, i: int, timed: Stages, again: bool = False) -> None:
     """The request path of one distinct query, stage by stage, as proxy/pipeline.py runs it."""
-    prepared = timed("prepare", lambda: pipeline.prepare(QueryRequest(sql=SQL.format(i=i)), analyst, env.policy,
-                                                         env.sampler.salt()))
+    request = QueryRequest(sql=SQL.format(i=i))
+    if timed("public check", lambda: pipeline.answer_public(request, analyst, env)) is not None:
+        raise SystemExit("the query reads a protected table: it is not answered as a public one")
+    prepared = timed("prepare", lambda: pipeline.prepare(request, analyst, env.policy, env.sampler.salt()))
     dataset, plan = prepared.dataset, prepared.plan
     timed("stored_release", lambda: env.ledger.stored_release(analyst.name, dataset.name, prepared.request_sha256))
     engine = env.engine(dataset.name)

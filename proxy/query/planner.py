@@ -26,7 +26,7 @@ from proxy.query.parse.qualify import qualify
 from proxy.query.parse.statement import normalised, parse
 from proxy.query.per_unit.outer import two_level_analysis
 from proxy.query.per_unit.recognise import two_level
-from proxy.query.plan_cache import MAX_TEXT, Memo, exact
+from proxy.query.plan_cache import MAX_TEXT, Memo, Shape, exact, labels, relabelled, relabels
 from proxy.query.price.charge import Price, price, price_for_noise
 from proxy.query.public import PublicQuery, public_query, reads_public
 from proxy.query.public.scalars import fold, public_value, scalar_subqueries
@@ -261,8 +261,14 @@ def plan_public(sql: str, catalog: Catalog, *, max_rows: int, dialect: str = "du
         >>> plan_public("select count(*) from t", c, max_rows=10) is None
         True
     """
+    shape = _shape(sql, dialect, catalog)
+    shaped = None if shape is None else (shape.key, dialect, id(catalog))
+    if shaped is not None and _NOT_PUBLIC.get(shaped) is catalog:
+        return None  # a relabelled text reads the same tables (docs/architecture.md, "A plan per shape")
     parsed, select = _select(sql, dialect, catalog)
     query = public_query(select, catalog, max_rows=max_rows)
+    if query is None and shaped is not None:
+        _NOT_PUBLIC.put(shaped, catalog)
     return None if query is None else PublicPlan(sql, _normalised(sql, parsed, dialect), query)
 
 
@@ -278,10 +284,16 @@ def public_scalars(sql: str, catalog: Catalog, *, dialect: str = "duckdb") -> tu
         >>> [q.tree.sql() for q in public_scalars("SELECT COUNT(*) FROM t WHERE x > (SELECT MAX(k) FROM p)", c)]
         ['SELECT MAX("t1"."k") AS "MAX(k)" FROM "p" AS "t1" LIMIT 2']
     """
+    shape = _shape(sql, dialect, catalog)
+    shaped = None if shape is None else (shape.key, dialect, id(catalog))
+    if shaped is not None and _NO_SCALARS.get(shaped) is catalog:
+        return ()  # a relabelled text has the same subqueries (docs/architecture.md, "A plan per shape")
     _, select = _select(sql, dialect, catalog)
-    if reads_public(select, catalog):
-        return ()
-    return tuple(public_value(s, catalog) for s in scalar_subqueries(select, catalog))
+    found = () if reads_public(select, catalog) else tuple(
+        public_value(s, catalog) for s in scalar_subqueries(select, catalog))
+    if not found and shaped is not None:
+        _NO_SCALARS.put(shaped, catalog)
+    return found
 
 
 def plan(
@@ -339,11 +351,26 @@ def plan(
     if held is not None and held[0] is catalog:
         unsalted, fixed = held[1], held[2]
     else:
-        unsalted = _unsalted(sql, catalog, epsilon=epsilon, delta=delta, mechanism=mechanism,
-                             noise_multiplier=noise_multiplier, cells=cells, dialect=dialect, conversion=conversion,
-                             auto_share=auto_share, auto_quantile=auto_quantile, today=today, bounding=bounding,
-                             scalars=scalars)
-        fixed = _salt_free_sql(unsalted.analysis, bounding, catalog)
+        # a text of a shape planned before (the same text but for its output labels): that plan, relabelled
+        shape = _shape(sql, dialect, catalog)
+        shaped = None if shape is None else (shape.key, *key[1:])
+        found = None if shaped is None else _SHAPES.get(shaped)
+        if found is not None and (found[0] is not catalog or found[4] is False):
+            found = None
+        elif found is not None and found[4] is None:  # checked at its first reuse: a miss costs no check
+            found = (*found[:4], relabels(found[1], found[2], found[3]))
+            _SHAPES.put(shaped, found)
+            found = found if found[4] else None
+        if shape is not None and found is not None:
+            unsalted, fixed = relabelled(found[1], found[2], shape.names, sql), found[3]
+        else:
+            unsalted = _unsalted(sql, catalog, epsilon=epsilon, delta=delta, mechanism=mechanism,
+                                 noise_multiplier=noise_multiplier, cells=cells, dialect=dialect,
+                                 conversion=conversion, auto_share=auto_share, auto_quantile=auto_quantile,
+                                 today=today, bounding=bounding, scalars=scalars)
+            fixed = _salt_free_sql(unsalted.analysis, bounding, catalog)
+            if shape is not None and _SHAPES.get(shaped) is None:
+                _SHAPES.put(shaped, (catalog, unsalted, shape.names, fixed, None))  # relabels: not yet checked
         if len(sql) <= MAX_TEXT:
             _PLANS.put(key, (catalog, unsalted, fixed))  # the catalog is held: its id is not reused meanwhile
     tree, sql_text = (None, fixed) if fixed is not None else bounded_sql(unsalted.analysis, salt, bounding, catalog)
@@ -351,6 +378,27 @@ def plan(
 
 
 _PLANS: Memo[tuple[Catalog, QueryPlan, str | None]] = Memo(256)
+# per shape: the plan of its first text, that text's labels, its salt-free SQL, and whether `relabels` held
+_SHAPES: Memo[tuple[Catalog, QueryPlan, tuple[str, ...], str | None, bool | None]] = Memo(256)
+_LABELS: Memo[tuple[Catalog, Shape | None]] = Memo(64)  # a text's shape: plan_public, public_scalars and plan read it
+_NOT_PUBLIC: Memo[Catalog] = Memo(256)  # shapes plan_public found to read a protected table
+_NO_SCALARS: Memo[Catalog] = Memo(256)  # shapes public_scalars found without a public scalar subquery
+
+
+def _shape(sql: str, dialect: str, catalog: Catalog) -> Shape | None:
+    """plan_cache.labels of `sql` against the catalog's names, memoised per text for the request's three readers."""
+    key = (sql, dialect, id(catalog))
+    held = _LABELS.get(key)
+    if held is None or held[0] is not catalog:
+        held = (catalog, labels(sql, _declared_names(catalog), dialect))
+        _LABELS.put(key, held)  # the catalog is held: its id is not reused meanwhile
+    return held[1]
+
+
+@functools.lru_cache(maxsize=16)
+def _declared_names(catalog: Catalog) -> frozenset[str]:
+    """Every table and column name the catalog declares, lower case: never an output label (plan_cache.labels)."""
+    return frozenset(name for table, columns in _declared_columns(catalog).items() for name in (table, *columns))
 
 
 def _salt_free_sql(analysis: Analysis, bounding: Bounding, catalog: Catalog) -> str | None:
@@ -365,7 +413,7 @@ def _salt_free_sql(analysis: Analysis, bounding: Bounding, catalog: Catalog) -> 
 
 def clear_memos() -> None:
     """Forget every memoised statement, plan and identity (tests compare the memoised path with the plain one)."""
-    for memo in (_STATEMENTS, _NORMALISED, _PLANS, _IDENTITIES):
+    for memo in (_STATEMENTS, _NORMALISED, _PLANS, _IDENTITIES, _SHAPES, _LABELS, _NOT_PUBLIC, _NO_SCALARS):
         memo.clear()
 
 

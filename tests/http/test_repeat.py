@@ -137,3 +137,25 @@ def test_a_repeat_after_the_bounds_changed_is_answered_anew(fresh_server: StartF
     with server.client(demo.analyst_key) as analyst:
         again = _ask(analyst, sql, epsilon=0.5)
         assert again.headers["x-dp-repeat"] == "false" and again.content != first.content
+
+
+# Issue #32: a text that differs from an earlier one only in its output labels is planned from that one's plan,
+# relabelled (docs/architecture.md, "A plan per shape"): a new request, charged and audited as its own text.
+def test_a_relabelled_text_is_a_new_answer_charged_and_audited_under_its_own_text(
+    fresh_server: StartFresh, demo: DemoFiles
+) -> None:
+    server = fresh_server()
+    texts = [f"SELECT region, COUNT(*) AS n{i} FROM users GROUP BY region" for i in (1, 2)]
+    with server.client(demo.analyst_key) as analyst, server.client(demo.admin_key) as admin:
+        first, second = (analyst.post("/v1/query", json={"sql": sql, "epsilon": 0.2}) for sql in texts)
+        assert first.status_code == second.status_code == 200
+        assert first.headers["x-dp-repeat"] == second.headers["x-dp-repeat"] == "false"  # two requests, two charges
+        assert first.json()["columns"] == ["region", "n1"] and second.json()["columns"] == ["region", "n2"]
+        assert first.json()["charge"]["epsilon"] == second.json()["charge"]["epsilon"]  # the same price
+        assert first.headers["x-dp-charge-id"] != second.headers["x-dp-charge-id"]
+        again = analyst.post("/v1/query", json={"sql": texts[1], "epsilon": 0.2})
+        assert again.headers["x-dp-repeat"] == "true" and again.content == second.content  # its own repeat
+        assert admin.get("/v1/ledger").json()["total"] == 2
+        answered = admin.get("/v1/audit", params={"decision": "answered"}).json()["entries"]
+        assert sorted(e["sql"] for e in answered) == texts  # each answer's entry records its own text
+        assert admin.get("/v1/audit/verify").json()["ok"] is True
