@@ -7,10 +7,16 @@ so adding noise cannot reach OpenDP's saturating i64 arithmetic in practice.
 `SecureSampler.exponential_index` draws an index i with probability ∝ exp(−xᵢ) for rational xᵢ exactly
 (Bernoulli(exp(−x)) of CKS20 §5.1 under a uniform proposal; no floating point), for the DP quantile.
 `FixedSampler` is a deterministic test seam and must never reach production.
+
+A measurement is built once per distinct parameter (a bounded memo): it is a pure description of the
+mechanism and holds no randomness, which every invocation draws afresh (docs/privacy.md §2, "Built once, drawn
+every time"). It is invoked through the four FFI calls OpenDP's own `Measurement.__call__` makes, with the
+argument's type, checked when the measurement is built, named once instead of looked up and parsed per call.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import operator
 import secrets
@@ -20,10 +26,12 @@ from functools import lru_cache
 from typing import Protocol
 
 import opendp.prelude as dp
+from opendp._lib import AnyObjectPtr, FfiResult, FfiSlice, FfiSlicePtr, lib, unwrap
+from opendp.core import measurement_input_carrier_type
 
 MAX_ABS_VALUE = 2**62
 
-_Measurement = Callable[[list[int]], list[int]]
+_I64_VECTOR = "Vec<i64>"
 
 
 class Sampler(Protocol):
@@ -61,18 +69,58 @@ def _checked(values: Sequence[int], name: str, scale: float) -> list[int]:
     return out
 
 
+def _ffi(name: str, argtypes: list[type]) -> Callable[..., FfiResult]:
+    # a function object of our own: OpenDP's wrappers set the signature of their shared one on every call
+    function = lib[name]
+    function.argtypes = argtypes
+    function.restype = FfiResult
+    return function  # type: ignore[no-any-return]
+
+
+_SLICE_AS_OBJECT = _ffi("opendp_data__slice_as_object", [FfiSlicePtr, ctypes.c_char_p])
+_INVOKE = _ffi("opendp_core__measurement_invoke", [dp.Measurement, AnyObjectPtr])
+_OBJECT_AS_SLICE = _ffi("opendp_data__object_as_slice", [AnyObjectPtr])
+_SLICE_FREE = _ffi("opendp_data__slice_free", [FfiSlicePtr])
+
+
+def _invoke(measurement: dp.Measurement, values: list[int]) -> list[int]:
+    """`measurement(values)` for a measurement on Vec<i64>: the same Rust invocation `Measurement.__call__`
+    makes, the argument copied into OpenDP as Vec<i64> and the answer copied out, without OpenDP's per-call
+    type lookup and per-value conversions (the values were checked by `_checked`). The AnyObjectPtr results
+    free themselves as OpenDP's do; the slice view is freed here."""
+    n = len(values)
+    array = (ctypes.c_int64 * n)(*values)
+    view = FfiSlicePtr(FfiSlice(ctypes.cast(array, ctypes.c_void_p), n))
+    argument = unwrap(_SLICE_AS_OBJECT(view, _I64_VECTOR.encode()), AnyObjectPtr)  # OpenDP copies the values
+    answer = unwrap(_INVOKE(measurement, argument), AnyObjectPtr)
+    raw = unwrap(_OBJECT_AS_SLICE(answer), FfiSlicePtr)
+    try:
+        if raw.contents.len != n:  # a measurement on Vec<i64> maps n values to n values
+            raise RuntimeError(f"the sampler returned {raw.contents.len} values for {n}")
+        return ctypes.cast(raw.contents.ptr, ctypes.POINTER(ctypes.c_int64))[:n]  # copied while `answer` lives
+    finally:
+        unwrap(_SLICE_FREE(raw), ctypes.c_void_p)
+
+
+def _on_i64_vectors(measurement: dp.Measurement) -> dp.Measurement:
+    carrier = measurement_input_carrier_type(measurement)
+    if carrier != _I64_VECTOR:  # `_invoke` names this type: refuse any other rather than misread memory
+        raise TypeError(f"the sampler's measurement takes {carrier}, not {_I64_VECTOR}")
+    return measurement
+
+
 @lru_cache(maxsize=256)
-def _laplace_measurement(scale: float) -> _Measurement:
+def _laplace_measurement(scale: float) -> dp.Measurement:
     dp.enable_features("contrib")
     space = dp.vector_domain(dp.atom_domain(T=dp.i64)), dp.l1_distance(T=dp.i64)
-    return dp.m.make_laplace(*space, scale=scale)
+    return _on_i64_vectors(dp.m.make_laplace(*space, scale=scale))
 
 
 @lru_cache(maxsize=256)
-def _gaussian_measurement(sigma: float) -> _Measurement:
+def _gaussian_measurement(sigma: float) -> dp.Measurement:
     dp.enable_features("contrib")
     space = dp.vector_domain(dp.atom_domain(T=dp.i64)), dp.l2_distance(T=dp.i64)
-    return dp.m.make_gaussian(*space, scale=sigma)
+    return _on_i64_vectors(dp.m.make_gaussian(*space, scale=sigma))
 
 
 def _checked_exponents(numerators: Sequence[int], denominator: int) -> list[int]:
@@ -120,7 +168,7 @@ class SecureSampler:
         checked = _checked(values, "scale", scale)
         if not checked:
             return ()
-        return tuple(int(v) for v in _laplace_measurement(float(scale))(checked))
+        return tuple(_invoke(_laplace_measurement(float(scale)), checked))
 
     def salt(self) -> int:
         """A fresh 62-bit key for the per-unit choice of rows and groups, from the OS CSPRNG.
@@ -142,7 +190,7 @@ class SecureSampler:
         checked = _checked(values, "sigma", sigma)
         if not checked:
             return ()
-        return tuple(int(v) for v in _gaussian_measurement(float(sigma))(checked))
+        return tuple(_invoke(_gaussian_measurement(float(sigma)), checked))
 
     def exponential_index(self, numerators: Sequence[int], denominator: int) -> int:
         """Index i with probability exactly exp(−xᵢ)/Σⱼ exp(−xⱼ), xᵢ = numerators[i]/denominator, by
