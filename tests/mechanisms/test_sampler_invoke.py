@@ -1,0 +1,108 @@
+"""The sampler's memoised OpenDP measurements and their direct invocation (issue #32, docs/privacy.md §2,
+"Built once, drawn every time").
+
+A measurement is built once per parameter and invoked through OpenDP's own FFI calls: two invocations of one
+memoised measurement must give independent draws, and the direct call must draw from the same distribution
+as OpenDP's `Measurement.__call__`. Both are χ² tests at α = 1e-6, and each test must also reject a broken
+variant (draws replayed, draws at another scale), so a pass means something.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import opendp.prelude as dp
+import pytest
+from scipy import stats
+
+from mechanisms.sampling import (
+    MAX_ABS_VALUE,
+    SecureSampler,
+    _gaussian_measurement,
+    _invoke,
+    _laplace_measurement,
+    _on_i64_vectors,
+)
+
+ALPHA = 1e-6
+DRAWS = 20_000
+ZEROS = [0] * DRAWS
+BUILDERS = {"laplace": _laplace_measurement, "gaussian": _gaussian_measurement}
+
+
+def _bin(value: int, reach: int) -> int:
+    return max(-reach, min(reach, value)) + reach
+
+
+def _independence_pvalue(first: Sequence[int], second: Sequence[int], reach: int = 2) -> float:
+    """χ² test of independence of the pairs (first[i], second[i]), each binned to −reach…reach (tails pooled)."""
+    width = 2 * reach + 1
+    table = [[0] * width for _ in range(width)]
+    for a, b in zip(first, second, strict=True):
+        table[_bin(a, reach)][_bin(b, reach)] += 1
+    return float(stats.chi2_contingency(table).pvalue)
+
+
+def _same_distribution_pvalue(first: Sequence[int], second: Sequence[int], reach: int) -> float:
+    """Two-sample χ² test (2 × bins contingency) that both samples come from one distribution."""
+    width = 2 * reach + 1
+    table = [[0] * width for _ in range(2)]
+    for row, sample in enumerate((first, second)):
+        for value in sample:
+            table[row][_bin(value, reach)] += 1
+    return float(stats.chi2_contingency(table).pvalue)
+
+
+@pytest.mark.parametrize("kind", sorted(BUILDERS))
+def test_a_measurement_is_built_once_per_parameter(kind: str) -> None:
+    build = BUILDERS[kind]
+    assert build(3.5) is build(3.5)
+    assert build(3.5) is not build(4.5)
+
+
+@pytest.mark.parametrize("kind", sorted(BUILDERS))
+def test_two_invocations_of_a_memoised_measurement_are_independent(kind: str) -> None:
+    measurement = BUILDERS[kind](1.5)
+    first, second = _invoke(measurement, ZEROS), _invoke(measurement, ZEROS)
+    assert _independence_pvalue(first, second) > ALPHA
+
+
+@pytest.mark.parametrize("kind", sorted(BUILDERS))
+def test_the_independence_test_rejects_replayed_or_dependent_draws(kind: str) -> None:
+    measurement = BUILDERS[kind](1.5)
+    first = _invoke(measurement, ZEROS)
+    assert _independence_pvalue(first, first) < ALPHA  # a memo that kept its draws
+    nudged = _invoke(measurement, first)  # the second draw centred on the first: dependent
+    assert _independence_pvalue(first, nudged) < ALPHA
+
+
+@pytest.mark.parametrize(("kind", "scale", "reach"), [("laplace", 2.0, 8), ("gaussian", 2.0, 6),
+                                                      ("laplace", 40.0, 120)])
+def test_the_direct_call_draws_what_opendps_own_call_draws(kind: str, scale: float, reach: int) -> None:
+    measurement = BUILDERS[kind](scale)
+    direct, own = _invoke(measurement, ZEROS), measurement(ZEROS)
+    assert all(type(v) is int for v in direct)
+    assert _same_distribution_pvalue(direct, own, reach) > ALPHA
+
+
+def test_the_same_distribution_test_rejects_another_scale() -> None:
+    direct = _invoke(_laplace_measurement(2.0), ZEROS)
+    other = _laplace_measurement(2.0 * 1.3)(ZEROS)
+    assert _same_distribution_pvalue(direct, other, 8) < ALPHA
+
+
+def test_each_value_keeps_its_place() -> None:
+    """Values far apart come back in order, each with its own noise (scale 1: |noise| < 60 but with
+    probability below 1e-20 per value), the extremes the sampler accepts included."""
+    values = [0, 10**12, -7, MAX_ABS_VALUE - 1, -(MAX_ABS_VALUE - 1), 2**40] * 50
+    for draw in (SecureSampler().laplace, SecureSampler().gaussian):
+        noisy = draw(values, 1.0)
+        assert all(abs(y - x) < 60 for x, y in zip(values, noisy, strict=True))
+
+
+def test_a_measurement_on_another_carrier_type_is_refused() -> None:
+    dp.enable_features("contrib")
+    space = dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l1_distance(T=float)
+    with pytest.raises(TypeError, match="Vec<f64>"):
+        _on_i64_vectors(dp.m.make_laplace(*space, scale=1.0))
+
