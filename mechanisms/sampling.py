@@ -26,7 +26,7 @@ from functools import lru_cache
 from typing import Protocol
 
 import opendp.prelude as dp
-from opendp._lib import AnyObjectPtr, FfiResult, FfiSlice, FfiSlicePtr, lib, unwrap
+from opendp._lib import FfiResult, FfiSlice, lib, unwrap
 from opendp.core import measurement_input_carrier_type
 
 MAX_ABS_VALUE = 2**62
@@ -77,29 +77,46 @@ def _ffi(name: str, argtypes: list[type]) -> Callable[..., FfiResult]:
     return function  # type: ignore[no-any-return]
 
 
-_SLICE_AS_OBJECT = _ffi("opendp_data__slice_as_object", [FfiSlicePtr, ctypes.c_char_p])
-_INVOKE = _ffi("opendp_core__measurement_invoke", [dp.Measurement, AnyObjectPtr])
-_OBJECT_AS_SLICE = _ffi("opendp_data__object_as_slice", [AnyObjectPtr])
-_SLICE_FREE = _ffi("opendp_data__slice_free", [FfiSlicePtr])
+_SLICE = ctypes.POINTER(FfiSlice)
+_I64S = ctypes.POINTER(ctypes.c_int64)
+_SLICE_AS_OBJECT = _ffi("opendp_data__slice_as_object", [_SLICE, ctypes.c_char_p])
+_INVOKE = _ffi("opendp_core__measurement_invoke", [dp.Measurement, ctypes.c_void_p])
+_OBJECT_AS_SLICE = _ffi("opendp_data__object_as_slice", [ctypes.c_void_p])
+_SLICE_FREE = _ffi("opendp_data__slice_free", [ctypes.c_void_p])
+_OBJECT_FREE = _ffi("opendp_data__object_free", [ctypes.c_void_p])
+
+
+def _ok(result: FfiResult) -> int:
+    """The address an FFI call returned; its error, if any, raised (and freed) by OpenDP's own `unwrap`."""
+    if result.tag != 0:
+        unwrap(result, ctypes.c_void_p)  # always raises OpenDPException for an error result
+    return result.payload.Ok  # type: ignore[no-any-return]
 
 
 def _invoke(measurement: dp.Measurement, values: list[int]) -> list[int]:
-    """`measurement(values)` for a measurement on Vec<i64>: the same Rust invocation `Measurement.__call__`
-    makes, the argument copied into OpenDP as Vec<i64> and the answer copied out, without OpenDP's per-call
-    type lookup and per-value conversions (the values were checked by `_checked`). The AnyObjectPtr results
-    free themselves as OpenDP's do; the slice view is freed here."""
+    """`measurement(values)` for a measurement on Vec<i64>: the same calls into OpenDP's library, in the same
+    order, as `Measurement.__call__` makes (argument to AnyObject, invoke, answer to slice, read, free), with the
+    argument's type named once (`_on_i64_vectors` checked it) instead of looked up and parsed per call, and the
+    values copied as one i64 array instead of converted one by one (`_checked` already made them ints)."""
     n = len(values)
     array = (ctypes.c_int64 * n)(*values)
-    view = FfiSlicePtr(FfiSlice(ctypes.cast(array, ctypes.c_void_p), n))
-    argument = unwrap(_SLICE_AS_OBJECT(view, _I64_VECTOR.encode()), AnyObjectPtr)  # OpenDP copies the values
-    answer = unwrap(_INVOKE(measurement, argument), AnyObjectPtr)
-    raw = unwrap(_OBJECT_AS_SLICE(answer), FfiSlicePtr)
+    argument = _ok(_SLICE_AS_OBJECT(ctypes.byref(FfiSlice(ctypes.cast(array, ctypes.c_void_p), n)),
+                                    _I64_VECTOR.encode()))  # OpenDP copies the values into its own Vec
     try:
-        if raw.contents.len != n:  # a measurement on Vec<i64> maps n values to n values
-            raise RuntimeError(f"the sampler returned {raw.contents.len} values for {n}")
-        return ctypes.cast(raw.contents.ptr, ctypes.POINTER(ctypes.c_int64))[:n]  # copied while `answer` lives
+        answer = _ok(_INVOKE(measurement, argument))
     finally:
-        unwrap(_SLICE_FREE(raw), ctypes.c_void_p)
+        _ok(_OBJECT_FREE(argument))
+    try:
+        raw = _ok(_OBJECT_AS_SLICE(answer))  # a view of the answer's Vec<i64>, valid while `answer` lives
+        try:
+            view = ctypes.cast(raw, _SLICE).contents
+            if view.len != n:  # a measurement on Vec<i64> maps n values to n values
+                raise RuntimeError(f"the sampler returned {view.len} values for {n}")
+            return ctypes.cast(view.ptr, _I64S)[:n]  # copied out as Python ints before anything is freed
+        finally:
+            _ok(_SLICE_FREE(raw))
+    finally:
+        _ok(_OBJECT_FREE(answer))
 
 
 def _on_i64_vectors(measurement: dp.Measurement) -> dp.Measurement:

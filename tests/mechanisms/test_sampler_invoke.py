@@ -9,10 +9,12 @@ variant (draws replayed, draws at another scale), so a pass means something.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 
 import opendp.prelude as dp
 import pytest
+from opendp._lib import FfiSlice
 from scipy import stats
 
 from mechanisms.sampling import (
@@ -106,3 +108,13 @@ def test_a_measurement_on_another_carrier_type_is_refused() -> None:
     with pytest.raises(TypeError, match="Vec<f64>"):
         _on_i64_vectors(dp.m.make_laplace(*space, scale=1.0))
 
+
+
+def test_an_error_from_opendp_is_raised_not_read_as_an_address() -> None:
+    from opendp.mod import OpenDPException
+
+    from mechanisms.sampling import _SLICE_AS_OBJECT, _ok
+
+    empty = FfiSlice(None, 0)
+    with pytest.raises(OpenDPException):
+        _ok(_SLICE_AS_OBJECT(ctypes.byref(empty), b"Vec<no such type>"))
