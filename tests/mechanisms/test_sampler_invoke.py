@@ -118,3 +118,23 @@ def test_an_error_from_opendp_is_raised_not_read_as_an_address() -> None:
     empty = FfiSlice(None, 0)
     with pytest.raises(OpenDPException):
         _ok(_SLICE_AS_OBJECT(ctypes.byref(empty), b"Vec<no such type>"))
+
+
+@pytest.mark.parametrize(("kind", "scale"), [("laplace", 0.7), ("laplace", 123.25), ("gaussian", 0.7),
+                                             ("gaussian", 4096.5)])
+def test_a_measurement_on_the_shared_space_is_the_one_built_afresh(kind: str, scale: float) -> None:
+    """The domain and metric are built once and shared: the memoised measurement has the same input domain,
+    metric, privacy measure and privacy map as one built from scratch with the same scale."""
+    dp.enable_features("contrib")
+    if kind == "laplace":
+        space = dp.vector_domain(dp.atom_domain(T=dp.i64)), dp.l1_distance(T=dp.i64)
+        fresh = dp.m.make_laplace(*space, scale=scale)
+    else:
+        space = dp.vector_domain(dp.atom_domain(T=dp.i64)), dp.l2_distance(T=dp.i64)
+        fresh = dp.m.make_gaussian(*space, scale=scale)
+    memoised = BUILDERS[kind](scale)
+    assert str(memoised.input_domain) == str(fresh.input_domain)
+    assert str(memoised.input_metric) == str(fresh.input_metric)
+    assert str(memoised.output_measure) == str(fresh.output_measure)
+    for d_in in (1, 2, 7, 1000):
+        assert memoised.map(d_in) == fresh.map(d_in)
