@@ -58,8 +58,11 @@ def _checked(values: Sequence[int], name: str, scale: float) -> list[int]:
     # scale 0 would mean "no noise" to OpenDP: refuse it rather than release raw values
     if isinstance(scale, bool) or not (isinstance(scale, int | float) and math.isfinite(scale) and scale > 0):
         raise ValueError(f"{name} must be finite and > 0, got {scale!r}")
+    plain = list(values)
+    if plain and set(map(type, plain)) == {int} and min(plain) > -MAX_ABS_VALUE and max(plain) < MAX_ABS_VALUE:
+        return plain  # the common case, checked in C loops: the same verdict as the loop below
     out: list[int] = []
-    for value in values:
+    for value in plain:
         if isinstance(value, bool):
             raise TypeError("values must be integers on the grid, got a bool")
         number = operator.index(value)  # TypeError for floats: noise is only added on the integer grid

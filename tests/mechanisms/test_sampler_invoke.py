@@ -138,3 +138,23 @@ def test_a_measurement_on_the_shared_space_is_the_one_built_afresh(kind: str, sc
     assert str(memoised.output_measure) == str(fresh.output_measure)
     for d_in in (1, 2, 7, 1000):
         assert memoised.map(d_in) == fresh.map(d_in)
+
+
+@pytest.mark.parametrize(("bad", "error"), [(MAX_ABS_VALUE, ValueError), (-MAX_ABS_VALUE, ValueError),
+                                            (True, TypeError), (2.0, TypeError), ("3", TypeError)],
+                         ids=["too-large", "too-small", "bool", "float", "str"])
+def test_one_bad_value_among_many_is_refused(bad: object, error: type[Exception]) -> None:
+    """The all-ints fast check and the per-value loop give one verdict: a single bad value anywhere fails."""
+    for position in (0, 500, 999):
+        values: list[object] = [MAX_ABS_VALUE - 1, -(MAX_ABS_VALUE - 1)] * 500
+        values[position] = bad
+        with pytest.raises(error):
+            SecureSampler().laplace(values, 1.0)  # type: ignore[arg-type]
+
+
+def test_integers_of_other_types_are_still_taken() -> None:
+    import numpy as np
+
+    noisy = SecureSampler().laplace([np.int64(5), 7, np.int32(-3)], 1.0)  # type: ignore[list-item]
+    assert all(type(v) is int for v in noisy)
+    assert all(abs(y - x) < 60 for x, y in zip((5, 7, -3), noisy, strict=True))
