@@ -10,6 +10,7 @@ variant (draws replayed, draws at another scale), so a pass means something.
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Sequence
 
 import opendp.prelude as dp
@@ -158,3 +159,16 @@ def test_integers_of_other_types_are_still_taken() -> None:
     noisy = SecureSampler().laplace([np.int64(5), 7, np.int32(-3)], 1.0)  # type: ignore[list-item]
     assert all(type(v) is int for v in noisy)
     assert all(abs(y - x) < 60 for x, y in zip((5, 7, -3), noisy, strict=True))
+
+
+def test_the_gaussian_error_bar_is_memoised_per_sigma_and_confidence() -> None:
+    """zcdp.ci_halfwidth costs O(σ) up to σ = 1e4 (pricing and error bars call it per answer): memoised, it
+    returns what the computation returns, for each (σ, confidence) pair apart."""
+    from mechanisms.gaussian import zcdp
+
+    for sigma, confidence in [(3.0, 0.95), (3.0, 0.99), (1234.5, 0.95), (9999.0, 0.9), (2e4, 0.95)]:
+        first = zcdp.ci_halfwidth(sigma, confidence)
+        assert zcdp.ci_halfwidth(sigma, confidence) == first == zcdp.ci_halfwidth.__wrapped__(sigma, confidence)
+    assert zcdp.ci_halfwidth(3.0, 0.95) < zcdp.ci_halfwidth(3.0, 0.99)
+    with pytest.raises(ValueError):
+        zcdp.ci_halfwidth(math.nan)
