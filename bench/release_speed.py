@@ -2,6 +2,7 @@
 
     python bench/release_speed.py [--cells 100000]
     python bench/release_speed.py --answers 2000
+    python bench/release_speed.py --engine-rows DIR [--rows 200000 --users 10000]
 
 Prints, for a public-domain GROUP BY of `--cells` cells (two measures), the same with ORDER BY/LIMIT (the
 per-row evaluation path), and a private GROUP BY of as many candidate groups: median seconds over 3 runs,
@@ -13,6 +14,9 @@ workload's small answers, and then the sampler's own pieces against OpenDP's own
 the same run: one draw through the sampler's direct invocation against `Measurement.__call__`, and a new
 scale's measurement built on the shared domain and metric against one built from scratch. The answers part
 only uses `release` and `plan`, so the same command run from an older checkout gives the before figures.
+With `--engine-rows DIR` it times `release(...)` (CPU per answer, mean of 300) on the rows the engine returns
+for every query of bench/query_latency.py's workload, on the demo dataset in DIR (built if missing, bounding
+store), the product's own sampler; again only `release`, `prepare` and the engine, for before figures alike.
 """
 
 from __future__ import annotations
@@ -125,11 +129,41 @@ def answers(count: int) -> None:
           f"  (× {mine / theirs:.2f})")
 
 
+def engine_rows(directory: Path, rows: int, users: int) -> None:
+    """CPU per answer of `release` on the engine's rows for each workload query (see the docstring)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from query_latency import DATASET, WORKLOAD, ensure_dataset, in_process, prepare, set_bounding
+
+    from proxy import pipeline
+    from proxy.schemas import QueryRequest
+
+    _, key = ensure_dataset(directory, rows=rows, users=users)
+    set_bounding(directory / "policy.toml", "store")
+    env, analyst = in_process(directory / "policy.toml", directory, key)
+    engine = env.engine(DATASET)
+    for workload in WORKLOAD:
+        planned = prepare(QueryRequest(sql=workload.sql), analyst, env).plan
+        result = engine.run(pipeline.engine_sql(planned, engine)).rows
+        work = lambda p=planned, r=result: release(r, p.analysis, p.price, env.sampler)  # noqa: E731
+        work()
+        print(f"release {workload.name:22s} {len(result):4d} engine rows {planned.analysis.partitions:7s} "
+              f"{len(planned.price.noise)} noise  {_cpu_us(work, 300):8.1f} µs CPU")
+    env.ledger.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", type=int, default=100_000)
     parser.add_argument("--answers", type=int, default=0, help="CPU per small answer instead (issue #32)")
+    parser.add_argument("--engine-rows", type=Path, help="a demo directory: release on the engine's rows instead")
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--users", type=int, default=10_000)
     args = parser.parse_args()
+    if args.engine_rows:
+        print(f"checkout {Path(release.__code__.co_filename).parents[3]}; load {os.getloadavg()[0]:.1f}")
+        engine_rows(args.engine_rows.resolve(), args.rows, args.users)
+        print(f"load {os.getloadavg()[0]:.1f}")
+        return
     if args.answers:
         root = Path(release.__code__.co_filename).parents[3]
         print(f"checkout {root}; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
