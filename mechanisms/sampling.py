@@ -7,10 +7,16 @@ so adding noise cannot reach OpenDP's saturating i64 arithmetic in practice.
 `SecureSampler.exponential_index` draws an index i with probability ∝ exp(−xᵢ) for rational xᵢ exactly
 (Bernoulli(exp(−x)) of CKS20 §5.1 under a uniform proposal; no floating point), for the DP quantile.
 `FixedSampler` is a deterministic test seam and must never reach production.
+
+A measurement is built once per distinct parameter (a bounded memo): it is a pure description of the
+mechanism and holds no randomness, which every invocation draws afresh (docs/privacy.md §2, "Built once, drawn
+every time"). It is invoked through the four FFI calls OpenDP's own `Measurement.__call__` makes, with the
+argument's type, checked when the measurement is built, named once instead of looked up and parsed per call.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import operator
 import secrets
@@ -20,10 +26,12 @@ from functools import lru_cache
 from typing import Protocol
 
 import opendp.prelude as dp
+from opendp._lib import FfiResult, FfiSlice, lib, unwrap
+from opendp.core import measurement_input_carrier_type
 
 MAX_ABS_VALUE = 2**62
 
-_Measurement = Callable[[list[int]], list[int]]
+_I64_VECTOR = "Vec<i64>"
 
 
 class Sampler(Protocol):
@@ -50,8 +58,11 @@ def _checked(values: Sequence[int], name: str, scale: float) -> list[int]:
     # scale 0 would mean "no noise" to OpenDP: refuse it rather than release raw values
     if isinstance(scale, bool) or not (isinstance(scale, int | float) and math.isfinite(scale) and scale > 0):
         raise ValueError(f"{name} must be finite and > 0, got {scale!r}")
+    plain = list(values)
+    if plain and set(map(type, plain)) == {int} and min(plain) > -MAX_ABS_VALUE and max(plain) < MAX_ABS_VALUE:
+        return plain  # the common case, checked in C loops: the same verdict as the loop below
     out: list[int] = []
-    for value in values:
+    for value in plain:
         if isinstance(value, bool):
             raise TypeError("values must be integers on the grid, got a bool")
         number = operator.index(value)  # TypeError for floats: noise is only added on the integer grid
@@ -61,18 +72,80 @@ def _checked(values: Sequence[int], name: str, scale: float) -> list[int]:
     return out
 
 
-@lru_cache(maxsize=256)
-def _laplace_measurement(scale: float) -> _Measurement:
+def _ffi(name: str, argtypes: list[type]) -> Callable[..., FfiResult]:
+    # a function object of our own: OpenDP's wrappers set the signature of their shared one on every call
+    function = lib[name]
+    function.argtypes = argtypes
+    function.restype = FfiResult
+    return function  # type: ignore[no-any-return]
+
+
+_SLICE = ctypes.POINTER(FfiSlice)
+_I64S = ctypes.POINTER(ctypes.c_int64)
+_SLICE_AS_OBJECT = _ffi("opendp_data__slice_as_object", [_SLICE, ctypes.c_char_p])
+_INVOKE = _ffi("opendp_core__measurement_invoke", [dp.Measurement, ctypes.c_void_p])
+_OBJECT_AS_SLICE = _ffi("opendp_data__object_as_slice", [ctypes.c_void_p])
+_SLICE_FREE = _ffi("opendp_data__slice_free", [ctypes.c_void_p])
+_OBJECT_FREE = _ffi("opendp_data__object_free", [ctypes.c_void_p])
+
+
+def _ok(result: FfiResult) -> int:
+    """The address an FFI call returned; its error, if any, raised (and freed) by OpenDP's own `unwrap`."""
+    if result.tag != 0:
+        unwrap(result, ctypes.c_void_p)  # always raises OpenDPException for an error result
+    return result.payload.Ok  # type: ignore[no-any-return]
+
+
+def _invoke(measurement: dp.Measurement, values: list[int]) -> list[int]:
+    """`measurement(values)` for a measurement on Vec<i64>: the same calls into OpenDP's library, in the same
+    order, as `Measurement.__call__` makes (argument to AnyObject, invoke, answer to slice, read, free), with the
+    argument's type named once (`_on_i64_vectors` checked it) instead of looked up and parsed per call, and the
+    values copied as one i64 array instead of converted one by one (`_checked` already made them ints)."""
+    n = len(values)
+    array = (ctypes.c_int64 * n)(*values)
+    argument = _ok(_SLICE_AS_OBJECT(ctypes.byref(FfiSlice(ctypes.cast(array, ctypes.c_void_p), n)),
+                                    _I64_VECTOR.encode()))  # OpenDP copies the values into its own Vec
+    try:
+        answer = _ok(_INVOKE(measurement, argument))
+    finally:
+        _ok(_OBJECT_FREE(argument))
+    try:
+        raw = _ok(_OBJECT_AS_SLICE(answer))  # a view of the answer's Vec<i64>, valid while `answer` lives
+        try:
+            view = ctypes.cast(raw, _SLICE).contents
+            if view.len != n:  # a measurement on Vec<i64> maps n values to n values
+                raise RuntimeError(f"the sampler returned {view.len} values for {n}")
+            return ctypes.cast(view.ptr, _I64S)[:n]  # copied out as Python ints before anything is freed
+        finally:
+            _ok(_SLICE_FREE(raw))
+    finally:
+        _ok(_OBJECT_FREE(answer))
+
+
+def _on_i64_vectors(measurement: dp.Measurement) -> dp.Measurement:
+    carrier = measurement_input_carrier_type(measurement)
+    if carrier != _I64_VECTOR:  # `_invoke` names this type: refuse any other rather than misread memory
+        raise TypeError(f"the sampler's measurement takes {carrier}, not {_I64_VECTOR}")
+    return measurement
+
+
+@lru_cache(maxsize=2)
+def _space(distance: str) -> tuple[dp.Domain, dp.Metric]:
+    """Vectors of i64 under the L1 or L2 distance: immutable descriptions, built once (most of a
+    measurement's construction cost was rebuilding them per scale)."""
     dp.enable_features("contrib")
-    space = dp.vector_domain(dp.atom_domain(T=dp.i64)), dp.l1_distance(T=dp.i64)
-    return dp.m.make_laplace(*space, scale=scale)
+    metric = dp.l1_distance(T=dp.i64) if distance == "l1" else dp.l2_distance(T=dp.i64)
+    return dp.vector_domain(dp.atom_domain(T=dp.i64)), metric
 
 
 @lru_cache(maxsize=256)
-def _gaussian_measurement(sigma: float) -> _Measurement:
-    dp.enable_features("contrib")
-    space = dp.vector_domain(dp.atom_domain(T=dp.i64)), dp.l2_distance(T=dp.i64)
-    return dp.m.make_gaussian(*space, scale=sigma)
+def _laplace_measurement(scale: float) -> dp.Measurement:
+    return _on_i64_vectors(dp.m.make_laplace(*_space("l1"), scale=scale))
+
+
+@lru_cache(maxsize=256)
+def _gaussian_measurement(sigma: float) -> dp.Measurement:
+    return _on_i64_vectors(dp.m.make_gaussian(*_space("l2"), scale=sigma))
 
 
 def _checked_exponents(numerators: Sequence[int], denominator: int) -> list[int]:
@@ -120,7 +193,7 @@ class SecureSampler:
         checked = _checked(values, "scale", scale)
         if not checked:
             return ()
-        return tuple(int(v) for v in _laplace_measurement(float(scale))(checked))
+        return tuple(_invoke(_laplace_measurement(float(scale)), checked))
 
     def salt(self) -> int:
         """A fresh 62-bit key for the per-unit choice of rows and groups, from the OS CSPRNG.
@@ -142,7 +215,7 @@ class SecureSampler:
         checked = _checked(values, "sigma", sigma)
         if not checked:
             return ()
-        return tuple(int(v) for v in _gaussian_measurement(float(sigma))(checked))
+        return tuple(_invoke(_gaussian_measurement(float(sigma)), checked))
 
     def exponential_index(self, numerators: Sequence[int], denominator: int) -> int:
         """Index i with probability exactly exp(−xᵢ)/Σⱼ exp(−xⱼ), xᵢ = numerators[i]/denominator, by

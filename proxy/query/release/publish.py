@@ -12,6 +12,7 @@ Noise and estimates are computed per column for all cells at once.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -56,14 +57,7 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
         >>> release([("S", 7, 9)], p.analysis, p.price, FixedSampler((1,)))
         Release(columns=('region', 'n'), rows=(('N', 1), ('S', 10)))
     """
-    n_keys = len(analysis.keys)
-    read = [types.reader(_spec_type(analysis, k)) for k in analysis.keys]
-    histogram = [False] + [m.kind == "histogram" for m in analysis.measures]  # after __units: read as is
-    exact = {
-        tuple(r(v) for r, v in zip(read, row[:n_keys], strict=True)): tuple(
-            v if h else clip(v) for h, v in zip(histogram, row[n_keys:], strict=True))
-        for row in rows
-    }
+    exact = _exact(rows, analysis)
     zeros = (0,) * (1 + len(analysis.measures))
     if analysis.partitions == "private":
         assert price.selection is not None
@@ -78,8 +72,9 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
         cells = [()]
 
     noisy: dict[Measure, np.ndarray] = {}
+    held = [exact.get(cell, zeros) for cell in cells]
     for spec in price.noise:
-        values = [exact.get(cell, zeros)[1 + spec.measure] for cell in cells]
+        values = list(map(operator.itemgetter(1 + spec.measure), held))
         draw = sampler.laplace if spec.mechanism == "laplace" else sampler.gaussian
         noisy[analysis.measures[spec.measure]] = np.asarray(draw(values, spec.scale) if cells else (), dtype=np.int64)
     columns = [[] if a.kind == "quantile" else _estimates(a, analysis, noisy) for a in analysis.aggregates]
@@ -87,10 +82,10 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
         histograms = [exact[cell][1 + spec.measure] if cell in exact else None for cell in cells]
         for index, values in release_quantile(spec, analysis.measures[spec.measure], histograms, sampler).items():
             columns[index] = values
-    shown = [tuple(_shown(v) for v in cell) for cell in cells]
+    shown = [tuple(map(_shown, cell)) for cell in cells]
     per_cell = list(zip(*columns, strict=True)) if columns else [()] * len(cells)
     parts = _parts(analysis, noisy, len(cells))
-    denominators = [tuple(None if p is None else float(p[1] if len(p) == 2 else p[0]) for p in row) for row in parts]
+    denominators = _denominators(parts)
     names = tuple(o.name for o in analysis.outputs)
 
     if analysis.having is None and not analysis.order and all(isinstance(o.expr, Key | Agg) for o in analysis.outputs):
@@ -115,6 +110,30 @@ def release(rows: Sequence[Sequence[object]], analysis: Analysis, price: Price, 
                    tuple(parts[r[3]] for r in out))
 
 
+def _exact(rows: Sequence[Sequence[object]], analysis: Analysis) -> dict[tuple[Value, ...], tuple[object, ...]]:
+    """Per group (its keys read as their declared type), the exact measures after __units: clipped, histograms
+    as they are. Column by column (one `map` per column), the same dict a loop over rows would build."""
+    if not rows:
+        return {}
+    n_keys = len(analysis.keys)
+    columns = list(zip(*rows, strict=True))
+    histogram = [False] + [m.kind == "histogram" for m in analysis.measures]  # after __units: read as is
+    values = zip(*(c if h else map(clip, c) for h, c in zip(histogram, columns[n_keys:], strict=True)),
+                 strict=True)
+    if not n_keys:
+        return dict(zip([()] * len(rows), values, strict=True))
+    read = [types.reader(_spec_type(analysis, k)) for k in analysis.keys]
+    keys = zip(*(map(r, c) for r, c in zip(read, columns[:n_keys], strict=True)), strict=True)
+    return dict(zip(keys, values, strict=True))
+
+
+def _denominators(parts: list[tuple[tuple[int, ...] | None, ...]]) -> list[tuple[float | None, ...]]:
+    """Per cell and output, the noisy count an AVG, VAR or STDDEV was divided by (else None)."""
+    if parts and all(p is None for p in parts[0]):  # no such output (an output has parts in every cell or none)
+        return [parts[0]] * len(parts)  # type: ignore[list-item]  # a row of Nones, shared
+    return [tuple(None if p is None else float(p[1] if len(p) == 2 else p[0]) for p in row) for row in parts]
+
+
 def _parts(analysis: Analysis, noisy: dict[Measure, np.ndarray], n_cells: int
            ) -> list[tuple[tuple[int, ...] | None, ...]]:
     """Per cell, per output: the noisy measures an AVG, VAR or STDDEV output is computed from, in
@@ -131,6 +150,8 @@ def _parts(analysis: Analysis, noisy: dict[Measure, np.ndarray], n_cells: int
             continue
         columns = [noisy[m].tolist() for m in measures]
         per_output.append([tuple(int(c[i]) for c in columns) for i in range(n_cells)])
+    if all(c is None for c in per_output):  # no such output: one row of Nones shared by every cell
+        return [(None,) * len(per_output)] * n_cells
     return [tuple(None if c is None else c[i] for c in per_output) for i in range(n_cells)]
 
 
