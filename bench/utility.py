@@ -24,21 +24,28 @@ from typing import Any
 Row = Sequence[Any]
 
 
-def median_relative_error(truth: dict[tuple[Any, ...], tuple[float, ...]], answers: Iterable[Iterable[Row]],
-                          n_keys: int) -> float | None:
-    """The median relative error over every (answer, group of `truth`, aggregate column)."""
+def relative_errors(truth: dict[tuple[Any, ...], tuple[Any, ...]], answers: Iterable[Iterable[Row]],
+                    n_keys: int) -> list[float]:
+    """Every (answer, group of `truth`, aggregate column) error, in answer order, then truth order."""
     errors: list[float] = []
     for released in answers:
         by_key = {_key(row[:n_keys]): row[n_keys:] for row in released}
         for key, values in truth.items():
             got = by_key.get(_key(key))
             for column, true in enumerate(values):
-                if true is None or true == 0:
+                if true is None or float(true) == 0:
                     continue
                 if got is None or got[column] is None:
                     errors.append(1.0)
                 else:
                     errors.append(abs(float(got[column]) - float(true)) / abs(float(true)))
+    return errors
+
+
+def median_relative_error(truth: dict[tuple[Any, ...], tuple[float, ...]], answers: Iterable[Iterable[Row]],
+                          n_keys: int) -> float | None:
+    """The median relative error over every (answer, group of `truth`, aggregate column)."""
+    errors = relative_errors(truth, answers, n_keys)
     return statistics.median(errors) if errors else None
 
 

@@ -19,28 +19,18 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
-Row = Sequence[Any]
+# the rule itself is bench/utility.py's, shared so that the figures here and in the other benches mean one thing
+BENCH = str(Path(__file__).resolve().parents[1])
+if BENCH not in sys.path:
+    sys.path.insert(0, BENCH)
+from utility import relative_errors  # noqa: E402
 
-
-def relative_errors(truth: Mapping[tuple[Any, ...], Sequence[Any]], answers: Iterable[Iterable[Row]],
-                    n_keys: int) -> list[float]:
-    """Every (answer, group of `truth`, aggregate column) error, in answer order, then truth order."""
-    errors: list[float] = []
-    for released in answers:
-        by_key = {_key(row[:n_keys]): row[n_keys:] for row in released}
-        for key, values in truth.items():
-            got = by_key.get(_key(key))
-            for column, true in enumerate(values):
-                if true is None or float(true) == 0:
-                    continue
-                if got is None or got[column] is None:
-                    errors.append(1.0)
-                else:
-                    errors.append(abs(float(got[column]) - float(true)) / abs(float(true)))
-    return errors
+__all__ = ["quantile", "ratio_to_best_peer", "relative_errors", "summary"]
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -76,7 +66,3 @@ def ratio_to_best_peer(product: float | None, peers: Iterable[float | None]) -> 
         return None
     best = min(answered)
     return math.inf if best == 0 else product / best
-
-
-def _key(values: Sequence[Any]) -> tuple[str, ...]:
-    return tuple(str(v) for v in values)
