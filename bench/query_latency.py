@@ -473,7 +473,8 @@ def phase_http(settings: Settings, policy: Path, ledger: Path, analyst_key: str,
     port, baseline_port = _free_port(), _free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "DPPROXY_LEDGER": str(ledger), "DPPROXY_THREADS": str(settings.threads),
-           "DPPROXY_MEMORY_LIMIT": settings.memory_limit, "DPPROXY_QUERY_TIMEOUT_S": str(settings.query_timeout_s)}
+           "DPPROXY_MEMORY_LIMIT": settings.memory_limit, "DPPROXY_QUERY_TIMEOUT_S": str(settings.query_timeout_s),
+           "DPPROXY_ANSWER_MEMORY": str(settings.answer_memory)}  # the server remembers as the in-process env does
     log_path, baseline_log = directory / "server.log", directory / "baseline-server.log"
     with log_path.open("w") as log, _server(
         [sys.executable, "-m", "proxy", "serve", "--policy", str(policy), "--port", str(port)], env, log
@@ -788,6 +789,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=None,
                         help="engine query timeout in seconds (default: the product default)")
     parser.add_argument("--no-http", action="store_true", help="skip the HTTP measurement")
+    parser.add_argument("--answer-memory", type=int, default=None, metavar="N",
+                        help="DPPROXY_ANSWER_MEMORY for the in-process env and the HTTP server: SQL texts whose exact"
+                             " rows a bounding store remembers (default: the setting's, 64; 0: every answer scans)")
     parser.add_argument("--utility", type=int, default=0, metavar="N",
                         help="also N private answers per query at --utility-epsilon, scored against the plain answer"
                              " (median relative error per group; the issue asks N >= 20)")
@@ -821,6 +825,8 @@ def main(argv: list[str] | None = None) -> int:
         overrides["memory_limit"] = args.memory_limit
     if args.timeout:
         overrides["query_timeout_s"] = args.timeout
+    if args.answer_memory is not None:
+        overrides["answer_memory"] = args.answer_memory
     settings = Settings(**overrides)
 
     facts = {**machine_facts(db), "dataset": meta, "bounding": args.bounding}
@@ -828,6 +834,7 @@ def main(argv: list[str] | None = None) -> int:
         print("building the bounding store ...", file=sys.stderr, flush=True)
         facts["store_build_seconds"] = round(build_bounding_store(settings), 2)
     run_settings = {"threads": settings.threads, "memory_limit": settings.memory_limit,
+                    "answer_memory": settings.answer_memory,
                     "query_timeout_s": settings.query_timeout_s, "repeat": args.repeat,
                     "max_seconds": args.max_seconds, "min_runs": MIN_RUNS, "ledger": str(ledger),
                     "argv": sys.argv[1:] if argv is None else argv}

@@ -10,6 +10,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from accountant.ledger.charges import Waits
+from proxy.store.histogram_cache import ANSWERS, MAX_ANSWERS
 
 
 class Settings(BaseSettings):
@@ -23,6 +24,8 @@ class Settings(BaseSettings):
     threads: int = Field(2, ge=1, le=256)
     memory_limit: str = "8GB"  # 2GB ran out on the 10M-row demo workload
     store_dir: Path | None = None  # bounding stores and their key (docs/operations.md); default: the ledger's directory
+    # SQL texts whose exact rows each bounding store remembers (docs/privacy.md §10.7.1); 0: every answer scans
+    answer_memory: int = ANSWERS
     # operations (docs/operations.md)
     metrics_token: SecretStr | None = None  # a bearer token that may read /metrics (besides admin keys)
     log_format: Literal["json", "text"] = "json"
@@ -61,6 +64,16 @@ class Settings(BaseSettings):
     def _unset(cls, value: object) -> object:
         """Empty means unset (compose passes `${DPPROXY_PG_PORT:-}`)."""
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("answer_memory", mode="before")
+    @classmethod
+    def _answers(cls, value: object) -> object:
+        """A whole number of texts from 0 (never remember) to MAX_ANSWERS, named as the operator sets it."""
+        text = str(value).strip()
+        if isinstance(value, bool) or not text.isdigit() or int(text) > MAX_ANSWERS:
+            raise ValueError(f"DPPROXY_ANSWER_MEMORY must be a whole number from 0 (every answer scans) to "
+                             f"{MAX_ANSWERS}, not {value!r}")
+        return int(text)
 
     @field_validator("metrics_token", mode="before")
     @classmethod

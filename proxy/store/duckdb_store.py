@@ -243,14 +243,16 @@ class BoundingStore(ABC, Generic[E]):
 
     pattern: ClassVar[str]  # the names of this kind's stores after "<dataset>." (a glob)
 
-    def __init__(self, dataset: str, catalog: Catalog, directory: Path, timeout_s: float) -> None:
+    def __init__(self, dataset: str, catalog: Catalog, directory: Path, timeout_s: float,
+                 answers: int = ANSWERS) -> None:
         self.dataset, self.catalog, self.directory, self.timeout_s = dataset, catalog, Path(directory), timeout_s
         self._key = deployment_key(self.directory)
         self._build = threading.Lock()  # one build at a time
         self._engines: Swap[E] = Swap(self._discard)
         self._stamp = ""  # the current store's; set under _build
         self._remembered: Remembered[Rows] = Remembered()
-        self._answers: Remembered[Rows] = Remembered(ANSWERS)  # apart: answers never evict the histograms
+        # apart: answers never evict the histograms; `answers` texts (DPPROXY_ANSWER_MEMORY), 0: every answer scans
+        self._answers: Remembered[Rows] = Remembered(answers)
 
     @property
     def path(self) -> Path:
@@ -316,8 +318,8 @@ class BoundingStore(ABC, Generic[E]):
         """`run` for a query's SQL at its bounds (proxy/pipeline.py `answer`): its exact rows, before any noise, are a
         function of this store and the text alone (the store is read-only; the text holds every bound, literal
         and folded public value), so a text this store answered before is answered from memory
-        (docs/privacy.md §10.7.1). At most `ANSWERS` texts of at most `ANSWER_ROWS` rows are kept: the memory is
-        bounded by those, whatever the table's size."""
+        (docs/privacy.md §10.7.1). At most `answers` texts (DPPROXY_ANSWER_MEMORY, default `ANSWERS`; 0 keeps none)
+        of at most `ANSWER_ROWS` rows are kept: the memory is bounded by those, whatever the table's size."""
         with self._lease() as engine:
             return self._answers.get((str(self._location(engine)), sql), lambda: engine.run(sql, timeout_s),
                                      keep=lambda rows: len(rows.rows) <= ANSWER_ROWS)  # type: ignore[attr-defined]
@@ -371,8 +373,8 @@ class StoreEngine(BoundingStore[Engine]):
     target = DUCKDB  # queries are rendered as DuckDB reads them (the store is a DuckDB file)
 
     def __init__(self, dataset: str, source: Path, catalog: Catalog, directory: Path, *, threads: int = 2,
-                 memory_limit: str = "8GB", timeout_s: float = 30.0) -> None:
-        super().__init__(dataset, catalog, directory, timeout_s)
+                 memory_limit: str = "8GB", timeout_s: float = 30.0, answers: int = ANSWERS) -> None:
+        super().__init__(dataset, catalog, directory, timeout_s, answers)
         self.source = Path(source)
         self._options = {"threads": threads, "memory_limit": memory_limit}
         self._identity = _identity(catalog, self._key)

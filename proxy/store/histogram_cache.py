@@ -14,6 +14,9 @@ Example:
     >>> big = lambda: calls.append("big") or 99  # a value `keep` refuses is computed each time, never kept
     >>> memory.get(("store-1", "big"), big, keep=lambda v: v < 10), memory.get(("store-1", "big"), big), calls[-2:]
     (99, 99, ['big', 'big'])
+    >>> never = Remembered(size=0)  # DPPROXY_ANSWER_MEMORY=0: every value is computed, none kept
+    >>> [never.get("a", lambda: calls.append("a") or 1) for _ in range(2)], calls[-2:]
+    ([1, 1], ['a', 'a'])
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from typing import Generic, TypeVar
 V = TypeVar("V")
 
 DEFAULT_SIZE = 256  # histograms of at most a few hundred rows each: well under a megabyte
-ANSWERS = 64  # the exact rows of the last 64 SQL texts at their bounds ...
+ANSWERS = 64  # the exact rows of the last 64 SQL texts at their bounds (DPPROXY_ANSWER_MEMORY; 0: none) ...
 ANSWER_ROWS = 1024  # ... each of at most 1024 rows (a larger result is not kept): at most 65 536 rows in all
+MAX_ANSWERS = 4096  # the largest setting: at most 4 194 304 remembered rows per store
 
 
 class Remembered(Generic[V]):
@@ -46,7 +50,7 @@ class Remembered(Generic[V]):
                 self._values.move_to_end(key)
                 return self._values[key]
         value = compute()
-        if keep is not None and not keep(value):
+        if self._size == 0 or (keep is not None and not keep(value)):
             return value
         with self._lock:
             self._values[key] = value

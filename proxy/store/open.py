@@ -19,14 +19,16 @@ if TYPE_CHECKING:  # pyspark is the optional [spark] extra: its store is importe
 
 def _duckdb(dataset: DatasetPolicy, directory: Path, settings: Settings) -> StoreEngine:
     return StoreEngine(dataset.name, dataset.path, dataset.catalog, directory, threads=settings.threads,
-                       memory_limit=settings.memory_limit, timeout_s=settings.query_timeout_s)
+                       memory_limit=settings.memory_limit, timeout_s=settings.query_timeout_s,
+                       answers=settings.answer_memory)
 
 
 def _spark(dataset: DatasetPolicy, directory: Path, settings: Settings) -> SparkStoreEngine:
     from proxy.store.spark_store import SparkStoreEngine
 
     assert dataset.spark is not None  # the policy loader requires a [spark] source for engine = "spark"
-    return SparkStoreEngine(dataset.name, dataset.spark, dataset.catalog, directory, timeout_s=settings.query_timeout_s)
+    return SparkStoreEngine(dataset.name, dataset.spark, dataset.catalog, directory, timeout_s=settings.query_timeout_s,
+                             answers=settings.answer_memory)
 
 
 Opener = Callable[[DatasetPolicy, Path, Settings], BoundingStore[Any]]

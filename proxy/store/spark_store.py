@@ -42,6 +42,7 @@ from proxy.query.catalog import Catalog
 from proxy.query.rewrite import store_layout
 from proxy.query.rewrite.render import Target, render_built
 from proxy.store.duckdb_store import FORMAT, BoundingStore, StoreError
+from proxy.store.histogram_cache import ANSWERS
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +163,8 @@ class SparkStoreEngine(BoundingStore[SparkEngine]):
     pattern = "spark-store-*"
 
     def __init__(self, dataset: str, source: SparkSource, catalog: Catalog, directory: Path, *,
-                 timeout_s: float = 30.0) -> None:
-        super().__init__(dataset, catalog, directory, timeout_s)
+                 timeout_s: float = 30.0, answers: int = ANSWERS) -> None:
+        super().__init__(dataset, catalog, directory, timeout_s, answers)
         self.source = source
         self._identity = identity(catalog, self._key)
         self.refresh()
