@@ -10,7 +10,8 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from accountant.ledger.charges import Waits
-from proxy.store.histogram_cache import ANSWERS, MAX_ANSWERS
+
+MAX_ANSWERS = 4096  # DPPROXY_ANSWER_MEMORY's largest value: at most 4 194 304 remembered rows per store
 
 
 class Settings(BaseSettings):
@@ -25,7 +26,7 @@ class Settings(BaseSettings):
     memory_limit: str = "8GB"  # 2GB ran out on the 10M-row demo workload
     store_dir: Path | None = None  # bounding stores and their key (docs/operations.md); default: the ledger's directory
     # SQL texts whose exact rows each bounding store remembers (docs/privacy.md §10.7.1); 0: every answer scans
-    answer_memory: int = ANSWERS
+    answer_memory: int = 64  # histogram_cache.ANSWERS (settings sit below the store's room)
     # operations (docs/operations.md)
     metrics_token: SecretStr | None = None  # a bearer token that may read /metrics (besides admin keys)
     log_format: Literal["json", "text"] = "json"

@@ -31,7 +31,6 @@ V = TypeVar("V")
 DEFAULT_SIZE = 256  # histograms of at most a few hundred rows each: well under a megabyte
 ANSWERS = 64  # the exact rows of the last 64 SQL texts at their bounds (DPPROXY_ANSWER_MEMORY; 0: none) ...
 ANSWER_ROWS = 1024  # ... each of at most 1024 rows (a larger result is not kept): at most 65 536 rows in all
-MAX_ANSWERS = 4096  # the largest setting: at most 4 194 304 remembered rows per store
 
 
 class Remembered(Generic[V]):
