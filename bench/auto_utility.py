@@ -35,7 +35,7 @@ for path in (ROOT, ROOT / "bench"):
 
 import duckdb  # noqa: E402
 from oracle_bounds import set_share  # noqa: E402
-from query_latency import ensure_dataset, in_process, set_bounding  # noqa: E402
+from query_latency import close_env, ensure_dataset, in_process, set_bounding  # noqa: E402
 from utility import median_relative_error, request_epsilon  # noqa: E402
 
 from proxy import pipeline  # noqa: E402
@@ -110,9 +110,7 @@ def run(variant: str, policy: Path, directory: Path, key: str, args: argparse.Na
             print(f"  {variant:5} {name}: {out[name]['error']:.4f} (bounds {_medians(chosen) if chosen else 'fixed'})",
                   file=sys.stderr, flush=True)
     finally:
-        env.ledger.close()
-        for _, engine in env.engines:
-            engine.close()
+        close_env(env)
     return out
 
 

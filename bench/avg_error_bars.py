@@ -27,7 +27,7 @@ for path in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(path))
 
 import duckdb  # noqa: E402
-from query_latency import ensure_dataset, in_process, set_bounding  # noqa: E402
+from query_latency import close_env, ensure_dataset, in_process, set_bounding  # noqa: E402
 from utility import request_epsilon  # noqa: E402
 
 from mechanisms.sampling import FixedSampler  # noqa: E402
@@ -103,9 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{flags_old / n:.0%} / {flags_new / n:.0%} | {covered / n:.1%} | "
                       f"{statistics.median(errors):.1%} |", flush=True)
     finally:
-        env.ledger.close()
-        for _, eng in env.engines:
-            eng.close()
+        close_env(env)
     return 0
 
 

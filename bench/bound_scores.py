@@ -40,7 +40,7 @@ for path in (ROOT, ROOT / "bench"):
 import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 import oracle_bounds as ob  # noqa: E402
-from query_latency import ensure_dataset, in_process, set_bounding  # noqa: E402
+from query_latency import close_env, ensure_dataset, in_process, set_bounding  # noqa: E402
 from utility import request_epsilon  # noqa: E402
 
 from mechanisms import count_target, dp_quantile  # noqa: E402
@@ -138,9 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             best = min(range(len(grid)), key=lambda i: errors[i])
             table.append((title, epsilon, f"{grid[best]}: {errors[best]:.2%}", [summary(d, errors) for d in dists]))
             print(f"  {title} ε={epsilon}: τ·s = {float(t):.1f}, best k {grid[best]}", file=sys.stderr, flush=True)
-    env.ledger.close()
-    for _, eng in env.engines:
-        eng.close()
+    close_env(env)
     print(f"expected median error (and its p90 over the draw of k), max_groups at its limit, {args.draws} draws")
     print("| query | ε | best fixed k: error | " + " | ".join(scores) + " |")
     print("|---|---|---|" + "---|" * len(scores))

@@ -26,7 +26,7 @@ for path in (ROOT, ROOT / "bench"):
 
 import duckdb  # noqa: E402
 from auto_utility import demo_fixed  # noqa: E402
-from query_latency import ensure_dataset, in_process, set_bounding  # noqa: E402
+from query_latency import close_env, ensure_dataset, in_process, set_bounding  # noqa: E402
 from utility import median_relative_error, request_epsilon  # noqa: E402
 
 from proxy import pipeline  # noqa: E402
@@ -65,9 +65,7 @@ def run(policy: Path, directory: Path, key: str, args: argparse.Namespace) -> di
                 out[name] = (error if error is not None else float("nan"), 1000 * statistics.median(seconds))
                 print(f"  {policy.name} {name}: {out[name][0]:.4f}", file=sys.stderr, flush=True)
     finally:
-        env.ledger.close()
-        for _, engine in env.engines:
-            engine.close()
+        close_env(env)
     return out
 
 

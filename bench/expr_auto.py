@@ -23,7 +23,7 @@ for path in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(path))
 
 import duckdb  # noqa: E402
-from query_latency import ensure_dataset, in_process, set_bounding  # noqa: E402
+from query_latency import close_env, ensure_dataset, in_process, set_bounding  # noqa: E402
 from utility import request_epsilon  # noqa: E402
 
 from proxy import pipeline  # noqa: E402
@@ -86,9 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {name} | {epsilon:g} | {statistics.median(found):.2%} | {p90(found):.2%} | "
                       f"{'/'.join(str(c) for c in sorted(chosen, key=str))} | {ratio} |", flush=True)
     finally:
-        env.ledger.close()
-        for _, engine in env.engines:
-            engine.close()
+        close_env(env)
     return 0
 
 

@@ -47,7 +47,7 @@ for path in (ROOT, ROOT / "bench"):
 import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 import sqlglot  # noqa: E402
-from query_latency import build_bounding_store, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
+from query_latency import build_bounding_store, close_env, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
 from utility import request_epsilon  # noqa: E402
 
 from proxy import pipeline  # noqa: E402
@@ -380,9 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"product {p50:.2%}/{p90:.2%}; chosen {_chosen(chosen)} ({line['seconds']:.0f} s)",
                       file=sys.stderr, flush=True)
     finally:
-        env.ledger.close()
-        for _, eng in env.engines:
-            eng.close()
+        close_env(env)
     print(f"dataset {meta['rows']:,} visits of {meta['users']:,} users; {args.draws} simulated draws per candidate; "
           f"{args.answers} product answers per query; {time.perf_counter() - started_all:.0f} s")
     print("| query | ε | bounds | oracle median / p90 (at) | best p90 (at) | product median / p90 | "

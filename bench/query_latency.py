@@ -298,6 +298,13 @@ def in_process(policy: Path, directory: Path, key: str) -> tuple[Any, AnalystPol
     return env, analyst
 
 
+def close_env(env: Any) -> None:
+    """Close what `in_process` (or `build_env`) opened: the ledger and every dataset's engine."""
+    env.ledger.close()
+    for _, engine in env.engines:
+        engine.close()
+
+
 def unbounded(sql: str) -> str:
     """Diagnostic only: the rewritten SQL with every QUALIFY (the row and group bounding) removed, and on the
     bounding store every rank filter (`__row_rank… <= k`, `__group_rank… <= g`) replaced by TRUE (the per-cell
@@ -398,9 +405,7 @@ def phase_in_process(settings: Settings, analyst_key: str, results: dict[str, di
             _progress(w.name, "stages")
             r["stages"] = measure_stages(w.sql, analyst, env, args)
     finally:
-        env.ledger.close()
-        for _, engine in env.engines:
-            engine.close()
+        close_env(env)
 
 
 def phase_utility(db: Path, settings: Settings, analyst_key: str, results: dict[str, dict[str, Any]],
@@ -428,9 +433,7 @@ def phase_utility(db: Path, settings: Settings, analyst_key: str, results: dict[
                 results[w.name]["utility"] = {"error": _describe(err)}
     finally:
         conn.close()
-        env.ledger.close()
-        for _, engine in env.engines:
-            engine.close()
+        close_env(env)
 
 
 def _answer(req: QueryRequest, analyst: AnalystPolicy, env: Any, r: dict[str, Any]) -> None:

@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import duckdb  # noqa: E402
-from query_latency import build_bounding_store, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
+from query_latency import build_bounding_store, close_env, ensure_dataset, fresh_ledger, set_bounding  # noqa: E402
 
 from accountant.ledger.charges import Admission, StoredRelease  # noqa: E402
 from proxy import pipeline  # noqa: E402
@@ -259,9 +259,7 @@ def history_report(settings: Settings, directory: Path, counts: list[int], count
 
 
 def pipeline_close(env: pipeline.Env) -> None:
-    env.ledger.close()
-    for _, engine in env.engines:
-        engine.close()
+    close_env(env)
 
 
 if __name__ == "__main__":

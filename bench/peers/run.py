@@ -51,7 +51,7 @@ for path in (ROOT, ROOT / "bench", HERE):
 
 import duckdb  # noqa: E402
 from auto_utility import policy_variant  # noqa: E402
-from query_latency import ensure_dataset, in_process, set_bounding  # noqa: E402
+from query_latency import close_env, ensure_dataset, in_process, set_bounding  # noqa: E402
 from scoring import ratio_to_best_peer, relative_errors, summary  # noqa: E402
 from utility import request_epsilon  # noqa: E402
 from workload import BY_NAME, QUERIES, PeerQuery  # noqa: E402
@@ -125,9 +125,7 @@ def product_answers(policy: Path, directory: Path, key: str, queries: tuple[Peer
                 out[q.name] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
             print(f"product: {policy.stem} {q.name}", file=sys.stderr, flush=True)
     finally:
-        env.ledger.close()
-        for _, engine in env.engines:
-            engine.close()
+        close_env(env)
     return out
 
 
